@@ -1,0 +1,59 @@
+"""The `aitax` command: one entry point, one subcommand per capability.
+
+Each capability package exposes `register(subparsers)` in a light `cli` module that adds its subcommands and
+sets `func` on them. Heavy imports (TensorFlow, Kafka clients) happen inside the command functions, so
+`aitax --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from aitax import __version__
+from aitax.errors import UserError
+
+# Modules whose `register(subparsers)` adds commands, in the order a frame flows through the product.
+COMMAND_MODULES = (
+    "aitax.stack.cli",
+    "tco.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aitax",
+        description="Face Recognition on Kafka, and the AI tax it pays outside its AI kernels.",
+    )
+    parser.add_argument("--version", action="version", version=f"aitax {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as error:
+        print(f"aitax: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("aitax: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
