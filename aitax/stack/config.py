@@ -1,0 +1,120 @@
+"""The local stack's shape: versions, ports and sizes, all on 127.0.0.1.
+
+Ports are fixed offsets from `port_base` so several checkouts can run side by side (`AITAX_PORT_BASE`).
+Heaps are sized so the whole stack fits a 2-core / 24 GiB machine with room for the pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from aitax.errors import UserError
+
+KAFKA_VERSION = "4.3.1"
+ELASTICSEARCH_VERSION = "8.19.21"
+MIN_BROKERS = 3  # replication factor 3 needs three brokers
+MAX_BROKERS = 8  # the paper's largest broker count (Fig. 15)
+MAX_CONTROLLERS = 3  # a KRaft quorum of three survives one failure; more only adds election traffic
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    brokers: int = 3
+    log_dirs_per_broker: int = 1
+    port_base: int = int(os.environ.get("AITAX_PORT_BASE", "19000"))
+    kafka_heap_mb: int = 512
+    elasticsearch_heap_mb: int = 512
+    elasticsearch: bool = True
+    prometheus: bool = True
+    faces_partitions: int = 12
+    # Thumbnails are personal data: keep them on the brokers only as long as a consumer may lag.
+    faces_retention_ms: int = 3_600_000
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+
+    def __post_init__(self) -> None:
+        if not MIN_BROKERS <= self.brokers <= MAX_BROKERS:
+            raise UserError(f"--brokers {self.brokers}: must be between {MIN_BROKERS} and {MAX_BROKERS}")
+        if not 1 <= self.log_dirs_per_broker <= 4:
+            raise UserError(f"--log-dirs-per-broker {self.log_dirs_per_broker}: must be between 1 and 4")
+        if self.faces_retention_ms < 60_000:
+            raise UserError(f"--faces-retention-ms {self.faces_retention_ms}: must be at least 60000 (1 min)")
+        if not 1024 <= self.port_base <= 65535 - 1000:
+            raise UserError(f"AITAX_PORT_BASE={self.port_base}: must be between 1024 and 64535")
+
+    # Ports: brokers at base+91.., controllers at base+191.., Elasticsearch base+200/300, Prometheus base+90.
+    def broker_port(self, node_id: int) -> int:
+        return self.port_base + 90 + node_id
+
+    def controller_port(self, node_id: int) -> int:
+        return self.port_base + 190 + node_id
+
+    @property
+    def elasticsearch_port(self) -> int:
+        return self.port_base + 200
+
+    @property
+    def elasticsearch_transport_port(self) -> int:
+        return self.port_base + 300
+
+    @property
+    def prometheus_port(self) -> int:
+        return self.port_base + 90
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return self.node_ids[:MAX_CONTROLLERS]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{HOST}:{self.broker_port(n)}" for n in self.node_ids)
+
+    @property
+    def elasticsearch_url(self) -> str:
+        return f"http://{HOST}:{self.elasticsearch_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{HOST}:{self.prometheus_port}"
+
+    def topics(self) -> list[TopicSpec]:
+        """The pipeline's topics. Broker append time on `faces` gives consumers the broker-side timestamp
+        that splits broker waiting time into producer queueing and broker-to-consumer wait."""
+        common = {"min.insync.replicas": str(self.min_insync_replicas)}
+        short_lived = {
+            **common,
+            "retention.ms": str(self.faces_retention_ms),
+            # Retention only deletes closed segments: roll often enough that old thumbnails really go.
+            "segment.ms": str(max(60_000, self.faces_retention_ms // 4)),
+        }
+        return [
+            TopicSpec("faces", self.faces_partitions, {**short_lived, "message.timestamp.type": "LogAppendTime"}),
+            TopicSpec("identities", 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
+            TopicSpec("faces.dlq", 3, short_lived),
+        ]
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> StackConfig:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as error:
+            raise UserError(f"{path}: unreadable stack description ({error}); run `make clean`") from error

@@ -1,0 +1,137 @@
+"""A real single-node Elasticsearch from Maven Central's runnable zip.
+
+Two traps handled here: it refuses to run as root (we drop to an unprivileged user), and the zip lacks the
+module serving `GET /`, which the official Python client's `info()`/`ping()` need (we add a tiny plugin).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+from aitax.errors import UserError
+from aitax.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from aitax.stack.config import ELASTICSEARCH_VERSION, HOST, StackConfig
+from aitax.stack.kafka import require_java
+from aitax.stack.procs import ManagedProcess
+
+ARTIFACT = f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ELASTICSEARCH_VERSION}:zip"
+PLUGIN_SOURCE = PROJECT_ROOT / "aitax" / "stack" / "es_root_plugin"
+UNPRIVILEGED_UID = 65534  # nobody
+
+
+def es_home() -> Path:
+    return downloads_dir() / f"elasticsearch-{ELASTICSEARCH_VERSION}"
+
+
+def state_dir() -> Path:
+    return stack_dir() / "elasticsearch"
+
+
+def process() -> ManagedProcess:
+    return ManagedProcess(
+        name="elasticsearch",
+        pid_file=stack_dir() / "run" / "elasticsearch.pid",
+        log_file=state_dir() / "console.log",
+        cmdline_marker=str(state_dir() / "config"),
+    )
+
+
+def install() -> None:
+    """Fetch the zip, unpack it and build the `GET /` plugin into it, once."""
+    marker = es_home() / ".complete"
+    if marker.exists():
+        return
+    require_java()
+    archive = downloads_dir() / f"elasticsearch-{ELASTICSEARCH_VERSION}.zip"
+    if not archive.exists():
+        if shutil.which("mvn") is None:
+            raise UserError("Maven (`mvn`) not found: run `make setup`, which installs it")
+        subprocess.run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
+                        f"-DoutputDirectory={downloads_dir()}"], check=True)
+    shutil.rmtree(es_home(), ignore_errors=True)
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(downloads_dir())
+    for script in (es_home() / "bin").iterdir():
+        script.chmod(0o755)
+    _build_root_plugin()
+    marker.touch()
+
+
+def _build_root_plugin() -> None:
+    javac = shutil.which("javac")
+    if javac is None:
+        raise UserError("javac not found: the Elasticsearch `GET /` plugin is compiled at install (`make setup`)")
+    plugin_dir = es_home() / "plugins" / "aitax-root-info"
+    classes = plugin_dir / "classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    sources = [str(p) for p in (PLUGIN_SOURCE / "src").rglob("*.java")]
+    subprocess.run([javac, "-proc:none", "--release", "17", "-d", str(classes),
+                    "-cp", f"{es_home() / 'lib'}/*", *sources], check=True)
+    subprocess.run(["jar", "--create", "--file", str(plugin_dir / "aitax-root-info.jar"), "-C", str(classes), "."],
+                   check=True)
+    shutil.rmtree(classes)
+    descriptor = (PLUGIN_SOURCE / "plugin-descriptor.properties.in").read_text()
+    (plugin_dir / "plugin-descriptor.properties").write_text(descriptor.replace("@ES_VERSION@", ELASTICSEARCH_VERSION))
+
+
+def write_config(config: StackConfig) -> None:
+    config_dir = state_dir() / "config"
+    if config_dir.exists():
+        shutil.rmtree(config_dir)
+    shutil.copytree(es_home() / "config", config_dir)
+    for sub in ("data", "logs", "tmp"):
+        (state_dir() / sub).mkdir(parents=True, exist_ok=True)
+    settings = {
+        "cluster.name": "aitax",
+        "node.name": "aitax-es-1",
+        "path.data": str(state_dir() / "data"),
+        "path.logs": str(state_dir() / "logs"),
+        "network.host": HOST,
+        "http.port": config.elasticsearch_port,
+        "transport.port": config.elasticsearch_transport_port,
+        "discovery.type": "single-node",
+        "xpack.security.enabled": "false",
+        # A nearly full developer disk must not turn indices read-only in the middle of an experiment.
+        "cluster.routing.allocation.disk.threshold_enabled": "false",
+        # Tests and `make clean` delete indices by pattern.
+        "action.destructive_requires_name": "false",
+    }
+    (config_dir / "elasticsearch.yml").write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
+    (config_dir / "jvm.options.d").mkdir(exist_ok=True)
+    heap = config.elasticsearch_heap_mb
+    (config_dir / "jvm.options.d" / "heap.options").write_text(f"-Xms{heap}m\n-Xmx{heap}m\n")
+    if os.geteuid() == 0:
+        for path in [state_dir(), *state_dir().rglob("*")]:
+            os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+
+
+def start(config: StackConfig) -> None:
+    java_home = Path(require_java()).resolve().parent.parent
+    argv = [str(es_home() / "bin" / "elasticsearch")]
+    if os.geteuid() == 0:
+        # Elasticsearch refuses root. Drop to `nobody`; the read/search capability lets it reach its files
+        # even when the checkout sits under a private (0700) directory.
+        argv = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
+                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+    env = {
+        "ES_JAVA_HOME": str(java_home),
+        "ES_PATH_CONF": str(state_dir() / "config"),
+        "ES_TMPDIR": str(state_dir() / "tmp"),
+        "ES_JAVA_OPTS": "",
+    }
+    process().start(argv, env=env, cwd=state_dir())
+
+
+def health(config: StackConfig) -> str | None:
+    """Cluster health colour, or None when the server does not answer."""
+    import requests
+
+    try:
+        response = requests.get(f"{config.elasticsearch_url}/_cluster/health", timeout=2)
+        return response.json().get("status") if response.ok else None
+    except requests.RequestException:
+        return None

@@ -1,0 +1,200 @@
+"""The local stack as one unit: `up` (idempotent, waits for health), `status`, `down`, broker faults."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from aitax.errors import UserError
+from aitax.paths import stack_dir
+from aitax.stack import elasticsearch, kafka, prometheus
+from aitax.stack.config import StackConfig
+from aitax.stack.procs import ManagedProcess, require_free_port, wait_until
+
+KAFKA_START_TIMEOUT_S = 120
+ES_START_TIMEOUT_S = 180
+PROMETHEUS_START_TIMEOUT_S = 60
+
+
+def description_file() -> Path:
+    return stack_dir() / "stack.json"
+
+
+def current_config() -> StackConfig | None:
+    """The configuration the running (or last started) stack was brought up with."""
+    path = description_file()
+    return StackConfig.load(path) if path.exists() else None
+
+
+def install(config: StackConfig) -> None:
+    kafka.install()
+    if config.elasticsearch:
+        elasticsearch.install()
+    if config.prometheus:
+        prometheus.binary()
+
+
+def up(config: StackConfig, progress=print) -> StackConfig:
+    """Start whatever is not running yet and wait until every component is healthy."""
+    running = current_config()
+    if running is not None and any(p.is_running() for p in processes(running)):
+        if running.brokers != config.brokers or running.log_dirs_per_broker != config.log_dirs_per_broker:
+            raise UserError(
+                f"a stack with {running.brokers} brokers x {running.log_dirs_per_broker} log dirs is running; "
+                f"`aitax stack down` first to change it to {config.brokers} x {config.log_dirs_per_broker}"
+            )
+        # Keep what runs; a partial stack may gain components it lacked.
+        config = replace(running, elasticsearch=config.elasticsearch or running.elasticsearch,
+                         prometheus=config.prometheus or running.prometheus)
+    install(config)
+    config.save(description_file())
+
+    started = time.monotonic()
+    _start_kafka(config, progress)
+    if config.elasticsearch:
+        _start_elasticsearch(config, progress)
+    if config.prometheus:
+        _start_prometheus(config, progress)
+
+    progress("waiting for all brokers in the cluster metadata ...")
+    wait_until(lambda: kafka.cluster_health(config).brokers_in_metadata == config.node_ids,
+               KAFKA_START_TIMEOUT_S, "Kafka cluster", kafka.brokers(config)[0].process)
+    kafka.ensure_topics(config)
+    wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S,
+               "Kafka ISR")
+    if config.elasticsearch:
+        progress("waiting for Elasticsearch ...")
+        wait_until(lambda: elasticsearch.health(config) in ("green", "yellow"), ES_START_TIMEOUT_S,
+                   "Elasticsearch", elasticsearch.process())
+        _put_event_template(config)
+    if config.prometheus:
+        wait_until(lambda: prometheus.ready(config), PROMETHEUS_START_TIMEOUT_S, "Prometheus", prometheus.process())
+    progress(f"stack up in {time.monotonic() - started:.1f} s")
+    return config
+
+
+def _start_kafka(config: StackConfig, progress) -> None:
+    brokers = kafka.brokers(config)
+    to_start = [b for b in brokers if not b.process.is_running()]
+    for broker in to_start:
+        require_free_port(broker.port, f"kafka broker {broker.node_id}")
+        if broker.node_id in config.controller_ids:
+            require_free_port(config.controller_port(broker.node_id), f"kafka controller {broker.node_id}")
+    cluster_id = kafka.cluster_id()
+    for broker in to_start:
+        broker.write_config()
+        if not broker.is_formatted():
+            broker.format_storage(cluster_id)
+    for broker in to_start:
+        progress(f"starting kafka broker {broker.node_id} on port {broker.port}")
+        broker.start()
+
+
+def _start_elasticsearch(config: StackConfig, progress) -> None:
+    if elasticsearch.process().is_running():
+        return
+    require_free_port(config.elasticsearch_port, "elasticsearch http")
+    require_free_port(config.elasticsearch_transport_port, "elasticsearch transport")
+    elasticsearch.write_config(config)
+    progress(f"starting elasticsearch on port {config.elasticsearch_port}")
+    elasticsearch.start(config)
+
+
+def _start_prometheus(config: StackConfig, progress) -> None:
+    if prometheus.process().is_running():
+        return
+    require_free_port(config.prometheus_port, "prometheus")
+    prometheus.write_config(config)
+    progress(f"starting prometheus on port {config.prometheus_port}")
+    prometheus.start(config)
+
+
+def _put_event_template(config: StackConfig) -> None:
+    import requests
+
+    from telemetry.events import TEMPLATE_NAME, index_template
+
+    response = requests.put(f"{config.elasticsearch_url}/_index_template/{TEMPLATE_NAME}", json=index_template(),
+                            timeout=10)
+    if not response.ok:
+        raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
+
+
+def processes(config: StackConfig) -> list[ManagedProcess]:
+    """Every process this stack may have started, brokers first."""
+    return [b.process for b in kafka.brokers(config)] + [elasticsearch.process(), prometheus.process()]
+
+
+def down(progress=print) -> int:
+    """Stop the processes the stack started (PID files); returns how many were stopped."""
+    config = current_config()
+    if config is None:
+        return 0
+    stopped = 0
+    # Elasticsearch and Prometheus first, then brokers together so none waits on a departed quorum.
+    for process in reversed(processes(config)):
+        if process.stop():
+            progress(f"stopped {process.name}")
+            stopped += 1
+    return stopped
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int | None
+    port: int
+    healthy: bool
+    detail: str
+    rss_bytes: int = 0
+
+
+def status(config: StackConfig) -> list[ComponentStatus]:
+    health = kafka.cluster_health(config)
+    rows = []
+    for broker in kafka.brokers(config):
+        pid = broker.process.pid()
+        in_metadata = broker.node_id in health.brokers_in_metadata
+        detail = "in metadata" if in_metadata else (health.error or "missing from metadata")
+        detail += f"; log dirs {', '.join(str(d) for d in broker.log_dirs)}"
+        rows.append(ComponentStatus(f"kafka-{broker.node_id}", pid, broker.port, pid is not None and in_metadata,
+                                    detail, broker.process.rss_bytes()))
+    isr_detail = "ISR complete" if not health.under_replicated else f"under-replicated: {health.under_replicated[:5]}"
+    rows.append(ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids),
+                                isr_detail))
+    if config.elasticsearch:
+        colour = elasticsearch.health(config)
+        process = elasticsearch.process()
+        rows.append(ComponentStatus("elasticsearch", process.pid(), config.elasticsearch_port,
+                                    colour in ("green", "yellow"), f"cluster health {colour or 'unreachable'}",
+                                    process.rss_bytes()))
+    if config.prometheus:
+        ready = prometheus.ready(config)
+        process = prometheus.process()
+        rows.append(ComponentStatus("prometheus", process.pid(), config.prometheus_port, ready,
+                                    "ready" if ready else "not ready", process.rss_bytes()))
+    return rows
+
+
+def _broker(config: StackConfig, node_id: int) -> kafka.Broker:
+    if node_id not in config.node_ids:
+        raise UserError(f"broker {node_id}: the stack has brokers {config.node_ids}")
+    return kafka.Broker(node_id, config)
+
+
+def kill_broker(config: StackConfig, node_id: int) -> None:
+    if not _broker(config, node_id).process.kill():
+        raise UserError(f"broker {node_id} is not running")
+
+
+def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
+    broker = _broker(config, node_id)
+    if broker.process.is_running():
+        raise UserError(f"broker {node_id} is already running")
+    require_free_port(broker.port, f"kafka broker {node_id}")
+    broker.write_config()
+    broker.start()
+    if wait:
+        wait_until(lambda: node_id in kafka.cluster_health(config).brokers_in_metadata, KAFKA_START_TIMEOUT_S,
+                   f"kafka broker {node_id}", broker.process)

@@ -1,0 +1,79 @@
+"""The pipeline's event schema (the paper's Listing 1, extended), defined once and versioned.
+
+One event per frame per stage (and per face where a stage works per face). Everything that writes or reads
+events imports `Event` and `INDEX_MAPPING` from here; the Elasticsearch index template is built from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+EVENT_SCHEMA_VERSION = 1
+INDEX_PREFIX = "aitax-events"
+TEMPLATE_NAME = "aitax-events"
+
+# Stages a frame passes through, in order; sub-steps are named "<stage>.<step>" (e.g. "detect.pnet").
+STAGES = ("ingest", "detect", "broker_wait", "identify")
+
+
+@dataclass(frozen=True)
+class Event:
+    run_id: str
+    stage: str
+    stream_id: str
+    frame_index: int
+    wall_start_ns: int
+    wall_end_ns: int
+    compute_time_ms: float
+    face_index: int | None = None
+    face_count: int | None = None
+    data_size_bytes: int | None = None
+    process: str | None = None
+    pod: str | None = None
+    host: str | None = None
+    acceleration_factor: float = 1.0
+    kafka_client: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    broker_append_ns: int | None = None
+    consumer_lag: int | None = None
+    schema_version: int = EVENT_SCHEMA_VERSION
+
+    def to_document(self) -> dict[str, Any]:
+        document = {key: value for key, value in asdict(self).items() if value is not None}
+        document["@timestamp"] = self.wall_start_ns // 1_000_000  # epoch millis: Kibana's time axis
+        return document
+
+
+_KEYWORD = {"type": "keyword"}
+_LONG = {"type": "long"}
+_INTEGER = {"type": "integer"}
+_DOUBLE = {"type": "double"}
+_FIELD_TYPES = {
+    "run_id": _KEYWORD, "stage": _KEYWORD, "stream_id": _KEYWORD, "frame_index": _LONG,
+    # Epoch nanoseconds as longs (exact arithmetic) plus a date for Kibana time axes.
+    "wall_start_ns": _LONG, "wall_end_ns": _LONG, "compute_time_ms": _DOUBLE, "face_index": _INTEGER,
+    "face_count": _INTEGER, "data_size_bytes": _LONG, "process": _KEYWORD, "pod": _KEYWORD, "host": _KEYWORD,
+    "acceleration_factor": _DOUBLE, "kafka_client": _KEYWORD, "partition": _INTEGER, "offset": _LONG,
+    "broker_append_ns": _LONG, "consumer_lag": _LONG, "schema_version": _INTEGER,
+}
+assert set(_FIELD_TYPES) == {f.name for f in fields(Event)}, "every Event field needs a mapping"
+
+INDEX_MAPPING: dict[str, Any] = {
+    "dynamic": "strict",  # a misspelt field is an error, not a silent new column
+    "properties": {**_FIELD_TYPES, "@timestamp": {"type": "date_nanos"}},
+}
+
+
+def index_template() -> dict[str, Any]:
+    return {
+        "index_patterns": [f"{INDEX_PREFIX}-*"],
+        "priority": 100,
+        "template": {
+            # One node: replicas could never be assigned, and the cluster would stay yellow.
+            "settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "1s"},
+            "mappings": INDEX_MAPPING,
+        },
+        "_meta": {"event_schema_version": EVENT_SCHEMA_VERSION},
+    }
