@@ -51,12 +51,27 @@ _LONG = {"type": "long"}
 _INTEGER = {"type": "integer"}
 _DOUBLE = {"type": "double"}
 _FIELD_TYPES = {
-    "run_id": _KEYWORD, "stage": _KEYWORD, "stream_id": _KEYWORD, "frame_index": _LONG,
+    "run_id": _KEYWORD,
+    "stage": _KEYWORD,
+    "stream_id": _KEYWORD,
+    "frame_index": _LONG,
     # Epoch nanoseconds as longs (exact arithmetic) plus a date for Kibana time axes.
-    "wall_start_ns": _LONG, "wall_end_ns": _LONG, "compute_time_ms": _DOUBLE, "face_index": _INTEGER,
-    "face_count": _INTEGER, "data_size_bytes": _LONG, "process": _KEYWORD, "pod": _KEYWORD, "host": _KEYWORD,
-    "acceleration_factor": _DOUBLE, "kafka_client": _KEYWORD, "partition": _INTEGER, "offset": _LONG,
-    "broker_append_ns": _LONG, "consumer_lag": _LONG, "schema_version": _INTEGER,
+    "wall_start_ns": _LONG,
+    "wall_end_ns": _LONG,
+    "compute_time_ms": _DOUBLE,
+    "face_index": _INTEGER,
+    "face_count": _INTEGER,
+    "data_size_bytes": _LONG,
+    "process": _KEYWORD,
+    "pod": _KEYWORD,
+    "host": _KEYWORD,
+    "acceleration_factor": _DOUBLE,
+    "kafka_client": _KEYWORD,
+    "partition": _INTEGER,
+    "offset": _LONG,
+    "broker_append_ns": _LONG,
+    "consumer_lag": _LONG,
+    "schema_version": _INTEGER,
 }
 assert set(_FIELD_TYPES) == {f.name for f in fields(Event)}, "every Event field needs a mapping"
 

@@ -10,17 +10,28 @@ from aitax.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    stack = subparsers.add_parser("stack", help="run the local stack: Kafka brokers, Elasticsearch, Prometheus",
-                                  description="Run real Kafka brokers, Elasticsearch and Prometheus on 127.0.0.1. "
-                                              "State lives under .aitax/ (or $AITAX_HOME).")
+    stack = subparsers.add_parser(
+        "stack",
+        help="run the local stack: Kafka brokers, Elasticsearch, Prometheus",
+        description="Run real Kafka brokers, Elasticsearch and Prometheus on 127.0.0.1. "
+        "State lives under .aitax/ (or $AITAX_HOME).",
+    )
     actions = stack.add_subparsers(dest="stack_action", metavar="ACTION", required=True)
 
     up = actions.add_parser("up", help="start the stack (idempotent) and wait until it is healthy")
     up.add_argument("--brokers", type=int, default=3, help="Kafka brokers, 3-8 (default 3)")
-    up.add_argument("--log-dirs-per-broker", type=int, default=1,
-                    help="log dirs per broker, standing for drives per broker (default 1)")
-    up.add_argument("--faces-retention-ms", type=int, default=3_600_000,
-                    help="retention of the `faces` topic: thumbnails are personal data (default 1 h)")
+    up.add_argument(
+        "--log-dirs-per-broker",
+        type=int,
+        default=1,
+        help="log dirs per broker, standing for drives per broker (default 1)",
+    )
+    up.add_argument(
+        "--faces-retention-ms",
+        type=int,
+        default=3_600_000,
+        help="retention of the `faces` topic: thumbnails are personal data (default 1 h)",
+    )
     up.add_argument("--no-elasticsearch", action="store_true", help="leave Elasticsearch out")
     up.add_argument("--no-prometheus", action="store_true", help="leave Prometheus out")
     up.set_defaults(func=_up)
@@ -47,9 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _config_from_args(args: argparse.Namespace):
     from aitax.stack.config import StackConfig
 
-    return StackConfig(brokers=args.brokers, log_dirs_per_broker=args.log_dirs_per_broker,
-                       faces_retention_ms=args.faces_retention_ms, elasticsearch=not args.no_elasticsearch,
-                       prometheus=not args.no_prometheus)
+    return StackConfig(
+        brokers=args.brokers,
+        log_dirs_per_broker=args.log_dirs_per_broker,
+        faces_retention_ms=args.faces_retention_ms,
+        elasticsearch=not args.no_elasticsearch,
+        prometheus=not args.no_prometheus,
+    )
 
 
 def _running_config():

@@ -50,8 +50,10 @@ def install() -> None:
     if not archive.exists():
         if shutil.which("mvn") is None:
             raise UserError("Maven (`mvn`) not found: run `make setup`, which installs it")
-        subprocess.run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
-                        f"-DoutputDirectory={downloads_dir()}"], check=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}", f"-DoutputDirectory={downloads_dir()}"],
+            check=True,
+        )
     shutil.rmtree(es_home(), ignore_errors=True)
     with zipfile.ZipFile(archive) as zipped:
         zipped.extractall(downloads_dir())
@@ -69,10 +71,13 @@ def _build_root_plugin() -> None:
     classes = plugin_dir / "classes"
     classes.mkdir(parents=True, exist_ok=True)
     sources = [str(p) for p in (PLUGIN_SOURCE / "src").rglob("*.java")]
-    subprocess.run([javac, "-proc:none", "--release", "17", "-d", str(classes),
-                    "-cp", f"{es_home() / 'lib'}/*", *sources], check=True)
-    subprocess.run(["jar", "--create", "--file", str(plugin_dir / "aitax-root-info.jar"), "-C", str(classes), "."],
-                   check=True)
+    subprocess.run(
+        [javac, "-proc:none", "--release", "17", "-d", str(classes), "-cp", f"{es_home() / 'lib'}/*", *sources],
+        check=True,
+    )
+    subprocess.run(
+        ["jar", "--create", "--file", str(plugin_dir / "aitax-root-info.jar"), "-C", str(classes), "."], check=True
+    )
     shutil.rmtree(classes)
     descriptor = (PLUGIN_SOURCE / "plugin-descriptor.properties.in").read_text()
     (plugin_dir / "plugin-descriptor.properties").write_text(descriptor.replace("@ES_VERSION@", ELASTICSEARCH_VERSION))
@@ -115,8 +120,15 @@ def start(config: StackConfig) -> None:
     if os.geteuid() == 0:
         # Elasticsearch refuses root. Drop to `nobody`; the read/search capability lets it reach its files
         # even when the checkout sits under a private (0700) directory.
-        argv = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
-                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+        argv = [
+            "setpriv",
+            f"--reuid={UNPRIVILEGED_UID}",
+            f"--regid={UNPRIVILEGED_UID}",
+            "--clear-groups",
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            *argv,
+        ]
     env = {
         "ES_JAVA_HOME": str(java_home),
         "ES_PATH_CONF": str(state_dir() / "config"),

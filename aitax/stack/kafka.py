@@ -32,8 +32,16 @@ def install() -> None:
         raise UserError("Maven (`mvn`) not found: run `make setup`, which installs it")
     libs_dir().mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={libs_dir()}"],
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs_dir()}",
+        ],
         check=True,
     )
     marker.touch()
@@ -128,16 +136,26 @@ class Broker:
         return all((d / "meta.properties").exists() for d in self.log_dirs)
 
     def format_storage(self, cluster_id: str) -> None:
-        run_tool("kafka.tools.StorageTool", ["format", "-t", cluster_id, "-c", str(self.properties_file),
-                                              "--ignore-formatted"], heap_mb=128)
+        run_tool(
+            "kafka.tools.StorageTool",
+            ["format", "-t", cluster_id, "-c", str(self.properties_file), "--ignore-formatted"],
+            heap_mb=128,
+        )
 
     def start(self) -> None:
         heap = f"-Xmx{self.config.kafka_heap_mb}m"
         argv = [
-            require_java(), f"-Xms{self.config.kafka_heap_mb // 2}m", heap, "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            require_java(),
+            f"-Xms{self.config.kafka_heap_mb // 2}m",
+            heap,
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
-            "-cp", f"{libs_dir()}/*", "kafka.Kafka", str(self.properties_file),
+            "-cp",
+            f"{libs_dir()}/*",
+            "kafka.Kafka",
+            str(self.properties_file),
         ]
         self.process.start(argv, cwd=self.home)
 
@@ -148,8 +166,15 @@ def brokers(config: StackConfig) -> list[Broker]:
 
 def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
     """Run one of Kafka's command-line tools (same jars as the brokers) and return its output."""
-    argv = [require_java(), f"-Xmx{heap_mb}m", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
-            "-cp", f"{libs_dir()}/*", main_class, *args]
+    argv = [
+        require_java(),
+        f"-Xmx{heap_mb}m",
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        "-cp",
+        f"{libs_dir()}/*",
+        main_class,
+        *args,
+    ]
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"{main_class} {' '.join(args[:2])} failed: {result.stderr.strip().splitlines()[-1:]}")
@@ -207,8 +232,12 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
     missing = [s for s in specs if s.name not in existing]
     if missing:
         futures = admin.create_topics(
-            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=config.replication_factor,
-                      config=s.config) for s in missing],
+            [
+                NewTopic(
+                    s.name, num_partitions=s.partitions, replication_factor=config.replication_factor, config=s.config
+                )
+                for s in missing
+            ],
             operation_timeout=timeout_s,
         )
         for name, future in futures.items():
@@ -220,9 +249,11 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
     for spec in specs:
         if spec.name in existing and spec.config:
             resource = ConfigResource(
-                ConfigResource.Type.TOPIC, spec.name,
-                incremental_configs=[ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                                     for k, v in spec.config.items()],
+                ConfigResource.Type.TOPIC,
+                spec.name,
+                incremental_configs=[
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in spec.config.items()
+                ],
             )
             for future in admin.incremental_alter_configs([resource]).values():
                 future.result(timeout=timeout_s)

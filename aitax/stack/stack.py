@@ -45,8 +45,11 @@ def up(config: StackConfig, progress=print) -> StackConfig:
                 f"`aitax stack down` first to change it to {config.brokers} x {config.log_dirs_per_broker}"
             )
         # Keep what runs; a partial stack may gain components it lacked.
-        config = replace(running, elasticsearch=config.elasticsearch or running.elasticsearch,
-                         prometheus=config.prometheus or running.prometheus)
+        config = replace(
+            running,
+            elasticsearch=config.elasticsearch or running.elasticsearch,
+            prometheus=config.prometheus or running.prometheus,
+        )
     install(config)
     config.save(description_file())
 
@@ -58,15 +61,22 @@ def up(config: StackConfig, progress=print) -> StackConfig:
         _start_prometheus(config, progress)
 
     progress("waiting for all brokers in the cluster metadata ...")
-    wait_until(lambda: kafka.cluster_health(config).brokers_in_metadata == config.node_ids,
-               KAFKA_START_TIMEOUT_S, "Kafka cluster", kafka.brokers(config)[0].process)
+    wait_until(
+        lambda: kafka.cluster_health(config).brokers_in_metadata == config.node_ids,
+        KAFKA_START_TIMEOUT_S,
+        "Kafka cluster",
+        kafka.brokers(config)[0].process,
+    )
     kafka.ensure_topics(config)
-    wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S,
-               "Kafka ISR")
+    wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S, "Kafka ISR")
     if config.elasticsearch:
         progress("waiting for Elasticsearch ...")
-        wait_until(lambda: elasticsearch.health(config) in ("green", "yellow"), ES_START_TIMEOUT_S,
-                   "Elasticsearch", elasticsearch.process())
+        wait_until(
+            lambda: elasticsearch.health(config) in ("green", "yellow"),
+            ES_START_TIMEOUT_S,
+            "Elasticsearch",
+            elasticsearch.process(),
+        )
         _put_event_template(config)
     if config.prometheus:
         wait_until(lambda: prometheus.ready(config), PROMETHEUS_START_TIMEOUT_S, "Prometheus", prometheus.process())
@@ -115,8 +125,9 @@ def _put_event_template(config: StackConfig) -> None:
 
     from telemetry.events import TEMPLATE_NAME, index_template
 
-    response = requests.put(f"{config.elasticsearch_url}/_index_template/{TEMPLATE_NAME}", json=index_template(),
-                            timeout=10)
+    response = requests.put(
+        f"{config.elasticsearch_url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10
+    )
     if not response.ok:
         raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
 
@@ -158,22 +169,46 @@ def status(config: StackConfig) -> list[ComponentStatus]:
         in_metadata = broker.node_id in health.brokers_in_metadata
         detail = "in metadata" if in_metadata else (health.error or "missing from metadata")
         detail += f"; log dirs {', '.join(str(d) for d in broker.log_dirs)}"
-        rows.append(ComponentStatus(f"kafka-{broker.node_id}", pid, broker.port, pid is not None and in_metadata,
-                                    detail, broker.process.rss_bytes()))
+        rows.append(
+            ComponentStatus(
+                f"kafka-{broker.node_id}",
+                pid,
+                broker.port,
+                pid is not None and in_metadata,
+                detail,
+                broker.process.rss_bytes(),
+            )
+        )
     isr_detail = "ISR complete" if not health.under_replicated else f"under-replicated: {health.under_replicated[:5]}"
-    rows.append(ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids),
-                                isr_detail))
+    rows.append(
+        ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids), isr_detail)
+    )
     if config.elasticsearch:
         colour = elasticsearch.health(config)
         process = elasticsearch.process()
-        rows.append(ComponentStatus("elasticsearch", process.pid(), config.elasticsearch_port,
-                                    colour in ("green", "yellow"), f"cluster health {colour or 'unreachable'}",
-                                    process.rss_bytes()))
+        rows.append(
+            ComponentStatus(
+                "elasticsearch",
+                process.pid(),
+                config.elasticsearch_port,
+                colour in ("green", "yellow"),
+                f"cluster health {colour or 'unreachable'}",
+                process.rss_bytes(),
+            )
+        )
     if config.prometheus:
         ready = prometheus.ready(config)
         process = prometheus.process()
-        rows.append(ComponentStatus("prometheus", process.pid(), config.prometheus_port, ready,
-                                    "ready" if ready else "not ready", process.rss_bytes()))
+        rows.append(
+            ComponentStatus(
+                "prometheus",
+                process.pid(),
+                config.prometheus_port,
+                ready,
+                "ready" if ready else "not ready",
+                process.rss_bytes(),
+            )
+        )
     return rows
 
 
@@ -196,5 +231,9 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
     broker.write_config()
     broker.start()
     if wait:
-        wait_until(lambda: node_id in kafka.cluster_health(config).brokers_in_metadata, KAFKA_START_TIMEOUT_S,
-                   f"kafka broker {node_id}", broker.process)
+        wait_until(
+            lambda: node_id in kafka.cluster_health(config).brokers_in_metadata,
+            KAFKA_START_TIMEOUT_S,
+            f"kafka broker {node_id}",
+            broker.process,
+        )

@@ -1,0 +1,108 @@
+"""The transport interfaces and the factory that picks a Kafka client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aitax.errors import UserError
+
+KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
+
+# Durability is not optional here: every producer waits for all in-sync replicas and is idempotent.
+DURABLE_PRODUCER = {"acks": "all", "idempotence": True}
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes] = field(default_factory=dict)
+    timestamp_ms: int = 0
+    timestamp_is_broker_append: bool = False  # the topic uses LogAppendTime: the broker's clock at append
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    topic: str
+    partition: int
+    offset: int
+    error: str | None
+    opaque: object = None  # what the caller passed to `send`, handed back unchanged
+
+
+DeliveryCallback = Callable[[DeliveryReport], None]
+
+
+class Producer(Protocol):
+    client_name: str
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: dict[str, bytes] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        opaque: object = None,
+    ) -> None:
+        """Queue one record; blocks (serving callbacks) while the client's send buffer is full."""
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Run delivery callbacks that are due, in the caller's thread."""
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for every queued record's acknowledgement; returns how many are still unacknowledged."""
+
+    def close(self) -> None: ...
+
+
+class Consumer(Protocol):
+    client_name: str
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to `max_records` records (possibly none) within `timeout_s`."""
+
+    def commit(self, records: Sequence[Record]) -> None:
+        """Synchronously commit past these records: call only after their results are durable."""
+
+    def close(self) -> None: ...
+
+
+def next_offsets(records: Sequence[Record]) -> dict[tuple[str, int], int]:
+    """The offset to commit per partition: one past the highest record processed."""
+    offsets: dict[tuple[str, int], int] = {}
+    for record in records:
+        key = (record.topic, record.partition)
+        offsets[key] = max(offsets.get(key, -1), record.offset + 1)
+    return offsets
+
+
+def make_producer(client: str, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> Producer:
+    if client == "confluent-kafka":
+        from pipeline.transport.confluent import ConfluentProducer
+
+        return ConfluentProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+    if client == "kafka-python":
+        from pipeline.transport.kafka_python import KafkaPythonProducer
+
+        return KafkaPythonProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")
+
+
+def make_consumer(
+    client: str, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object
+) -> Consumer:
+    if client == "confluent-kafka":
+        from pipeline.transport.confluent import ConfluentConsumer
+
+        return ConfluentConsumer(bootstrap_servers, group_id, topics, **settings)
+    if client == "kafka-python":
+        from pipeline.transport.kafka_python import KafkaPythonConsumer
+
+        return KafkaPythonConsumer(bootstrap_servers, group_id, topics, **settings)
+    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")

@@ -1,0 +1,114 @@
+"""The transport over confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer as _Consumer
+from confluent_kafka import Producer as _Producer
+
+from pipeline.transport.base import DeliveryCallback, DeliveryReport, Record, next_offsets
+
+
+class ConfluentProducer:
+    client_name = "confluent-kafka"
+
+    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> None:
+        self._producer = _Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": linger_ms,
+                "message.max.bytes": 2 * 1024 * 1024,
+                # Retry through broker fail-over for up to five minutes rather than drop a face.
+                "delivery.timeout.ms": 300_000,
+                **settings,
+            }
+        )
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: dict[str, bytes] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        opaque: object = None,
+    ) -> None:
+        def report(error: KafkaError | None, message) -> None:
+            if on_delivery is not None:
+                on_delivery(
+                    DeliveryReport(
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        None if error is None else str(error),
+                        opaque,
+                    )
+                )
+
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # back-pressure: wait for acknowledgements to free the queue
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        self._producer.poll(timeout_s)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        return self._producer.flush(timeout_s)
+
+    def close(self) -> None:
+        self._producer.flush(30)
+
+
+class ConfluentConsumer:
+    client_name = "confluent-kafka"
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object) -> None:
+        self._consumer = _Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **settings,
+            }
+        )
+        self._consumer.subscribe(list(topics))
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+        records = []
+        for message in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            timestamp_type, timestamp_ms = message.timestamp()
+            records.append(
+                Record(
+                    topic=message.topic(),
+                    partition=message.partition(),
+                    offset=message.offset(),
+                    key=message.key(),
+                    value=message.value(),
+                    headers=dict(message.headers() or []),
+                    timestamp_ms=timestamp_ms,
+                    timestamp_is_broker_append=timestamp_type == TIMESTAMP_LOG_APPEND_TIME,
+                )
+            )
+        return records
+
+    def commit(self, records: Sequence[Record]) -> None:
+        if records:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets(records).items()], asynchronous=False
+            )
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,131 @@
+"""The transport over kafka-python (pure Python).
+
+kafka-python has no send back-pressure (an unthrottled loop queued 280 MB in 2 s), so in-flight sends are
+capped here; its callbacks run on its I/O thread, so reports are queued and run in the caller's `poll`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from pipeline.transport.base import DeliveryCallback, DeliveryReport, Record, next_offsets
+
+LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
+MAX_IN_FLIGHT_SENDS = 400
+
+
+class KafkaPythonProducer:
+    client_name = "kafka-python"
+
+    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> None:
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers.split(","),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=linger_ms,
+            batch_size=1024 * 1024,
+            max_request_size=2 * 1024 * 1024,
+            delivery_timeout_ms=300_000,
+            **settings,
+        )
+        self._in_flight = 0
+        self._in_flight_changed = threading.Condition()
+        self._reports: queue.SimpleQueue[tuple[DeliveryCallback, DeliveryReport]] = queue.SimpleQueue()
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: dict[str, bytes] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        opaque: object = None,
+    ) -> None:
+        with self._in_flight_changed:
+            while self._in_flight >= MAX_IN_FLIGHT_SENDS:
+                self._in_flight_changed.wait(0.05)
+                self.poll()
+            self._in_flight += 1
+        future = self._producer.send(topic, value=value, key=key, headers=list((headers or {}).items()))
+
+        def done(result) -> None:
+            with self._in_flight_changed:
+                self._in_flight -= 1
+                self._in_flight_changed.notify()
+            if on_delivery is not None:
+                if isinstance(result, Exception):
+                    report = DeliveryReport(topic, -1, -1, repr(result), opaque)
+                else:
+                    report = DeliveryReport(result.topic, result.partition, result.offset, None, opaque)
+                self._reports.put((on_delivery, report))
+
+        future.add_callback(done)
+        future.add_errback(done)
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        try:
+            callback, report = self._reports.get(timeout=timeout_s) if timeout_s > 0 else self._reports.get_nowait()
+        except queue.Empty:
+            return
+        callback(report)
+        while True:
+            try:
+                callback, report = self._reports.get_nowait()
+            except queue.Empty:
+                return
+            callback(report)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        self._producer.flush(timeout=timeout_s)
+        self.poll()
+        with self._in_flight_changed:
+            return self._in_flight
+
+    def close(self) -> None:
+        self.flush()
+        self._producer.close()
+
+
+class KafkaPythonConsumer:
+    client_name = "kafka-python"
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object) -> None:
+        self._consumer = KafkaConsumer(
+            *topics,
+            bootstrap_servers=bootstrap_servers.split(","),
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **settings,
+        )
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+        batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        return [
+            Record(
+                topic=r.topic,
+                partition=r.partition,
+                offset=r.offset,
+                key=r.key,
+                value=r.value,
+                headers=dict(r.headers or []),
+                timestamp_ms=r.timestamp,
+                timestamp_is_broker_append=r.timestamp_type == LOG_APPEND_TIME,
+            )
+            for records in batches.values()
+            for r in records
+        ]
+
+    def commit(self, records: Sequence[Record]) -> None:
+        if records:
+            self._consumer.commit(
+                {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in next_offsets(records).items()}
+            )
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,127 @@
+"""Real brokers: topology, topic settings read back from the brokers, durable round trips through both clients."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from aitax.stack import kafka
+from aitax.stack import stack as local_stack
+from aitax.stack.config import StackConfig, TopicSpec
+from pipeline.transport import KAFKA_CLIENTS, DeliveryReport, make_consumer, make_producer
+
+pytestmark = pytest.mark.integration
+
+
+def _admin(config: StackConfig) -> AdminClient:
+    return AdminClient({"bootstrap.servers": config.bootstrap_servers})
+
+
+def test_every_broker_is_in_the_metadata_with_complete_isr(stack: StackConfig) -> None:
+    health = kafka.cluster_health(stack)
+    assert health.brokers_in_metadata == stack.node_ids
+    assert health.healthy(stack.node_ids), health
+
+
+def test_up_is_idempotent(stack: StackConfig) -> None:
+    pids_before = [p.pid() for p in local_stack.processes(stack)]
+    started = time.monotonic()
+    local_stack.up(stack, progress=lambda _: None)
+    assert time.monotonic() - started < 30
+    assert [p.pid() for p in local_stack.processes(stack)] == pids_before
+
+
+@pytest.mark.parametrize("topic", ["faces", "identities", "faces.dlq"])
+def test_pipeline_topics_are_replicated_three_ways(stack: StackConfig, topic: str) -> None:
+    metadata = _admin(stack).list_topics(topic, timeout=10).topics[topic]
+    assert len(metadata.partitions) >= 3
+    assert all(len(p.replicas) == 3 for p in metadata.partitions.values())
+    configs = kafka.describe_topic_configs(stack, topic)
+    assert configs["min.insync.replicas"] == "2"
+    if topic == "faces":
+        assert configs["retention.ms"] == str(stack.faces_retention_ms)
+        assert configs["message.timestamp.type"] == "LogAppendTime"
+
+
+def _create_topic(stack: StackConfig, topic: str) -> None:
+    kafka.ensure_topics(stack, [TopicSpec(topic, 3, {"message.timestamp.type": "LogAppendTime"})])
+
+
+def _round_trip(stack: StackConfig, topic: str, producer_client: str, consumer_client: str, count: int) -> None:
+    producer = make_producer(producer_client, stack.bootstrap_servers)
+    reports: list[DeliveryReport] = []
+    sent_at_ms = time.time() * 1000
+    for index in range(count):
+        producer.send(topic, value=bytes([index % 256]) * 37_300, key=f"cam-{index % 4}".encode(),
+                      headers={"frame": str(index).encode()}, on_delivery=reports.append, opaque=index)
+    assert producer.flush(60) == 0
+    producer.close()
+    assert len(reports) == count and all(r.error is None for r in reports), reports[:3]
+    assert sorted(r.opaque for r in reports) == list(range(count))
+
+    consumer = make_consumer(consumer_client, stack.bootstrap_servers, f"{topic}-group", [topic])
+    received = []
+    deadline = time.monotonic() + 60
+    while len(received) < count and time.monotonic() < deadline:
+        received += consumer.poll_batch(100, 1.0)
+    consumer.commit(received)
+    consumer.close()
+    assert sorted(int(r.headers["frame"]) for r in received) == list(range(count))
+    for record in received:
+        frame = int(record.headers["frame"])
+        assert record.value == bytes([frame % 256]) * 37_300
+        assert record.key == f"cam-{frame % 4}".encode()
+        assert record.timestamp_is_broker_append
+        assert record.timestamp_ms >= sent_at_ms - 1000
+    # Same key, same partition: one camera's frames stay in order for one consumer.
+    partitions_per_key: dict[bytes | None, set[int]] = {}
+    for record in received:
+        partitions_per_key.setdefault(record.key, set()).add(record.partition)
+    assert all(len(p) == 1 for p in partitions_per_key.values())
+
+
+@pytest.mark.parametrize("producer_client", KAFKA_CLIENTS)
+@pytest.mark.parametrize("consumer_client", KAFKA_CLIENTS)
+def test_acks_all_round_trip(stack: StackConfig, unique_name: str, producer_client: str,
+                             consumer_client: str) -> None:
+    _create_topic(stack, unique_name)
+    _round_trip(stack, unique_name, producer_client, consumer_client, count=200)
+
+
+@pytest.mark.parametrize("client", KAFKA_CLIENTS)
+def test_uncommitted_records_are_delivered_again(stack: StackConfig, unique_name: str, client: str) -> None:
+    kafka.ensure_topics(stack, [TopicSpec(unique_name, 1)])
+    producer = make_producer(client, stack.bootstrap_servers)
+    for index in range(10):
+        producer.send(unique_name, value=str(index).encode())
+    assert producer.flush(30) == 0
+    producer.close()
+
+    def consume_all(expected: int) -> list[bytes]:
+        consumer = make_consumer(client, stack.bootstrap_servers, unique_name, [unique_name])
+        records, deadline = [], time.monotonic() + 30
+        while len(records) < expected and time.monotonic() < deadline:
+            records += consumer.poll_batch(10, 1.0)
+        consumer.commit(records[:4])  # only the first four were "processed"
+        consumer.close()
+        return [r.value for r in records]
+
+    assert consume_all(10) == [str(i).encode() for i in range(10)]
+    assert consume_all(6) == [str(i).encode() for i in range(4, 10)]
+
+
+def test_writes_survive_a_killed_broker(stack: StackConfig, unique_name: str) -> None:
+    """min.insync.replicas=2: with one of three brokers SIGKILLed, acks=all writes still succeed."""
+    _create_topic(stack, unique_name)
+    victim = stack.node_ids[-1]
+    local_stack.kill_broker(stack, victim)
+    try:
+        _round_trip(stack, unique_name, "confluent-kafka", "confluent-kafka", count=50)
+    finally:
+        local_stack.start_broker(stack, victim)
+    deadline = time.monotonic() + 90
+    while not kafka.cluster_health(stack).healthy(stack.node_ids) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert kafka.cluster_health(stack).healthy(stack.node_ids)
