@@ -6,6 +6,7 @@ module serving `GET /`, which the official Python client's `info()`/`ping()` nee
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -109,7 +110,7 @@ def write_config(config: StackConfig) -> None:
     (config_dir / "jvm.options.d").mkdir(exist_ok=True)
     heap = config.elasticsearch_heap_mb
     (config_dir / "jvm.options.d" / "heap.options").write_text(f"-Xms{heap}m\n-Xmx{heap}m\n")
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not _user_namespaces_work():
         for path in [state_dir(), *state_dir().rglob("*")]:
             os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
 
@@ -118,17 +119,7 @@ def start(config: StackConfig) -> None:
     java_home = Path(require_java()).resolve().parent.parent
     argv = [str(es_home() / "bin" / "elasticsearch")]
     if os.geteuid() == 0:
-        # Elasticsearch refuses root. Drop to `nobody`; the read/search capability lets it reach its files
-        # even when the checkout sits under a private (0700) directory.
-        argv = [
-            "setpriv",
-            f"--reuid={UNPRIVILEGED_UID}",
-            f"--regid={UNPRIVILEGED_UID}",
-            "--clear-groups",
-            "--inh-caps=+dac_read_search",
-            "--ambient-caps=+dac_read_search",
-            *argv,
-        ]
+        argv = [*_unprivileged_prefix(), *argv]
     env = {
         "ES_JAVA_HOME": str(java_home),
         "ES_PATH_CONF": str(state_dir() / "config"),
@@ -136,6 +127,33 @@ def start(config: StackConfig) -> None:
         "ES_JAVA_OPTS": "",
     }
     process().start(argv, env=env, cwd=state_dir())
+
+
+@functools.cache
+def _user_namespaces_work() -> bool:
+    try:
+        probe = ["unshare", "--user", f"--map-user={UNPRIVILEGED_UID}", "true"]
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _unprivileged_prefix() -> list[str]:
+    """Elasticsearch refuses to run as root.
+
+    Preferred: a user namespace where it is `nobody` but its files are still root's outside, so it reaches a
+    checkout under a private (0700) directory and leaves no foreign-owned files. Fallback: drop to `nobody`
+    with `setpriv` (its state folder was chowned; every parent folder must be world-traversable).
+    """
+    if _user_namespaces_work():
+        return ["unshare", "--user", f"--map-user={UNPRIVILEGED_UID}", f"--map-group={UNPRIVILEGED_UID}", "--"]
+    blocked = [p for p in state_dir().parents if not os.stat(p).st_mode & 0o001]
+    if blocked:
+        raise UserError(
+            f"Elasticsearch must run unprivileged and cannot reach {state_dir()}: {blocked[0]} is not "
+            "world-traversable; set AITAX_HOME to a folder under a traversable path"
+        )
+    return ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
 
 
 def health(config: StackConfig) -> str | None:
