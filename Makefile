@@ -1,0 +1,51 @@
+# aitax: the two first commands are `make demo` and `make test`; both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+AITAX := $(BIN)/aitax
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-unit test-integration lint up down status clean distclean help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+setup: $(STAMP)  ## install everything: Debian packages, the venv, Kafka and Elasticsearch (cached)
+	@bash scripts/install-system-packages.sh
+	@$(AITAX) stack install
+
+$(STAMP): pyproject.toml
+	@bash scripts/install-system-packages.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip
+	@$(BIN)/pip install -q -e ".[dev]"
+	@touch $@
+
+demo: setup  ## bring the stack up and show it healthy
+	@$(AITAX) stack up
+
+test: setup lint  ## every test, against a real local stack the tests start and stop
+	@$(BIN)/python -m pytest -p no:cacheprovider; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
+
+test-unit: $(STAMP)  ## unit tests only (no stack)
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/unit
+
+lint: $(STAMP)  ## ruff
+	@$(BIN)/ruff check .
+
+up: setup  ## start the local stack (3 brokers, Elasticsearch, Prometheus)
+	@$(AITAX) stack up
+
+down:  ## stop the local stack
+	@test -x $(AITAX) && $(AITAX) stack down || true
+
+status:  ## the local stack's health
+	@$(AITAX) stack status
+
+clean: down  ## stop the stack and delete its data, logs and PID files (keeps downloads)
+	@rm -rf .aitax/stack
+
+distclean: clean  ## also delete downloads and the venv
+	@rm -rf .aitax $(VENV)
