@@ -18,7 +18,7 @@ from aitax.errors import UserError
 # Modules whose `register(subparsers)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (
     "aitax.stack.cli",
-    # "tco.cli",  (wired in when the TCO package lands)
+    "tco.cli",
 )
 
 

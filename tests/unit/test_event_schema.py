@@ -14,8 +14,9 @@ def test_every_event_field_is_mapped_and_mapping_is_strict() -> None:
 
 
 def test_document_omits_unset_fields_and_carries_version() -> None:
-    event = Event(run_id="r1", stage="detect", stream_id="cam-1", frame_index=7, wall_start_ns=1_700_000_000_000_000_000,
-                  wall_end_ns=1_700_000_000_074_800_000, compute_time_ms=74.8, face_count=2)
+    event = Event(run_id="r1", stage="detect", stream_id="cam-1", frame_index=7,
+                  wall_start_ns=1_700_000_000_000_000_000, wall_end_ns=1_700_000_000_074_800_000,
+                  compute_time_ms=74.8, face_count=2)
     document = event.to_document()
     assert document["schema_version"] == EVENT_SCHEMA_VERSION
     assert document["@timestamp"] == 1_700_000_000_000

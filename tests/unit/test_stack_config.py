@@ -64,7 +64,7 @@ def test_saved_description_round_trips(tmp_path) -> None:
 def test_corrupt_description_names_the_file(tmp_path) -> None:
     path = tmp_path / "stack.json"
     path.write_text("{not json")
-    with pytest.raises(UserError, match="stack.json"):
+    with pytest.raises(UserError, match=r"stack\.json"):
         StackConfig.load(path)
 
 
