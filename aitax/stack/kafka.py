@@ -190,7 +190,10 @@ def cluster_id() -> str:
     path = cluster_id_file()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+        cluster = "-"
+        while cluster.startswith("-"):  # as Kafka's own Uuid: a leading dash would read as a CLI option
+            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        path.write_text(cluster + "\n")
     return path.read_text().strip()
 
 
