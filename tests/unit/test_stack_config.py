@@ -75,3 +75,15 @@ def test_prometheus_targets_are_file_sd_entries(tmp_path, monkeypatch) -> None:
     assert entry == [{"targets": ["127.0.0.1:9400"], "labels": {"instance_name": "identify-1", "stage": "identify"}}]
     prometheus.unregister_target("identify-1")
     assert not path.exists()
+
+
+def test_cluster_id_never_starts_with_a_dash(tmp_path, monkeypatch) -> None:
+    import uuid
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" + bytes(15))])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(ids))
+    cluster = kafka.cluster_id()
+    assert not cluster.startswith("-")
+    assert len(cluster) == 22
+    assert kafka.cluster_id() == cluster  # made once, then read back
