@@ -1,0 +1,100 @@
+"""Ingestion's input: frames decoded by OpenCV from a file or a stream URL, paced and optionally looped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from aitax.errors import UserError
+
+STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "udp://", "tcp://", "rtmp://")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A resized RGB frame on its way from ingestion to detection, with ingestion's measurements."""
+
+    stream_id: str
+    index: int
+    rgb: np.ndarray
+    captured_ns: int  # wall clock when decoding of this frame began
+    ingested_ns: int  # wall clock when it was resized and handed to detection
+    decode_ms: float
+    resize_ms: float
+    scheduled_ns: int  # when the pacing schedule wanted it: lateness shows up instead of hiding
+
+
+def open_video(source: str) -> cv2.VideoCapture:
+    """Open a file or stream URL; a one-line UserError names what is wrong with it."""
+    if not source.startswith(STREAM_SCHEMES):
+        path = Path(source)
+        if not path.exists():
+            raise UserError(f"video {source}: no such file")
+        if not path.is_file():
+            raise UserError(f"video {source}: not a regular file")
+        if path.stat().st_size == 0:
+            raise UserError(f"video {source}: file is empty")
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise UserError(f"video {source}: unreadable ({error.strerror})") from None
+    capture = cv2.VideoCapture(source)
+    if not capture.isOpened():
+        raise UserError(f"video {source}: OpenCV cannot open it as a video")
+    ok, _ = capture.read()
+    if not ok:
+        capture.release()
+        raise UserError(f"video {source}: no decodable frame (corrupt or not a video)")
+    capture.set(cv2.CAP_PROP_POS_FRAMES, 0)
+    return capture
+
+
+def native_fps(capture: cv2.VideoCapture, default: float = 30.0) -> float:
+    fps = capture.get(cv2.CAP_PROP_FPS)
+    return fps if fps and 1 <= fps <= 240 else default
+
+
+def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = "native", loop: bool = False,
+                max_frames: int | None = None) -> Iterator[Frame]:
+    """Decode, convert to RGB and resize frames; `pace=native` keeps the source's frame rate, `max` does not wait.
+
+    With `loop`, a file restarts at its end and frame indices keep counting, so every frame stays unique."""
+    from pipeline.crop import resize_frame
+
+    if pace not in ("native", "max"):
+        raise UserError(f"--pace {pace!r}: expected native or max")
+    capture = open_video(source)
+    period_ns = int(1e9 / native_fps(capture))
+    start_ns = time.time_ns()
+    index = 0
+    try:
+        while max_frames is None or index < max_frames:
+            scheduled_ns = start_ns + index * period_ns
+            if pace == "native":
+                delay = (scheduled_ns - time.time_ns()) / 1e9
+                if delay > 0:
+                    time.sleep(delay)
+            captured_ns = time.time_ns()
+            started = time.perf_counter()
+            ok, bgr = capture.read()
+            if not ok:
+                if loop and index > 0:
+                    capture.release()
+                    capture = open_video(source)
+                    continue
+                return
+            rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+            decoded = time.perf_counter()
+            resized = resize_frame(rgb, *size)
+            finished = time.perf_counter()
+            yield Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - started) * 1000,
+                        (finished - decoded) * 1000, scheduled_ns)
+            index += 1
+    finally:
+        capture.release()

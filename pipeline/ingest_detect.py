@@ -1,0 +1,210 @@
+"""The ingest/detect container: two processes joined by a bounded queue, as in the paper (Sec. 3.3).
+
+Process 1 (ingest) decodes and resizes frames; process 2 (detect) finds faces, crops 160x160 thumbnails and
+publishes one `faces` record per face. The detect loop takes its compute as a function (`FindFaces`): the
+real one runs MTCNN, the emulator's sleeps. Everything else (queue, Kafka, events) is the same code.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from pipeline.frames import Frame
+from pipeline.schema import FACES_TOPIC, FaceMessage, FaceMeta, encode_face
+from pipeline.transport import DeliveryReport, Producer
+from telemetry.events import Event
+from telemetry.sinks import EventSink
+
+END_OF_STREAM = None
+
+
+@dataclass(frozen=True)
+class FoundFace:
+    box: tuple[int, int, int, int]
+    confidence: float
+    thumbnail: bytes
+    encoding: str
+
+
+@dataclass(frozen=True)
+class FaceSearch:
+    """What detection's compute returns for one frame, and where its time went (the paper's Fig. 8)."""
+
+    faces: list[FoundFace]
+    inference_ms: float  # time inside the neural networks
+    crop_ms: float = 0.0
+    encode_ms: float = 0.0
+
+
+FindFaces = Callable[[np.ndarray], FaceSearch]
+
+
+class MtcnnFaceFinder:
+    """The real detection compute: MTCNN, a square crop with margin, 160x160, PNG or JPEG."""
+
+    def __init__(self, min_face_size: int, margin: float = 0.2, encoding: str = "jpeg", jpeg_quality: int = 90,
+                 min_confidence: float = 0.9) -> None:
+        from pipeline.detect import FaceDetector
+
+        if encoding not in ("png", "jpeg"):
+            raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
+        self.detector = FaceDetector(min_face_size=min_face_size)
+        self.margin = margin
+        self.encoding = encoding
+        self.min_confidence = min_confidence
+        self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
+
+    def __call__(self, rgb: np.ndarray) -> FaceSearch:
+        from pipeline.crop import crop_face
+
+        detections, timings = self.detector.detect(rgb)
+        faces, crop_s, encode_s = [], 0.0, 0.0
+        for detection in detections:
+            if detection.confidence < self.min_confidence:
+                continue
+            started = time.perf_counter()
+            thumbnail = crop_face(rgb, detection.box, self.margin)
+            cropped = time.perf_counter()
+            ok, encoded = cv2.imencode(f".{'jpg' if self.encoding == 'jpeg' else 'png'}",
+                                       cv2.cvtColor(thumbnail, cv2.COLOR_RGB2BGR), self._encode_params)
+            if not ok:
+                raise RuntimeError("thumbnail encoding failed")
+            encode_s += time.perf_counter() - cropped
+            crop_s += cropped - started
+            faces.append(FoundFace(detection.box, detection.confidence, encoded.tobytes(), self.encoding))
+        return FaceSearch(faces, timings.inference_ms, crop_s * 1000, encode_s * 1000)
+
+
+@dataclass
+class DetectStats:
+    frames: int = 0
+    faces: int = 0
+    bytes_sent: int = 0
+    acknowledged: int = 0
+    failed: list[str] = field(default_factory=list)  # delivery errors: the run must not report success
+
+    def on_delivery(self, report: DeliveryReport) -> None:
+        if report.error is None:
+            self.acknowledged += 1
+        else:
+            self.failed.append(report.error)
+
+
+def identity_of_process() -> dict[str, str]:
+    return {"process": f"{os.getpid()}", "host": socket.gethostname(), "pod": os.environ.get("POD_NAME", "")}
+
+
+def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
+                acceleration_factor: float = 1.0, stats: DetectStats | None = None) -> DetectStats:
+    """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events."""
+    stats = stats or DetectStats()
+    where = identity_of_process()
+    for frame in frames:
+        detect_start_ns = time.time_ns()
+        started = time.perf_counter()
+        search = find_faces(frame.rgb)
+        compute_ms = (time.perf_counter() - started) * 1000
+        detected_ns = time.time_ns()
+        payload = 0
+        for face_index, face in enumerate(search.faces):
+            meta = FaceMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index, face_index=face_index,
+                            faces_in_frame=len(search.faces), box=face.box, confidence=round(face.confidence, 4),
+                            encoding=face.encoding, captured_ns=frame.captured_ns, ingested_ns=frame.ingested_ns,
+                            detect_start_ns=detect_start_ns, detected_ns=detected_ns, produced_ns=time.time_ns())
+            key, value, headers = encode_face(FaceMessage(meta, face.thumbnail))
+            producer.send(FACES_TOPIC, value, key=key, headers=headers, on_delivery=stats.on_delivery)
+            payload += len(value)
+        producer.poll(0)
+        stats.frames += 1
+        stats.faces += len(search.faces)
+        stats.bytes_sent += payload
+        common = dict(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
+                      acceleration_factor=acceleration_factor, kafka_client=producer.client_name, **where)
+        sink.emit(Event(stage="ingest", wall_start_ns=frame.captured_ns, wall_end_ns=frame.ingested_ns,
+                        compute_time_ms=frame.decode_ms + frame.resize_ms, data_size_bytes=frame.rgb.nbytes,
+                        **common))
+        sink.emit(Event(stage="detect", wall_start_ns=detect_start_ns, wall_end_ns=detected_ns,
+                        compute_time_ms=compute_ms, face_count=len(search.faces), data_size_bytes=payload,
+                        **common))
+        if search.faces or search.inference_ms:
+            sink.emit(Event(stage="detect.inference", wall_start_ns=detect_start_ns, wall_end_ns=detected_ns,
+                            compute_time_ms=search.inference_ms, face_count=len(search.faces), **common))
+    producer.flush(300)
+    return stats
+
+
+# -- the two processes ---------------------------------------------------------------------------------------
+
+def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
+                    max_frames: int | None, frames: multiprocessing.Queue, stop: multiprocessing.Event) -> None:
+    """Process 1: decode + resize into the bounded queue (put blocks when detection falls behind)."""
+    from pipeline.frames import read_frames
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
+    try:
+        for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames):
+            while not stop.is_set():
+                try:
+                    frames.put(frame, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                break
+    finally:
+        frames.put(END_OF_STREAM)
+
+
+def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Process) -> Iterable[Frame]:
+    while True:
+        try:
+            frame = frames.get(timeout=1.0)
+        except queue.Empty:
+            if not ingest.is_alive():
+                if ingest.exitcode:
+                    raise RuntimeError(f"ingest process exited with status {ingest.exitcode}") from None
+                return
+            continue
+        if frame is END_OF_STREAM:
+            return
+        yield frame
+
+
+def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, producer: Producer, sink: EventSink,
+                      run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native", loop: bool = False,
+                      max_frames: int | None = None, queue_size: int = 8,
+                      acceleration_factor: float = 1.0) -> DetectStats:
+    """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
+
+    On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
+    the producer: no frame that was ingested is dropped."""
+    from pipeline.frames import open_video
+
+    open_video(source).release()  # fail fast, in this process, with a one-line error
+    context = multiprocessing.get_context("spawn")  # no fork: TensorFlow's threads do not survive it
+    frames: multiprocessing.Queue = context.Queue(maxsize=queue_size)
+    stop = context.Event()
+    ingest = context.Process(target=_ingest_process, name=f"ingest-{stream_id}",
+                             args=(source, stream_id, size, pace, loop, max_frames, frames, stop), daemon=True)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    ingest.start()
+    try:
+        return detect_loop(frames_from_queue(frames, ingest), find_faces, producer, sink, run_id,
+                           acceleration_factor)
+    finally:
+        stop.set()
+        ingest.join(10)
+        if ingest.is_alive():
+            ingest.kill()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

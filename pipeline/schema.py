@@ -1,0 +1,145 @@
+"""The message schema between stages, defined once and versioned.
+
+`faces` records: key = stream id (one camera stays on one partition, so one consumer sees its frames in order),
+value = the encoded thumbnail, headers = the schema version and the face's metadata as compact JSON.
+`identities` records: key = stream id, value = JSON. Anything that does not decode is a `MalformedRecordError`
+and goes to the dead-letter topic with the reason; it never stops a consumer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+SCHEMA_HEADER = "aitax.schema"
+META_HEADER = "aitax.meta"
+DLQ_REASON_HEADER = "aitax.dlq.reason"
+DLQ_SOURCE_HEADER = "aitax.dlq.source"
+FACES_TOPIC = "faces"
+IDENTITIES_TOPIC = "identities"
+DLQ_TOPIC = "faces.dlq"
+ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
+MAX_THUMBNAIL_BYTES = 1024 * 1024
+UNKNOWN_IDENTITY = "unknown"
+
+
+class MalformedRecordError(ValueError):
+    """A record that cannot be decoded; its message is the dead-letter reason."""
+
+
+@dataclass(frozen=True)
+class FaceMeta:
+    run_id: str
+    stream_id: str
+    frame_index: int
+    face_index: int
+    faces_in_frame: int
+    box: tuple[int, int, int, int]  # x, y, width, height in the resized frame
+    confidence: float
+    encoding: str
+    captured_ns: int  # when ingestion read the frame
+    ingested_ns: int  # when the resized frame entered the queue to detection
+    detect_start_ns: int
+    detected_ns: int  # detection of the frame finished
+    produced_ns: int  # this face was handed to the producer
+
+
+@dataclass(frozen=True)
+class FaceMessage:
+    meta: FaceMeta
+    thumbnail: bytes
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """What identifies a face across redeliveries."""
+        return (self.meta.run_id, self.meta.stream_id, self.meta.frame_index, self.meta.face_index)
+
+
+def encode_face(message: FaceMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
+    """(key, value, headers) of the Kafka record."""
+    meta = json.dumps(asdict(message.meta), separators=(",", ":")).encode()
+    headers = {SCHEMA_HEADER: str(SCHEMA_VERSION).encode(), META_HEADER: meta}
+    return message.meta.stream_id.encode(), message.thumbnail, headers
+
+
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str, "stream_id": str, "frame_index": int, "face_index": int, "faces_in_frame": int, "box": list,
+    "confidence": (int, float), "encoding": str, "captured_ns": int, "ingested_ns": int, "detect_start_ns": int,
+    "detected_ns": int, "produced_ns": int,
+}
+assert set(_META_TYPES) == {f.name for f in fields(FaceMeta)}
+
+
+def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
+    """Validate and decode a `faces` record; raises MalformedRecordError naming what is wrong."""
+    version = headers.get(SCHEMA_HEADER)
+    if version is None:
+        raise MalformedRecordError(f"missing header {SCHEMA_HEADER}")
+    if version != str(SCHEMA_VERSION).encode():
+        raise MalformedRecordError(f"schema version {version[:16]!r}, expected {SCHEMA_VERSION}")
+    try:
+        raw = json.loads(headers[META_HEADER])
+    except KeyError:
+        raise MalformedRecordError(f"missing header {META_HEADER}") from None
+    except ValueError as error:
+        raise MalformedRecordError(f"header {META_HEADER} is not JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise MalformedRecordError(f"header {META_HEADER} is not a JSON object")
+    for name, expected in _META_TYPES.items():
+        if name not in raw:
+            raise MalformedRecordError(f"field {name} missing")
+        if not isinstance(raw[name], expected) or isinstance(raw[name], bool):
+            raise MalformedRecordError(f"field {name}={str(raw[name])[:40]!r} has the wrong type")
+    box = raw["box"]
+    if len(box) != 4 or not all(isinstance(v, int) for v in box) or box[2] <= 0 or box[3] <= 0:
+        raise MalformedRecordError(f"field box={str(box)[:40]} is not [x, y, width, height] with positive size")
+    if raw["encoding"] not in ENCODINGS:
+        raise MalformedRecordError(f"field encoding={raw['encoding'][:20]!r} is not one of {ENCODINGS}")
+    if not value:
+        raise MalformedRecordError("empty thumbnail")
+    if len(value) > MAX_THUMBNAIL_BYTES:
+        raise MalformedRecordError(f"thumbnail of {len(value)} bytes exceeds {MAX_THUMBNAIL_BYTES}")
+    meta = FaceMeta(**{**{k: raw[k] for k in _META_TYPES}, "box": tuple(box)})
+    return FaceMessage(meta, value)
+
+
+@dataclass(frozen=True)
+class IdentityMessage:
+    run_id: str
+    stream_id: str
+    frame_index: int
+    face_index: int
+    identity: str
+    score: float
+    box: tuple[int, int, int, int]
+    detected_ns: int
+    identify_start_ns: int
+    identified_ns: int
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.run_id, self.stream_id, self.frame_index, self.face_index)
+
+
+def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:
+    return message.stream_id.encode(), json.dumps(asdict(message), separators=(",", ":")).encode()
+
+
+def decode_identity(value: bytes) -> IdentityMessage:
+    try:
+        raw: dict[str, Any] = json.loads(value)
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise MalformedRecordError(f"identity schema version {raw.get('schema_version')!r}")
+        return IdentityMessage(**{**raw, "box": tuple(raw["box"])})
+    except (ValueError, TypeError, KeyError) as error:
+        raise MalformedRecordError(f"identity record: {error}") from None
+
+
+def dead_letter_headers(headers: dict[str, bytes], reason: str, topic: str, partition: int,
+                        offset: int) -> dict[str, bytes]:
+    """The original headers plus why and where from, so a dead letter can be inspected and replayed."""
+    return {**headers, DLQ_REASON_HEADER: reason.encode()[:1000],
+            DLQ_SOURCE_HEADER: f"{topic}/{partition}/{offset}".encode()}
