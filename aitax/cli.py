@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from aitax import __version__
@@ -18,6 +19,7 @@ from aitax.errors import UserError
 # Modules whose `register(subparsers)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (
     "aitax.stack.cli",
+    "pipeline.cli",
     "tco.cli",
 )
 
@@ -36,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # TensorFlow's C++ start-up chatter (CPU features, oneDNN) drowns what the commands print.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -17,11 +17,11 @@ import numpy as np
 
 from pipeline.ingest_detect import identity_of_process
 from pipeline.schema import (
-    DLQ_TOPIC,
-    IDENTITIES_TOPIC,
+    DEFAULT_TOPICS,
     FaceMessage,
     IdentityMessage,
     MalformedRecordError,
+    Topics,
     dead_letter_headers,
     decode_face,
     encode_identity,
@@ -85,7 +85,7 @@ class DeliveryFailedError(RuntimeError):
 
 def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, producer: Producer, consumer: Consumer,
                    sink: EventSink, stats: IdentifyStats, recent: OrderedDict, acceleration_factor: float = 1.0,
-                   lag: int | None = None) -> None:
+                   lag: int | None = None, topics: Topics = DEFAULT_TOPICS) -> None:
     """One poll's worth: decode, identify, publish results and dead letters, wait for acks, then commit."""
     identify_start_ns = time.time_ns()
     faces: list[tuple[Record, FaceMessage]] = []
@@ -114,16 +114,19 @@ def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, pro
 
     where = identity_of_process()
     per_face_ms = compute_ms / max(1, len(fresh))
+    identified = 0
     for (record, face), result in zip(fresh, results, strict=True):
         if isinstance(result, MalformedRecordError):
             dead.append((record, str(result)))
             continue
         identity, score = result
+        identified += 1
         meta = face.meta
         message = IdentityMessage(meta.run_id, meta.stream_id, meta.frame_index, meta.face_index, identity,
-                                  round(score, 4), meta.box, meta.detected_ns, identify_start_ns, identified_ns)
+                                  round(score, 4), meta.box, meta.captured_ns, meta.detected_ns, identify_start_ns,
+                                  identified_ns)
         key, value = encode_identity(message)
-        producer.send(IDENTITIES_TOPIC, value, key=key, on_delivery=on_delivery)
+        producer.send(topics.identities, value, key=key, on_delivery=on_delivery)
         stats.identities[identity] = stats.identities.get(identity, 0) + 1
         common = dict(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
                       face_index=meta.face_index, acceleration_factor=acceleration_factor,
@@ -136,7 +139,7 @@ def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, pro
                         **common))
     for record, reason in dead:
         headers = dead_letter_headers(record.headers, reason, record.topic, record.partition, record.offset)
-        producer.send(DLQ_TOPIC, record.value or b"", key=record.key, headers=headers, on_delivery=on_delivery)
+        producer.send(topics.dlq, record.value or b"", key=record.key, headers=headers, on_delivery=on_delivery)
     if producer.flush(300) or failures:
         raise DeliveryFailedError(f"{len(failures)} result(s) not acknowledged: {failures[:1]}")
     consumer.commit(records)  # only now: every result and dead letter is durable
@@ -145,18 +148,20 @@ def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, pro
         if len(recent) > RECENT_KEYS:
             recent.popitem(last=False)
     stats.batches += 1
-    stats.faces += len(fresh)
+    stats.faces += identified
     stats.dead_letters += len(dead)
 
 
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
                   should_stop: Callable[[], bool], max_batch: int = 8, poll_timeout_s: float = 0.5,
-                  acceleration_factor: float = 1.0, stats: IdentifyStats | None = None) -> IdentifyStats:
+                  acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
+                  topics: Topics = DEFAULT_TOPICS) -> IdentifyStats:
     """Poll up to `max_batch` faces at a time until `should_stop()`; each batch is committed after its results."""
     stats = stats or IdentifyStats()
     recent: OrderedDict = OrderedDict()
     while not should_stop():
         records = consumer.poll_batch(max_batch, poll_timeout_s)
         if records:
-            identify_batch(records, identify_faces, producer, consumer, sink, stats, recent, acceleration_factor)
+            identify_batch(records, identify_faces, producer, consumer, sink, stats, recent, acceleration_factor,
+                           topics=topics)
     return stats

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from pipeline.frames import Frame
-from pipeline.schema import FACES_TOPIC, FaceMessage, FaceMeta, encode_face
+from pipeline.schema import DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.sinks import EventSink
@@ -105,7 +105,8 @@ def identity_of_process() -> dict[str, str]:
 
 
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
-                acceleration_factor: float = 1.0, stats: DetectStats | None = None) -> DetectStats:
+                acceleration_factor: float = 1.0, stats: DetectStats | None = None,
+                topics: Topics = DEFAULT_TOPICS) -> DetectStats:
     """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events."""
     stats = stats or DetectStats()
     where = identity_of_process()
@@ -122,7 +123,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                             encoding=face.encoding, captured_ns=frame.captured_ns, ingested_ns=frame.ingested_ns,
                             detect_start_ns=detect_start_ns, detected_ns=detected_ns, produced_ns=time.time_ns())
             key, value, headers = encode_face(FaceMessage(meta, face.thumbnail))
-            producer.send(FACES_TOPIC, value, key=key, headers=headers, on_delivery=stats.on_delivery)
+            producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery)
             payload += len(value)
         producer.poll(0)
         stats.frames += 1
@@ -183,7 +184,7 @@ def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Pro
 def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, producer: Producer, sink: EventSink,
                       run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native", loop: bool = False,
                       max_frames: int | None = None, queue_size: int = 8,
-                      acceleration_factor: float = 1.0) -> DetectStats:
+                      acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
@@ -200,7 +201,7 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     ingest.start()
     try:
         return detect_loop(frames_from_queue(frames, ingest), find_faces, producer, sink, run_id,
-                           acceleration_factor)
+                           acceleration_factor, topics=topics)
     finally:
         stop.set()
         ingest.join(10)

@@ -22,7 +22,22 @@ IDENTITIES_TOPIC = "identities"
 DLQ_TOPIC = "faces.dlq"
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
 MAX_THUMBNAIL_BYTES = 1024 * 1024
-UNKNOWN_IDENTITY = "unknown"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topics one pipeline uses; experiments and tests may run on a prefixed set of their own."""
+
+    faces: str = FACES_TOPIC
+    identities: str = IDENTITIES_TOPIC
+    dlq: str = DLQ_TOPIC
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> Topics:
+        return cls(f"{prefix}{FACES_TOPIC}", f"{prefix}{IDENTITIES_TOPIC}", f"{prefix}{DLQ_TOPIC}")
+
+
+DEFAULT_TOPICS = Topics()
 
 
 class MalformedRecordError(ValueError):
@@ -114,6 +129,7 @@ class IdentityMessage:
     identity: str
     score: float
     box: tuple[int, int, int, int]
+    captured_ns: int
     detected_ns: int
     identify_start_ns: int
     identified_ns: int

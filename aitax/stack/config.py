@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aitax.errors import UserError
+from pipeline.schema import DEFAULT_TOPICS, Topics
 
 KAFKA_VERSION = "4.3.1"
 ELASTICSEARCH_VERSION = "8.19.21"
@@ -92,7 +93,7 @@ class StackConfig:
     def prometheus_url(self) -> str:
         return f"http://{HOST}:{self.prometheus_port}"
 
-    def topics(self) -> list[TopicSpec]:
+    def topics(self, topics: Topics = DEFAULT_TOPICS) -> list[TopicSpec]:
         """The pipeline's topics. Broker append time on `faces` gives consumers the broker-side timestamp
         that splits broker waiting time into producer queueing and broker-to-consumer wait."""
         common = {"min.insync.replicas": str(self.min_insync_replicas)}
@@ -103,9 +104,9 @@ class StackConfig:
             "segment.ms": str(max(60_000, self.faces_retention_ms // 4)),
         }
         return [
-            TopicSpec("faces", self.faces_partitions, {**short_lived, "message.timestamp.type": "LogAppendTime"}),
-            TopicSpec("identities", 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
-            TopicSpec("faces.dlq", 3, short_lived),
+            TopicSpec(topics.faces, self.faces_partitions, {**short_lived, "message.timestamp.type": "LogAppendTime"}),
+            TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
+            TopicSpec(topics.dlq, 3, short_lived),
         ]
 
     def save(self, path: Path) -> None:

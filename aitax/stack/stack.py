@@ -237,3 +237,17 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
             f"kafka broker {node_id}",
             broker.process,
         )
+
+
+def resolve_bootstrap(explicit: str | None) -> str:
+    """Brokers to use: `--bootstrap`, else $AITAX_BOOTSTRAP (set in pods), else the local stack's."""
+    import os
+
+    if explicit:
+        return explicit
+    if os.environ.get("AITAX_BOOTSTRAP"):
+        return os.environ["AITAX_BOOTSTRAP"]
+    config = current_config()
+    if config is None:
+        raise UserError("no Kafka brokers known: pass --bootstrap HOST:PORT or run `aitax stack up`")
+    return config.bootstrap_servers

@@ -1,0 +1,244 @@
+"""Pipeline commands, in the order a frame flows: make-video, enroll, ingest-detect, identify, run, evaluate."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from aitax.errors import UserError
+
+
+def new_run_id() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected WIDTHxHEIGHT, e.g. 960x540") from None
+    if width < 64 or height < 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 64x64")
+    return width, height
+
+
+def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
+    from pipeline.transport import KAFKA_CLIENTS
+
+    parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
+    parser.add_argument("--kafka-client", choices=KAFKA_CLIENTS, default="confluent-kafka",
+                        help="Kafka client library (default confluent-kafka, i.e. librdkafka)")
+    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS", "none"),
+                        help="where stage events go: none, or file:DIR (one JSONL file per process)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    video = subparsers.add_parser("make-video", help="compose a test video of real faces, with ground truth",
+                                  description="Real face photos (never enrolled ones) moving over a 1920x1080 "
+                                              "scene; writes V.mp4 and V.truth.json.")
+    video.add_argument("--faces", type=Path, help="folder per identity (default: the 5-celebrity val split)")
+    video.add_argument("--out", type=Path, required=True, help="the .mp4 to write")
+    video.add_argument("--seconds", type=float, default=60.0, help="length (default 60)")
+    video.add_argument("--fps", type=float, default=10.0, help="frame rate (default 10, the paper's per-stream rate)")
+    video.add_argument("--seed", type=int, default=7, help="random seed of the face schedule")
+    video.set_defaults(func=_make_video)
+
+    enroll = subparsers.add_parser("enroll", help="build a gallery from a folder per identity",
+                                   description="MTCNN crop -> FaceNet embeddings -> SVM, saved as a gallery "
+                                               "that cannot execute code when loaded (.npz, no pickle).")
+    enroll.add_argument("--images", type=Path, help="folder per identity (default: the 5-celebrity train split)")
+    enroll.add_argument("--out", type=Path, required=True, help="gallery file to write (.npz)")
+    enroll.set_defaults(func=_enroll)
+
+    ingest = subparsers.add_parser("ingest-detect", help="the ingest/detect container: video -> faces topic",
+                                   description="Two processes joined by a bounded queue: ingestion decodes and "
+                                               "resizes frames; detection runs MTCNN and publishes one record per "
+                                               "face (acks=all, idempotent).")
+    ingest.add_argument("--video", required=True, help="video file or stream URL (rtsp://, http://, ...)")
+    ingest.add_argument("--stream-id", default="cam-1", help="camera id: the record key (default cam-1)")
+    ingest.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
+    ingest.add_argument("--pace", choices=("native", "max"), default="native",
+                        help="native: the source's frame rate; max: as fast as detection goes")
+    ingest.add_argument("--loop", action="store_true", help="restart a file at its end (long runs)")
+    ingest.add_argument("--max-frames", type=int, help="stop after this many frames")
+    ingest.add_argument("--size", type=_size, default=(960, 540), help="resize to WIDTHxHEIGHT (default 960x540)")
+    ingest.add_argument("--min-face-size", type=int, default=40, help="smallest face in px at that size (default 40)")
+    ingest.add_argument("--encoding", choices=("jpeg", "png"), default="jpeg", help="thumbnail encoding")
+    ingest.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
+    ingest.add_argument("--queue-size", type=int, default=8, help="frames between ingest and detect (default 8)")
+    ingest.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)")
+    _add_kafka_options(ingest)
+    ingest.set_defaults(func=_ingest_detect)
+
+    identify = subparsers.add_parser("identify", help="the identify container: faces topic -> identities topic",
+                                     description="Consume thumbnails, FaceNet + SVM in batches, publish identities, "
+                                                 "commit offsets only after results are durable.")
+    identify.add_argument("--gallery", type=Path, required=True, help="gallery from `aitax enroll`")
+    identify.add_argument("--group", default="identify", help="consumer group (default identify)")
+    identify.add_argument("--max-batch", type=int, default=8, help="faces embedded per call (default 8)")
+    identify.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
+    _add_kafka_options(identify)
+    identify.set_defaults(func=_identify)
+
+    run = subparsers.add_parser("run", help="run the pipeline locally: N ingest-detect + M identify processes",
+                                description="Starts the stage processes against the local stack, as Deployments "
+                                            "would on a cluster; Ctrl-C or --duration drains in-flight faces.")
+    run.add_argument("--video", type=Path, required=True, help="video for every producer (looped)")
+    run.add_argument("--gallery", type=Path, required=True, help="gallery for the identify processes")
+    run.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
+    run.add_argument("--consumers", type=int, default=2, help="identify processes (default 2, the paper's ratio)")
+    run.add_argument("--duration", type=float, default=60.0, help="seconds of ingestion (default 60)")
+    run.add_argument("--run-id", help="experiment run id (default: generated)")
+    run.add_argument("--events-dir", type=Path, help="event JSONL folder (default .aitax/runs/RUN_ID)")
+    run.add_argument("--pace", choices=("native", "max"), default="native", help="ingestion pace")
+    run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
+    run.set_defaults(func=_run)
+
+    evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
+    evaluate.add_argument("--video", type=Path, required=True, help="the video whose .truth.json to compare with")
+    evaluate.add_argument("--run-id", required=True, help="the run to evaluate")
+    evaluate.add_argument("--events-dir", type=Path, help="event JSONL folder for the latency summary")
+    evaluate.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
+    evaluate.set_defaults(func=_evaluate)
+
+
+def _make_video(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from pipeline.synth_video import make_video
+
+    faces = args.faces or _assets().faces_val_dir
+    with tqdm(total=int(args.seconds * args.fps), desc="frames", unit="frame") as bar:
+        summary = make_video(faces, args.out, args.seconds, args.fps, args.seed, progress=bar.update)
+    print(f"wrote {args.out} and its ground truth: {summary['faces_total']} faces, "
+          f"{summary['faces_per_frame_mean']:.2f} per frame on average (max {summary['faces_per_frame_max']}), "
+          f"{summary['sprites']} photos of {len(summary['identities'])} people")
+    return 0
+
+
+def _assets():
+    from pipeline.assets import ensure_assets
+
+    return ensure_assets()
+
+
+def _enroll(args: argparse.Namespace) -> int:
+    from pipeline.crop import crop_face
+    from pipeline.detect import FaceDetector
+    from pipeline.facenet import FaceEmbedder, set_tf_threads
+    from pipeline.gallery import enroll, save_gallery
+
+    set_tf_threads(1, 1)  # before the detector starts TensorFlow
+    assets = _assets()
+    images = args.images or assets.faces_train_dir
+    detector = FaceDetector(min_face_size=20)
+
+    def largest_face_crop(rgb):
+        detections = [d for d in detector.detect(rgb)[0] if d.confidence >= 0.9]
+        if not detections:
+            return None
+        return crop_face(rgb, max(detections, key=lambda d: d.box[2] * d.box[3]).box)
+
+    gallery = enroll(images, largest_face_crop, FaceEmbedder(assets.facenet_weights))
+    save_gallery(gallery, args.out)
+    counts = {identity: int((gallery.labels == identity).sum()) for identity in gallery.identities}
+    skipped = sum(gallery.no_face_counts.values())
+    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people into {args.out} {counts}; "
+          f"{skipped} photo(s) without a detectable face skipped")
+    return 0
+
+
+def _stop_flag() -> list[bool]:
+    """A flag set by SIGINT/SIGTERM: the loops finish what they hold and exit cleanly."""
+    flag = [False]
+
+    def handler(signum, frame) -> None:
+        flag[0] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return flag
+
+
+def _ingest_detect(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from pipeline.frames import open_video
+    from pipeline.transport import make_producer
+    from pipeline.transport.admin import require_brokers
+    from telemetry.sinks import open_sink
+
+    open_video(args.video).release()
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)
+    if not 1 <= args.jpeg_quality <= 100:
+        raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
+    from pipeline.facenet import set_tf_threads
+    from pipeline.ingest_detect import MtcnnFaceFinder, run_ingest_detect
+
+    set_tf_threads(args.threads, 1)
+    find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
+    producer = make_producer(args.kafka_client, bootstrap)
+    sink = open_sink(args.events, f"ingest-detect-{args.stream_id}-{os.getpid()}")
+    run_id = args.run_id or new_run_id()
+    try:
+        stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
+                                  pace=args.pace, loop=args.loop, max_frames=args.max_frames,
+                                  queue_size=args.queue_size)
+    finally:
+        sink.close()
+    print(f"{args.stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
+          f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
+    if stats.failed or stats.acknowledged != stats.faces:
+        raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
+    return 0
+
+
+def _identify(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from pipeline.assets import FACENET_H5_SHA256
+    from pipeline.gallery import load_gallery
+    from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
+    from telemetry.sinks import open_sink
+
+    gallery = load_gallery(args.gallery, expected_model_sha256=FACENET_H5_SHA256)
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)
+    from pipeline.facenet import FaceEmbedder
+    from pipeline.identify import FaceNetIdentifier, identify_loop
+    from pipeline.schema import FACES_TOPIC
+
+    embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads)
+    stop = _stop_flag()
+    consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
+    producer = make_producer(args.kafka_client, bootstrap)
+    sink = open_sink(args.events, f"identify-{os.getpid()}")
+    try:
+        stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
+                              max_batch=args.max_batch)
+    finally:
+        consumer.close()
+        producer.close()
+        sink.close()
+    print(f"identify: {stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "
+          f"{stats.dead_letters} dead letters; {stats.identities}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipeline.runner import run_local
+
+    return run_local(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from pipeline.evaluate import evaluate_run, print_evaluation
+
+    result = evaluate_run(args.video, args.run_id, resolve_bootstrap(args.bootstrap), args.events_dir)
+    print_evaluation(result)
+    return 0

@@ -1,0 +1,192 @@
+"""How well a run did: identities read back from Kafka, matched to the video's ground truth, and latency."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.crop import iou
+from pipeline.schema import IDENTITIES_TOPIC, IdentityMessage, MalformedRecordError, decode_identity
+from pipeline.synth_video import load_truth
+
+MATCH_IOU = 0.3  # a detection counts as the true face when its box overlaps it this much (scaled frames)
+
+
+@dataclass
+class Evaluation:
+    run_id: str
+    frames: int = 0
+    truth_faces: int = 0
+    detections: int = 0
+    matched: int = 0
+    correct: int = 0
+    unknown: int = 0
+    duplicates: int = 0
+    confusions: dict[str, int] = field(default_factory=dict)
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def detection_precision(self) -> float:
+        return self.matched / self.detections if self.detections else 0.0
+
+    @property
+    def detection_recall(self) -> float:
+        return self.matched / self.truth_faces if self.truth_faces else 0.0
+
+    @property
+    def identification_accuracy(self) -> float:
+        """Correct names among the faces that were detected."""
+        return self.correct / self.matched if self.matched else 0.0
+
+    @property
+    def end_to_end_accuracy(self) -> float:
+        """Ground-truth faces that came out of the pipeline with the right name."""
+        return self.correct / self.truth_faces if self.truth_faces else 0.0
+
+
+def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0) -> tuple[list[IdentityMessage], int]:
+    """Every identity of the run (first of each face), and how many duplicates were published."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"evaluate-{time.time_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        partitions = consumer.list_topics(IDENTITIES_TOPIC, timeout=10).topics[IDENTITIES_TOPIC].partitions
+        ends = {}
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(IDENTITIES_TOPIC, partition), timeout=10)
+            if high > low:
+                ends[partition] = high
+        consumer.assign([TopicPartition(IDENTITIES_TOPIC, p, 0) for p in ends])
+        seen: dict[tuple, IdentityMessage] = {}
+        duplicates = 0
+        deadline = time.monotonic() + timeout_s
+        done: set[int] = set()
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            for message in consumer.consume(500, 1.0):
+                if message.error():
+                    continue
+                if message.offset() + 1 >= ends[message.partition()]:
+                    done.add(message.partition())
+                try:
+                    identity = decode_identity(message.value())
+                except MalformedRecordError:
+                    continue
+                if identity.run_id != run_id:
+                    continue
+                if identity.key in seen:
+                    duplicates += 1
+                else:
+                    seen[identity.key] = identity
+        return list(seen.values()), duplicates
+    finally:
+        consumer.close()
+
+
+def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict[str, set[int]],
+          size: tuple[int, int], run_id: str) -> Evaluation:
+    """Greedy IoU matching per frame; truth boxes scaled from the video's size to the pipeline's."""
+    evaluation = Evaluation(run_id)
+    sx, sy = size[0] / truth["width"], size[1] / truth["height"]
+    by_frame: dict[tuple[str, int], list[IdentityMessage]] = {}
+    for identity in identities:
+        by_frame.setdefault((identity.stream_id, identity.frame_index), []).append(identity)
+    total_frames = len(truth["frames"])
+    for stream, frames in processed_frames.items():
+        for frame_index in frames:
+            evaluation.frames += 1
+            expected = truth["frames"][frame_index % total_frames]
+            found = by_frame.get((stream, frame_index), [])
+            evaluation.truth_faces += len(expected)
+            evaluation.detections += len(found)
+            unmatched = list(found)
+            for face in expected:
+                x, y, w, h = face["box"]
+                box = (round(x * sx), round(y * sy), round(w * sx), round(h * sy))
+                best = max(unmatched, key=lambda f: iou(box, f.box), default=None)
+                if best is None or iou(box, best.box) < MATCH_IOU:
+                    continue
+                unmatched.remove(best)
+                evaluation.matched += 1
+                if best.identity == face["identity"]:
+                    evaluation.correct += 1
+                elif best.identity == "unknown":
+                    evaluation.unknown += 1
+                else:
+                    pair = f"{face['identity']}->{best.identity}"
+                    evaluation.confusions[pair] = evaluation.confusions.get(pair, 0) + 1
+    return evaluation
+
+
+def load_events(events_dir: Path, run_id: str) -> list[dict]:
+    events = []
+    for path in sorted(events_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("run_id") == run_id:
+                events.append(event)
+    return events
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=float)
+    return {"mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
+            "p99": float(np.percentile(array, 99)), "count": float(array.size)}
+
+
+def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> dict[str, dict[str, float]]:
+    """Per-stage wall time (the paper's Fig. 6 stages) and end to end per face, in ms."""
+    stages: dict[str, list[float]] = {}
+    for event in events:
+        if event["stage"] in ("ingest", "detect", "broker_wait", "identify"):
+            stages.setdefault(event["stage"], []).append((event["wall_end_ns"] - event["wall_start_ns"]) / 1e6)
+    result = {stage: summarize(values) for stage, values in stages.items() if values}
+    if identities:
+        result["end_to_end"] = summarize([(i.identified_ns - i.captured_ns) / 1e6 for i in identities])
+    return result
+
+
+def evaluate_run(video: Path, run_id: str, bootstrap: str, events_dir: Path | None,
+                 size: tuple[int, int] = (960, 540)) -> Evaluation:
+    from aitax.paths import aitax_home
+
+    truth = load_truth(video)
+    identities, duplicates = read_identities(bootstrap, run_id)
+    events_dir = events_dir or aitax_home() / "runs" / run_id
+    events = load_events(events_dir, run_id) if events_dir.is_dir() else []
+    processed: dict[str, set[int]] = {}
+    for event in events:
+        if event["stage"] == "detect":
+            processed.setdefault(event["stream_id"], set()).add(event["frame_index"])
+    if not processed:  # no events: every frame up to the last identified one was processed
+        for identity in identities:
+            processed.setdefault(identity.stream_id, set()).update(range(identity.frame_index + 1))
+    evaluation = score(identities, truth, processed, size, run_id)
+    evaluation.duplicates = duplicates
+    evaluation.latency_ms = latency_breakdown(events, identities)
+    return evaluation
+
+
+def print_evaluation(evaluation: Evaluation) -> None:
+    e = evaluation
+    print(f"run {e.run_id}: {e.frames} frames, {e.truth_faces} ground-truth faces, {e.detections} detections, "
+          f"{e.duplicates} duplicate identities removed")
+    print(f"  detection precision {e.detection_precision:.1%}  recall {e.detection_recall:.1%}")
+    print(f"  identification accuracy (detected faces) {e.identification_accuracy:.1%}; unknown {e.unknown}; "
+          f"confusions {e.confusions or 'none'}")
+    print(f"  END-TO-END ACCURACY {e.end_to_end_accuracy:.1%} of ground-truth faces correctly identified")
+    if e.latency_ms:
+        print(f"  {'stage':<12}{'mean ms':>10}{'p50 ms':>10}{'p99 ms':>10}{'count':>8}   paper mean")
+        paper = {"ingest": 18.8, "detect": 74.8, "broker_wait": 126.1, "identify": 131.5, "end_to_end": 351.0}
+        for stage in ("ingest", "detect", "broker_wait", "identify", "end_to_end"):
+            if stage in e.latency_ms:
+                s = e.latency_ms[stage]
+                print(f"  {stage:<12}{s['mean']:>10.1f}{s['p50']:>10.1f}{s['p99']:>10.1f}{int(s['count']):>8}"
+                      f"   {paper[stage]:>6.1f}")

@@ -1,0 +1,109 @@
+"""Poison records on the faces topic go to the dead-letter topic with a reason; the consumer carries on."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig
+from pipeline.identify import FaceNetIdentifier, IdentifyStats, identify_loop
+from pipeline.schema import (
+    DLQ_REASON_HEADER,
+    DLQ_SOURCE_HEADER,
+    META_HEADER,
+    FaceMessage,
+    FaceMeta,
+    Topics,
+    decode_identity,
+    encode_face,
+)
+from pipeline.transport import make_consumer, make_producer
+from telemetry.sinks import NullSink
+
+pytestmark = pytest.mark.integration
+
+
+class FirstPixelClassifier:
+    """Stands in for FaceNet here: the thumbnail decoding, batching and Kafka path are what is under test."""
+
+    weights_sha256 = "test"
+
+    def embed(self, faces: np.ndarray) -> np.ndarray:
+        return faces[:, 0, 0, :1].astype(np.float32)
+
+
+class ByBrightness:
+    def identify(self, embeddings: np.ndarray) -> list[tuple[str, float]]:
+        return [("bright" if value > 127 else "dark", 1.0) for value in embeddings[:, 0]]
+
+
+def _thumbnail(value: int) -> bytes:
+    ok, encoded = cv2.imencode(".png", np.full((160, 160, 3), value, np.uint8))
+    assert ok
+    return encoded.tobytes()
+
+
+def _face(run_id: str, frame: int, thumbnail: bytes) -> FaceMessage:
+    now = time.time_ns()
+    meta = FaceMeta(run_id, "cam-1", frame, 0, 1, (10, 10, 50, 50), 0.99, "png", now, now, now, now, now)
+    return FaceMessage(meta, thumbnail)
+
+
+def _read_all(stack: StackConfig, topic: str, expected: int, group: str) -> list:
+    consumer = make_consumer("confluent-kafka", stack.bootstrap_servers, group, [topic])
+    records, deadline = [], time.monotonic() + 30
+    while len(records) < expected and time.monotonic() < deadline:
+        records += consumer.poll_batch(100, 1.0)
+    consumer.close()
+    return records
+
+
+def test_poison_records_are_dead_lettered_and_good_ones_identified(stack: StackConfig, unique_name: str) -> None:
+    topics = Topics.with_prefix(f"{unique_name}-")
+    kafka.ensure_topics(stack, stack.topics(topics))
+    run_id = unique_name
+    producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    good = [_face(run_id, 0, _thumbnail(250)), _face(run_id, 1, _thumbnail(5))]
+    _key, value, headers = encode_face(_face(run_id, 2, b"not a png at all"))
+    wrong_version = {**headers, "aitax.schema": b"7"}
+    bad_meta = {**headers, META_HEADER: json.dumps({"run_id": run_id}).encode()}
+    poison = [
+        (os.urandom(512), {}),  # random bytes, no headers
+        (value, wrong_version),
+        (value, bad_meta),
+        (b"x" * (1024 * 1024 + 10), headers),  # oversized thumbnail
+        (value, headers),  # valid metadata, thumbnail that does not decode
+    ]
+    # One good face, the five poison records, then another good face: the consumer must get past the poison.
+    records = [encode_face(good[0])[1:], *poison, encode_face(good[1])[1:]]
+    for record_value, record_headers in records:
+        producer.send(topics.faces, record_value, key=b"cam-1", headers=record_headers)
+    assert producer.flush(30) == 0
+
+    consumer = make_consumer("confluent-kafka", stack.bootstrap_servers, f"{unique_name}-identify", [topics.faces])
+    results_producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    deadline = time.monotonic() + 60
+    stats = IdentifyStats()
+    identify_loop(consumer, results_producer, FaceNetIdentifier(FirstPixelClassifier(), ByBrightness()), NullSink(),
+                  lambda: stats.faces + stats.dead_letters >= 7 or time.monotonic() > deadline, topics=topics,
+                  stats=stats)
+    consumer.close()
+    assert (stats.faces, stats.dead_letters) == (2, 5)
+
+    identities = [decode_identity(r.value) for r in _read_all(stack, topics.identities, 2, f"{unique_name}-read")]
+    assert sorted((i.frame_index, i.identity) for i in identities) == [(0, "bright"), (1, "dark")]
+    dead = _read_all(stack, topics.dlq, 5, f"{unique_name}-dlq")
+    reasons = sorted(r.headers[DLQ_REASON_HEADER].decode() for r in dead)
+    assert len(reasons) == 5
+    assert any("missing header aitax.schema" in r for r in reasons)
+    assert any("schema version" in r for r in reasons)
+    assert any("field" in r and "missing" in r for r in reasons)
+    assert any("exceeds" in r for r in reasons)
+    assert any("does not decode" in r for r in reasons)
+    assert all(r.headers[DLQ_SOURCE_HEADER].startswith(f"{topics.faces}/".encode()) for r in dead)

@@ -1,0 +1,89 @@
+"""The message schema: what encodes decodes back, and every kind of bad record gets a reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.schema import (
+    META_HEADER,
+    SCHEMA_HEADER,
+    FaceMessage,
+    FaceMeta,
+    IdentityMessage,
+    MalformedRecordError,
+    dead_letter_headers,
+    decode_face,
+    decode_identity,
+    encode_face,
+    encode_identity,
+)
+
+
+def _face() -> FaceMessage:
+    meta = FaceMeta(run_id="r", stream_id="cam-2", frame_index=41, face_index=1, faces_in_frame=2,
+                    box=(10, 20, 64, 80), confidence=0.99, encoding="jpeg", captured_ns=1, ingested_ns=2,
+                    detect_start_ns=3, detected_ns=4, produced_ns=5)
+    return FaceMessage(meta, b"\xff\xd8thumbnail")
+
+
+def test_face_round_trip_keys_by_stream() -> None:
+    key, value, headers = encode_face(_face())
+    assert key == b"cam-2"
+    assert value == b"\xff\xd8thumbnail"
+    assert decode_face(value, headers) == _face()
+
+
+@pytest.mark.parametrize(("mutate", "reason"), [
+    (lambda h, v: (h.pop(SCHEMA_HEADER), v)[1], "missing header aitax.schema"),
+    (lambda h, v: (h.update({SCHEMA_HEADER: b"2"}), v)[1], "schema version"),
+    (lambda h, v: (h.update({META_HEADER: b"{not json"}), v)[1], "not JSON"),
+    (lambda h, v: (h.update({META_HEADER: b"[1, 2]"}), v)[1], "not a JSON object"),
+    (lambda h, v: b"", "empty thumbnail"),
+    (lambda h, v: b"x" * (1024 * 1024 + 1), "exceeds"),
+])
+def test_malformed_records_say_why(mutate, reason: str) -> None:
+    _, value, headers = encode_face(_face())
+    value = mutate(headers, value)
+    with pytest.raises(MalformedRecordError, match=reason):
+        decode_face(value, headers)
+
+
+@pytest.mark.parametrize(("field", "bad", "reason"), [
+    ("frame_index", "41", "field frame_index"),
+    ("frame_index", True, "field frame_index"),
+    ("box", [1, 2, 0, 5], "positive size"),
+    ("box", [1, 2, 3], "positive size"),
+    ("encoding", "gif", "field encoding"),
+])
+def test_bad_fields_are_named(field: str, bad, reason: str) -> None:
+    _, value, headers = encode_face(_face())
+    meta = json.loads(headers[META_HEADER])
+    meta[field] = bad
+    headers[META_HEADER] = json.dumps(meta).encode()
+    with pytest.raises(MalformedRecordError, match=reason):
+        decode_face(value, headers)
+
+
+def test_missing_field_is_named() -> None:
+    _, value, headers = encode_face(_face())
+    meta = json.loads(headers[META_HEADER])
+    del meta["detected_ns"]
+    headers[META_HEADER] = json.dumps(meta).encode()
+    with pytest.raises(MalformedRecordError, match="field detected_ns missing"):
+        decode_face(value, headers)
+
+
+def test_identity_round_trip() -> None:
+    identity = IdentityMessage("r", "cam-1", 3, 0, "madonna", 0.82, (1, 2, 3, 4), 10, 11, 12, 13)
+    key, value = encode_identity(identity)
+    assert key == b"cam-1"
+    assert decode_identity(value) == identity
+    with pytest.raises(MalformedRecordError):
+        decode_identity(b'{"schema_version": 99}')
+
+
+def test_dead_letter_keeps_headers_and_adds_reason_and_source() -> None:
+    headers = dead_letter_headers({"a": b"1"}, "bad thing", "faces", 3, 77)
+    assert headers == {"a": b"1", "aitax.dlq.reason": b"bad thing", "aitax.dlq.source": b"faces/3/77"}
