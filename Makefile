@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 	@$(BIN)/pip install -q -e ".[dev]"
 	@touch $@
 
-demo: setup  ## bring the stack up and show it healthy
+demo: setup  ## the whole pipeline end to end on the local stack: accuracy and latency
 	@$(AITAX) stack up
+	@$(AITAX) demo
 
 test: setup lint  ## every test, against a real local stack the tests start and stop
 	@$(BIN)/python -m pytest -p no:cacheprovider; status=$$?; \

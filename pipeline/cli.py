@@ -98,6 +98,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
 
+    demo = subparsers.add_parser("demo", help="end to end: enroll, make a video, run the pipeline, score it",
+                                 description="Enrolls the 5-celebrity train split, composes a video from the val "
+                                             "split, runs 1 ingest-detect + 2 identify processes against the local "
+                                             "stack, and prints accuracy against ground truth and latency.")
+    demo.add_argument("--seconds", type=float, default=60.0, help="video length and ingestion time (default 60)")
+    demo.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
+    demo.add_argument("--consumers", type=int, default=2, help="identify processes (default 2)")
+    demo.add_argument("--out", type=Path, help="folder for the gallery, video and events (default .aitax/demo)")
+    demo.set_defaults(func=_demo)
+
     evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
     evaluate.add_argument("--video", type=Path, required=True, help="the video whose .truth.json to compare with")
     evaluate.add_argument("--run-id", required=True, help="the run to evaluate")
@@ -233,6 +243,29 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.runner import run_local
 
     return run_local(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from aitax.paths import aitax_home
+    from aitax.stack.stack import resolve_bootstrap
+    from pipeline.evaluate import evaluate_run, print_evaluation
+    from pipeline.runner import run_local
+
+    out = args.out or aitax_home() / "demo"
+    gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
+    print("== 1/4 enroll the train split")
+    _enroll(argparse.Namespace(images=None, out=gallery))
+    print("== 2/4 compose a test video from the val split (never enrolled)")
+    _make_video(argparse.Namespace(faces=None, out=video, seconds=args.seconds, fps=10.0, seed=7))
+    print(f"== 3/4 run {args.producers} ingest-detect + {args.consumers} identify for {args.seconds:.0f} s")
+    events_dir = out / "runs" / run_id
+    status = run_local(argparse.Namespace(video=video, gallery=gallery, producers=args.producers,
+                                          consumers=args.consumers, duration=args.seconds, run_id=run_id,
+                                          events_dir=events_dir, pace="native", bootstrap=None))
+    print("== 4/4 score against ground truth")
+    evaluation = evaluate_run(video, run_id, resolve_bootstrap(None), events_dir)
+    print_evaluation(evaluation)
+    return status
 
 
 def _evaluate(args: argparse.Namespace) -> int:

