@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # TensorFlow's C++ start-up chatter (CPU features, oneDNN) drowns what the commands print.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # FFmpeg inside OpenCV prints its own lines for a bad video; our one-line error says what is wrong.
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from aitax.errors import UserError
 
+READY_LINE = "identify: ready"
+
 
 def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -227,6 +229,7 @@ def _identify(args: argparse.Namespace) -> int:
     consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(args.kafka_client, bootstrap)
     sink = open_sink(args.events, f"identify-{os.getpid()}")
+    print(READY_LINE, flush=True)  # `aitax run` starts producers once every consumer is ready
     try:
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
                               max_batch=args.max_batch)

@@ -55,6 +55,23 @@ def _stop(processes: list[StageProcess], timeout_s: float) -> None:
             stage.process.wait()
 
 
+def _wait_ready(consumers: list[StageProcess], timeout_s: float = 180) -> None:
+    """Producers start once every consumer has loaded its model: start-up is not measured as broker wait."""
+    from pipeline.cli import READY_LINE
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(READY_LINE in c.log.read_text(errors="replace") for c in consumers):
+            return
+        failed = [c for c in consumers if c.process.poll() is not None]
+        if failed:
+            _stop(consumers, 30)
+            raise UserError(f"{failed[0].name} exited during start-up: {failed[0].tail()}")
+        time.sleep(0.5)
+    _stop(consumers, 30)
+    raise UserError(f"identify processes not ready after {timeout_s:.0f} s")
+
+
 def run_local(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -83,6 +100,7 @@ def run_local(args: argparse.Namespace) -> int:
 
     consumers = [_spawn(f"identify-{i}", ["identify", "--gallery", str(args.gallery), *common], logs)
                  for i in range(1, args.consumers + 1)]
+    _wait_ready(consumers)
     producers = [_spawn(f"ingest-detect-{i}", ["ingest-detect", "--video", str(args.video), "--stream-id",
                                                f"cam-{i}", "--run-id", run_id, "--loop", "--pace", args.pace,
                                                *common], logs)

@@ -1,0 +1,105 @@
+"""The real pipeline end to end: a generated video -> ingest-detect (MTCNN) -> Kafka -> identify (FaceNet + SVM),
+scored against the video's ground truth. Real models, real brokers, the CLI a user runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aitax.stack.config import StackConfig
+from pipeline.evaluate import evaluate_run
+from pipeline.gallery import load_gallery
+from pipeline.synth_video import load_truth
+
+pytestmark = pytest.mark.integration
+AITAX = [sys.executable, "-m", "aitax.cli"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pipeline")
+
+
+@pytest.fixture(scope="module")
+def gallery(workdir: Path) -> Path:
+    path = workdir / "gallery.npz"
+    result = subprocess.run([*AITAX, "enroll", "--out", str(path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "enrolled" in result.stdout
+    return path
+
+
+@pytest.fixture(scope="module")
+def video(workdir: Path) -> Path:
+    path = workdir / "video.mp4"
+    result = subprocess.run([*AITAX, "make-video", "--out", str(path), "--seconds", "12", "--seed", "3"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return path
+
+
+def test_enrolled_gallery_holds_every_identity(gallery: Path) -> None:
+    assert load_gallery(gallery).identities == ["ben_afflek", "elton_john", "jerry_seinfeld", "madonna",
+                                                "mindy_kaling"]
+
+
+def test_video_has_ground_truth_faces(video: Path) -> None:
+    truth = load_truth(video)
+    assert len(truth["frames"]) == 120
+    assert truth["faces_total"] > 20
+    assert 0.4 <= truth["faces_per_frame_mean"] <= 0.9
+
+
+def test_run_identifies_faces_end_to_end(stack: StackConfig, gallery: Path, video: Path, workdir: Path,
+                                         unique_name: str) -> None:
+    events = workdir / "events"
+    result = subprocess.run([*AITAX, "run", "--video", str(video), "--gallery", str(gallery), "--producers", "1",
+                             "--consumers", "2", "--duration", "20", "--run-id", unique_name, "--events-dir",
+                             str(events)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "0 failed" in result.stdout
+
+    evaluation = evaluate_run(video, unique_name, stack.bootstrap_servers, events)
+    assert evaluation.frames >= 40, "ingestion processed too few frames to judge"
+    assert evaluation.truth_faces >= 10
+    assert evaluation.duplicates == 0
+    assert evaluation.detection_precision >= 0.9
+    assert evaluation.detection_recall >= 0.9
+    assert evaluation.identification_accuracy >= 0.9
+    # Every stage logged events, and end-to-end latency covers them.
+    assert {"ingest", "detect", "broker_wait", "identify", "end_to_end"} <= set(evaluation.latency_ms)
+    assert evaluation.latency_ms["end_to_end"]["mean"] > evaluation.latency_ms["detect"]["mean"]
+
+
+def test_missing_video_is_a_one_line_error(tmp_path: Path) -> None:
+    result = subprocess.run([*AITAX, "ingest-detect", "--video", str(tmp_path / "nope.mp4")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"aitax: video {tmp_path / 'nope.mp4'}: no such file"
+
+
+@pytest.mark.parametrize(("content", "reason"), [(b"", "file is empty"), (b"\x00garbage" * 100, "video")])
+def test_bad_video_files_are_one_line_errors(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "bad.mp4"
+    path.write_bytes(content)
+    result = subprocess.run([*AITAX, "ingest-detect", "--video", str(path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and reason in result.stderr
+
+
+def test_missing_gallery_is_a_one_line_error(tmp_path: Path) -> None:
+    result = subprocess.run([*AITAX, "identify", "--gallery", str(tmp_path / "none.npz")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert "none.npz: no gallery file" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_brokers_are_a_one_line_error(video: Path) -> None:
+    result = subprocess.run([*AITAX, "ingest-detect", "--video", str(video), "--bootstrap", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "unreachable" in result.stderr and len(result.stderr.strip().splitlines()) == 1
