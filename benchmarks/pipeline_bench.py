@@ -70,16 +70,16 @@ def main() -> int:
     from pipeline.detect import FaceDetector
 
     ours20, ours40, stock = FaceDetector(min_face_size=20), FaceDetector(min_face_size=40), MTCNN()
-    for detector in (lambda f: ours20.detect(f), lambda f: ours40.detect(f), stock.detect_faces):
+    for detector in (ours20.detect, ours40.detect, stock.detect_faces):
         detector(frames[0])  # trace the tf.functions before timing
     timings: dict[str, list[float]] = {"ours@20": [], "ours@40": [], "stock@20": []}
     agree, compared = 0, 0
     faces = []
     # Interleave the detectors frame by frame so machine noise hits them alike.
     for frame in tqdm(frames, desc="detect", unit="frame"):
-        ms, (ours, _) = cpu_ms(ours20.detect, frame)
+        ms, ours = cpu_ms(ours20.detect, frame)
         timings["ours@20"].append(ms)
-        ms, (ours_40, _) = cpu_ms(ours40.detect, frame)
+        ms, ours_40 = cpu_ms(ours40.detect, frame)
         timings["ours@40"].append(ms)
         ms, theirs = cpu_ms(stock.detect_faces, frame)
         timings["stock@20"].append(ms)

@@ -34,8 +34,11 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
     parser.add_argument("--kafka-client", choices=KAFKA_CLIENTS, default="confluent-kafka",
                         help="Kafka client library (default confluent-kafka, i.e. librdkafka)")
-    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS", "none"),
-                        help="where stage events go: none, or file:DIR (one JSONL file per process)")
+    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS"),
+                        help="where stage events go: none, file:DIR (a JSONL file per process), es:URL, or several "
+                             "joined by commas (default: $AITAX_EVENTS, else the local stack's Elasticsearch)")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("AITAX_METRICS_PORT", "0")),
+                        help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -150,10 +153,8 @@ def _enroll(args: argparse.Namespace) -> int:
     detector = FaceDetector(min_face_size=20)
 
     def largest_face_crop(rgb):
-        detections = [d for d in detector.detect(rgb)[0] if d.confidence >= 0.9]
-        if not detections:
-            return None
-        return crop_face(rgb, max(detections, key=lambda d: d.box[2] * d.box[3]).box)
+        face = detector.largest(rgb)
+        return None if face is None else crop_face(rgb, face.box)
 
     gallery = enroll(images, largest_face_crop, FaceEmbedder(assets.facenet_weights))
     save_gallery(gallery, args.out)
@@ -162,6 +163,25 @@ def _enroll(args: argparse.Namespace) -> int:
     print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people into {args.out} {counts}; "
           f"{skipped} photo(s) without a detectable face skipped")
     return 0
+
+
+def default_events() -> str:
+    """The local stack's Elasticsearch when it runs one, else nowhere."""
+    from aitax.stack.stack import current_config
+
+    config = current_config()
+    return f"es:{config.elasticsearch_url}" if config is not None and config.elasticsearch else "none"
+
+
+def _telemetry(args: argparse.Namespace, role: str, process_name: str):
+    """The process's event sink, wrapped so every event also feeds its Prometheus metrics."""
+    from telemetry.metrics import MetricsSink, StageMetrics
+    from telemetry.sinks import open_sink
+
+    metrics = StageMetrics(role)
+    if args.metrics_port >= 0:
+        metrics.serve(process_name, args.metrics_port, host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"))
+    return MetricsSink(open_sink(args.events or default_events(), process_name), metrics), metrics
 
 
 def _stop_flag() -> list[bool]:
@@ -181,7 +201,6 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     from pipeline.frames import open_video
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
-    from telemetry.sinks import open_sink
 
     open_video(args.video).release()
     bootstrap = resolve_bootstrap(args.bootstrap)
@@ -194,14 +213,15 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     set_tf_threads(args.threads, 1)
     find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
     producer = make_producer(args.kafka_client, bootstrap)
-    sink = open_sink(args.events, f"ingest-detect-{args.stream_id}-{os.getpid()}")
+    sink, metrics = _telemetry(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
     run_id = args.run_id or new_run_id()
     try:
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
-                                  queue_size=args.queue_size)
+                                  queue_size=args.queue_size, metrics=metrics)
     finally:
         sink.close()
+        metrics.close()
     print(f"{args.stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
           f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
     if stats.failed or stats.acknowledged != stats.faces:
@@ -215,7 +235,6 @@ def _identify(args: argparse.Namespace) -> int:
     from pipeline.gallery import load_gallery
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
-    from telemetry.sinks import open_sink
 
     gallery = load_gallery(args.gallery, expected_model_sha256=FACENET_H5_SHA256)
     bootstrap = resolve_bootstrap(args.bootstrap)
@@ -228,15 +247,16 @@ def _identify(args: argparse.Namespace) -> int:
     stop = _stop_flag()
     consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(args.kafka_client, bootstrap)
-    sink = open_sink(args.events, f"identify-{os.getpid()}")
+    sink, metrics = _telemetry(args, "identify", f"identify-{os.getpid()}")
     print(READY_LINE, flush=True)  # `aitax run` starts producers once every consumer is ready
     try:
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
-                              max_batch=args.max_batch)
+                              max_batch=args.max_batch, metrics=metrics)
     finally:
         consumer.close()
         producer.close()
         sink.close()
+        metrics.close()
     print(f"identify: {stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "
           f"{stats.dead_letters} dead letters; {stats.identities}")
     return 0

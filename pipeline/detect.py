@@ -2,17 +2,17 @@
 
 The package's scale pyramid ignores the minimum face size when counting scales: with any `min_face_size`
 other than 20 its last scales shrink the frame below PNet's 12x12 input and the whole call returns no faces.
-`FaceDetector` runs the package's own three networks with a corrected pyramid, and times each network so
-the AI share of detection can be reported (the paper's Fig. 8).
+`FaceDetector` runs the package's own three networks and box arithmetic with a corrected pyramid.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from telemetry.timing import Stopwatch
 
 PNET_INPUT = 12  # PNet's receptive field: a pyramid level smaller than this cannot hold a face
 DEFAULT_MIN_FACE_SIZE = 40
@@ -23,21 +23,6 @@ DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)  # PNet, RNet, ONet: the MTCNN paper's valu
 class Detection:
     box: tuple[int, int, int, int]  # x, y, width, height in frame pixels
     confidence: float
-
-
-@dataclass
-class DetectionTimings:
-    """Milliseconds spent in each network, and in everything else detection did around them."""
-
-    pnet_ms: float = 0.0
-    rnet_ms: float = 0.0
-    onet_ms: float = 0.0
-    other_ms: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def inference_ms(self) -> float:
-        return self.pnet_ms + self.rnet_ms + self.onet_ms
 
 
 def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: float = 0.709) -> list[float]:
@@ -54,64 +39,85 @@ def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: flo
 
 
 class FaceDetector:
-    """MTCNN on one RGB frame at a time, on the calling thread (the paper gives each container one core)."""
+    """MTCNN on one RGB frame at a time, on the calling thread (the paper gives each container one core).
+
+    `detect` times its parts into a Stopwatch: the three networks (the AI the paper accelerates), TensorFlow
+    support (tensor preparation and patch extraction) and NumPy box arithmetic."""
 
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS) -> None:
+        import tensorflow as tf
         from mtcnn.stages import StageONet, StagePNet, StageRNet
 
         if min_face_size < PNET_INPUT:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
-        self._pnet, self._rnet, self._onet = StagePNet(), StageRNet(), StageONet()
+        # Graph functions instead of eager calls: the per-call Python overhead of eager Keras dominates at
+        # PNet's many small pyramid levels. A frame size's levels are traced once, then reused.
+        self._pnet, self._rnet, self._onet = (tf.function(stage()._model, reduce_retracing=True)
+                                              for stage in (StagePNet, StageRNet, StageONet))
 
-    def detect(self, rgb: np.ndarray) -> tuple[list[Detection], DetectionTimings]:
+    def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
         from mtcnn.utils.bboxes import (
+            adjust_bboxes,
             generate_bounding_box,
             limit_bboxes,
+            pick_matches,
+            replace_confidence,
             resize_to_square,
             smart_nms_from_bboxes,
             upscale_bboxes,
         )
-        from mtcnn.utils.images import apply_scales, standarize_batch
+        from mtcnn.utils.images import apply_scales, extract_patches, standarize_batch
 
-        started = time.perf_counter()
-        timings = DetectionTimings()
+        watch = watch if watch is not None else Stopwatch()
         height, width = rgb.shape[:2]
         scales = scale_pyramid(width, height, self.min_face_size)
         if not scales:
-            timings.other_ms = (time.perf_counter() - started) * 1000
-            return [], timings
-        images, shapes, _ = standarize_batch([rgb], normalize=True)
-        scaled_images, scale_index = apply_scales(images, [np.asarray(scales)])
-
-        # PNet over the pyramid: the same steps as the package's StagePNet, with the corrected scales.
-        stage_start = time.perf_counter()
-        pnet_outputs = [self._pnet._model(image) for image in scaled_images]
-        timings.pnet_ms = (time.perf_counter() - stage_start) * 1000
-        proposals = [generate_bounding_box(out[0], out[1], self.thresholds[0]) for out in pnet_outputs]
-        upscaled = [upscale_bboxes(b, np.asarray([s])) for b, s in zip(proposals, scale_index, strict=True)]
-        per_scale = [smart_nms_from_bboxes(b, threshold=0.5, method="union", initial_sort=False) for b in upscaled]
-        boxes = np.concatenate(per_scale, axis=0) if per_scale else np.empty((0, 6))
-        boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union", initial_sort=True))
-
-        if len(boxes):
-            stage_start = time.perf_counter()
-            boxes = self._rnet(bboxes_batch=boxes, images_normalized=images, images_oshapes=shapes,
-                               threshold_rnet=self.thresholds[1])
-            timings.rnet_ms = (time.perf_counter() - stage_start) * 1000
-        if len(boxes):
-            stage_start = time.perf_counter()
-            boxes = self._onet(bboxes_batch=boxes, images_normalized=images, images_oshapes=shapes,
-                               threshold_onet=self.thresholds[2])
-            timings.onet_ms = (time.perf_counter() - stage_start) * 1000
+            return []
+        with watch.time("tf_support"):
+            images, shapes, _ = standarize_batch([rgb], normalize=True)
+            scaled_images, scale_index = apply_scales(images, [np.asarray(scales)])
+        with watch.time("pnet"):
+            pnet_outputs = [self._pnet(image) for image in scaled_images]
+        with watch.time("numpy"):
+            proposals = [generate_bounding_box(out[0], out[1], self.thresholds[0]) for out in pnet_outputs]
+            upscaled = [upscale_bboxes(b, np.asarray([s])) for b, s in zip(proposals, scale_index, strict=True)]
+            per_scale = [smart_nms_from_bboxes(b, threshold=0.5, method="union", initial_sort=False)
+                         for b in upscaled]
+            boxes = np.concatenate(per_scale, axis=0) if per_scale else np.empty((0, 6))
+            boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union", initial_sort=True))
+        if len(boxes):  # RNet refines the proposals
+            with watch.time("tf_support"):
+                patches = extract_patches(images, boxes, expected_size=(24, 24))
+            with watch.time("rnet"):
+                offsets, scores = self._rnet(patches)
+            with watch.time("numpy"):
+                boxes = adjust_bboxes(replace_confidence(boxes, scores), offsets)
+                boxes = pick_matches(boxes, score_threshold=self.thresholds[1])
+                boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union",
+                                                               initial_sort=True))
+        if len(boxes):  # ONet gives the final boxes and confidences (its landmarks are not needed here)
+            with watch.time("tf_support"):
+                patches = extract_patches(images, boxes, expected_size=(48, 48))
+            with watch.time("onet"):
+                offsets, _, scores = self._onet(patches)
+            with watch.time("numpy"):
+                boxes = adjust_bboxes(replace_confidence(boxes, scores), offsets)
+                boxes = pick_matches(boxes, scores_column=5, score_threshold=self.thresholds[2])
+                boxes = smart_nms_from_bboxes(boxes, threshold=0.7, method="min", initial_sort=True)
         detections = []
         if len(boxes):
-            boxes = limit_bboxes(boxes, images_shapes=shapes, limit_landmarks=False)
-            for row in np.asarray(boxes):
-                x1, y1, x2, y2 = (round(float(v)) for v in row[1:5])
-                if x2 - x1 >= 2 and y2 - y1 >= 2:
-                    detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5])))
-        timings.other_ms = (time.perf_counter() - started) * 1000 - timings.inference_ms
-        return detections, timings
+            with watch.time("numpy"):
+                boxes = limit_bboxes(boxes, images_shapes=shapes, limit_landmarks=False)
+                for row in np.asarray(boxes):
+                    x1, y1, x2, y2 = (round(float(v)) for v in row[1:5])
+                    if x2 - x1 >= 2 and y2 - y1 >= 2:
+                        detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5])))
+        return detections
+
+    def largest(self, rgb: np.ndarray, min_confidence: float = 0.9) -> Detection | None:
+        """The biggest confident face: enrollment photos and test-video sprites hold one person each."""
+        detections = [d for d in self.detect(rgb) if d.confidence >= min_confidence]
+        return max(detections, key=lambda d: d.box[2] * d.box[3], default=None)

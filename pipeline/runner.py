@@ -94,7 +94,10 @@ def run_local(args: argparse.Namespace) -> int:
     events_dir = args.events_dir or aitax_home() / "runs" / run_id
     logs = events_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    common = ["--bootstrap", bootstrap, "--events", f"file:{events_dir}"]
+    from pipeline.cli import default_events
+
+    events = ",".join(filter(lambda spec: spec != "none", [f"file:{events_dir}", default_events()]))
+    common = ["--bootstrap", bootstrap, "--events", events]
     print(f"run {run_id}: {args.producers} ingest-detect + {args.consumers} identify processes; "
           f"events and logs in {events_dir}")
 

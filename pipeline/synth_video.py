@@ -150,9 +150,9 @@ def make_video(faces_dir: Path, out: Path, seconds: float, fps: float = 10.0, se
         raise UserError(f"--seconds {seconds}: must be positive")
     detector = FaceDetector(min_face_size=20)
 
-    def find_largest_face(rgb: np.ndarray):
-        detections = [d for d in detector.detect(rgb)[0] if d.confidence >= 0.95]
-        return max(detections, key=lambda d: d.box[2] * d.box[3]).box if detections else None
+    def find_largest_face(rgb: np.ndarray) -> tuple[int, int, int, int] | None:
+        face = detector.largest(rgb, min_confidence=0.95)
+        return None if face is None else face.box
 
     sprites = load_sprites(faces_dir, find_largest_face)
     frames = int(seconds * fps)

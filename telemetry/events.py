@@ -13,8 +13,18 @@ EVENT_SCHEMA_VERSION = 1
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
-# Stages a frame passes through, in order; sub-steps are named "<stage>.<step>" (e.g. "detect.pnet").
+# Stages a frame passes through, in order (the paper's Fig. 6).
 STAGES = ("ingest", "detect", "broker_wait", "identify")
+# Where each stage's time goes (the paper's Fig. 8), in `Event.substeps_ms`. "other" is the stage's time not
+# covered by a named sub-step. AI_SUBSTEPS are the neural-network kernels an accelerator would speed up.
+SUBSTEPS = {
+    "ingest": ("decode", "resize", "other"),
+    "detect": ("pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events", "other"),
+    # broker_wait split with the record's broker append timestamp: before and after the broker appended it
+    "broker_wait": ("producer_to_broker", "broker_to_consumer"),
+    "identify": ("decode", "embed", "svm", "kafka", "events", "other"),
+}
+AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet"), "identify": ("embed", "svm")}
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Event:
     offset: int | None = None
     broker_append_ns: int | None = None
     consumer_lag: int | None = None
+    substeps_ms: dict[str, float] | None = None
     schema_version: int = EVENT_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -72,6 +83,10 @@ _FIELD_TYPES = {
     "broker_append_ns": _LONG,
     "consumer_lag": _LONG,
     "schema_version": _INTEGER,
+    "substeps_ms": {
+        "dynamic": "strict",
+        "properties": {name: _DOUBLE for name in sorted({step for steps in SUBSTEPS.values() for step in steps})},
+    },
 }
 assert set(_FIELD_TYPES) == {f.name for f in fields(Event)}, "every Event field needs a mapping"
 

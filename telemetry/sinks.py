@@ -44,10 +44,38 @@ class JsonlSink:
             self._file.close()
 
 
+class TeeSink:
+    """The same events to several sinks (a JSONL file for `aitax evaluate`, Elasticsearch for Kibana)."""
+
+    def __init__(self, sinks: list[EventSink]) -> None:
+        self.sinks = sinks
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
 def open_sink(spec: str, process_name: str) -> EventSink:
-    """`none`, or `file:DIR` (writes DIR/<process_name>.jsonl)."""
-    if spec == "none":
+    """`none`, `file:DIR` (DIR/<process_name>.jsonl), `es:URL` (spooling to .aitax/spool when it is down),
+    or several joined by commas."""
+    from aitax.paths import aitax_home
+
+    sinks: list[EventSink] = []
+    for part in filter(None, spec.split(",")):
+        if part == "none":
+            continue
+        if part.startswith("file:"):
+            sinks.append(JsonlSink(Path(part.removeprefix("file:")) / f"{process_name}.jsonl"))
+        elif part.startswith("es:"):
+            from telemetry.elastic import ElasticsearchSink
+
+            sinks.append(ElasticsearchSink(part.removeprefix("es:"), aitax_home() / "spool" / f"{process_name}.jsonl"))
+        else:
+            raise UserError(f"--events {spec!r}: expected none, file:DIR, es:URL, or several joined by commas")
+    if not sinks:
         return NullSink()
-    if spec.startswith("file:"):
-        return JsonlSink(Path(spec.removeprefix("file:")) / f"{process_name}.jsonl")
-    raise UserError(f"--events {spec!r}: expected `none` or `file:DIR`")
+    return sinks[0] if len(sinks) == 1 else TeeSink(sinks)

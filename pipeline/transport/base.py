@@ -70,6 +70,9 @@ class Consumer(Protocol):
     def commit(self, records: Sequence[Record]) -> None:
         """Synchronously commit past these records: call only after their results are durable."""
 
+    def lag(self, record: Record) -> int | None:
+        """Records after this one in its partition, from the client's cached high watermark (no round trip)."""
+
     def close(self) -> None: ...
 
 

@@ -110,5 +110,9 @@ class ConfluentConsumer:
                 offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets(records).items()], asynchronous=False
             )
 
+    def lag(self, record: Record) -> int | None:
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(record.topic, record.partition), cached=True)
+        return None if high < 0 else max(0, high - record.offset - 1)
+
     def close(self) -> None:
         self._consumer.close()

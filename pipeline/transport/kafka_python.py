@@ -127,5 +127,9 @@ class KafkaPythonConsumer:
                 {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in next_offsets(records).items()}
             )
 
+    def lag(self, record: Record) -> int | None:
+        high = self._consumer.highwater(TopicPartition(record.topic, record.partition))
+        return None if high is None else max(0, high - record.offset - 1)
+
     def close(self) -> None:
         self._consumer.close()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from aitax.stack.config import StackConfig
 from pipeline.evaluate import evaluate_run
@@ -72,6 +73,12 @@ def test_run_identifies_faces_end_to_end(stack: StackConfig, gallery: Path, vide
     # Every stage logged events, and end-to-end latency covers them.
     assert {"ingest", "detect", "broker_wait", "identify", "end_to_end"} <= set(evaluation.latency_ms)
     assert evaluation.latency_ms["end_to_end"]["mean"] > evaluation.latency_ms["detect"]["mean"]
+    # Prometheus scraped both kinds of stage process while they ran.
+    for role, stage in (("ingest-detect", "detect"), ("identify", "identify")):
+        query = f'max(max_over_time(aitax_faces_total{{role="{role}",stage="{stage}"}}[10m]))'
+        answer = requests.get(f"{stack.prometheus_url}/api/v1/query", params={"query": query}, timeout=10).json()
+        assert answer["data"]["result"], f"no {role} metrics scraped"
+        assert float(answer["data"]["result"][0]["value"][1]) > 0
 
 
 def test_missing_video_is_a_one_line_error(tmp_path: Path) -> None:

@@ -38,8 +38,7 @@ def val_faces(assets: Assets) -> tuple[np.ndarray, list[str]]:
     faces, labels = [], []
     for photo in sorted(assets.faces_val_dir.glob("*/*.jpg")):
         rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
-        detections, _ = detector.detect(rgb)
-        largest = max(detections, key=lambda detection: detection.box[2] * detection.box[3])
+        largest = detector.largest(rgb, min_confidence=0.0)
         faces.append(crop_face(rgb, largest.box))
         labels.append(photo.parent.name)
     return np.stack(faces), labels

@@ -43,11 +43,8 @@ def largest_face_crop():
     detector = FaceDetector(min_face_size=20)
 
     def detect_and_crop(rgb: np.ndarray) -> np.ndarray | None:
-        detections, _ = detector.detect(rgb)
-        if not detections:
-            return None
-        largest = max(detections, key=lambda detection: detection.box[2] * detection.box[3])
-        return crop_face(rgb, largest.box)
+        largest = detector.largest(rgb, min_confidence=0.0)
+        return None if largest is None else crop_face(rgb, largest.box)
 
     return detect_and_crop
 

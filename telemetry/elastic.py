@@ -1,0 +1,158 @@
+"""Events to Elasticsearch without ever slowing a stage, and without losing one when Elasticsearch is away.
+
+`emit` only appends to an in-memory buffer. A background thread bulk-indexes the buffer every interval or batch.
+When Elasticsearch cannot be reached (at start or mid-run) batches go to an append-only spool file next to the
+process; once a probe finds Elasticsearch back, the spool is replayed and truncated. Documents carry ids derived
+from their content, so a replay that is interrupted and run again never duplicates an event. If the buffer
+fills faster than it drains, `emit` writes the overflow to the spool itself: slower, but nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from telemetry.events import INDEX_PREFIX, Event
+
+log = logging.getLogger(__name__)
+PROBE_INTERVAL_S = 2.0
+
+
+def document_id(document: dict[str, Any]) -> str:
+    """The same event always gets the same id: replays overwrite instead of duplicating."""
+    identity = [document.get(k) for k in ("run_id", "stage", "stream_id", "frame_index", "face_index",
+                                          "wall_start_ns", "process", "host")]
+    return hashlib.blake2b(json.dumps(identity).encode(), digest_size=12).hexdigest()
+
+
+def index_for(document: dict[str, Any]) -> str:
+    """Daily indices, matched by the `aitax-events-*` template."""
+    return f"{INDEX_PREFIX}-{time.strftime('%Y.%m.%d', time.gmtime(document['wall_start_ns'] / 1e9))}"
+
+
+class ElasticsearchSink:
+    def __init__(self, url: str, spool: Path, batch_size: int = 500, flush_interval_s: float = 1.0,
+                 buffer_limit: int = 50_000) -> None:
+        from elasticsearch import Elasticsearch
+
+        self.url = url
+        self.spool = spool
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.buffer_limit = buffer_limit
+        self.indexed = 0
+        self.spooled = 0
+        self.replayed = 0
+        self.malformed_spool_lines = 0
+        self._client = Elasticsearch(url, request_timeout=10, max_retries=0)
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._spool_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._available = True
+        self._next_probe = 0.0
+        spool.parent.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="es-events", daemon=True)
+        self._thread.start()
+
+    # -- the stage side: never blocks on the network ----------------------------------------------------------
+    def emit(self, event: Event) -> None:
+        if len(self._buffer) >= self.buffer_limit:
+            self._append_to_spool([event.to_document()])
+            return
+        self._buffer.append(event.to_document())
+        if len(self._buffer) >= self.batch_size:
+            self._wake.set()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        self._append_to_spool(self._take(len(self._buffer)))  # anything the thread could not index in time
+
+    # -- the background side ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            if self._buffer:
+                self._ship(self._take(len(self._buffer)))
+            if self.spool.exists() and self.spool.stat().st_size and self._probe():
+                self._replay()
+            if self._closing and not self._buffer:
+                return
+
+    def _take(self, count: int) -> list[dict[str, Any]]:
+        return [self._buffer.popleft() for _ in range(min(count, len(self._buffer)))]
+
+    def _probe(self) -> bool:
+        if self._available:
+            return True
+        now = time.monotonic()
+        if now < self._next_probe and not self._closing:
+            return False
+        self._next_probe = now + PROBE_INTERVAL_S
+        try:
+            self._client.cluster.health(timeout="2s")
+        except Exception:  # any failure means: not back yet
+            return False
+        log.warning("Elasticsearch at %s is back: replaying the spool", self.url)
+        self._available = True
+        return True
+
+    def _ship(self, documents: list[dict[str, Any]]) -> None:
+        if not self._probe():
+            self._append_to_spool(documents)
+            return
+        for start in range(0, len(documents), self.batch_size):
+            batch = documents[start:start + self.batch_size]
+            if not self._bulk(batch):
+                self._append_to_spool(documents[start:])
+                return
+            self.indexed += len(batch)
+
+    def _bulk(self, documents: list[dict[str, Any]]) -> bool:
+        from elasticsearch import helpers
+
+        actions = ({"_index": index_for(d), "_id": document_id(d), "_source": d} for d in documents)
+        try:
+            _, errors = helpers.bulk(self._client, actions, raise_on_error=False, stats_only=False)
+        except Exception as error:  # connection refused, timeout, node gone: spool and probe later
+            if self._available:
+                log.warning("Elasticsearch at %s unreachable (%s): spooling events to %s", self.url,
+                            type(error).__name__, self.spool)
+            self._available = False
+            return False
+        if errors:
+            # Rejected documents (mapping errors) would fail again on every replay: log them, do not spool.
+            log.error("Elasticsearch rejected %d event(s), first: %s", len(errors), str(errors[0])[:300])
+        return True
+
+    def _append_to_spool(self, documents: list[dict[str, Any]]) -> None:
+        if not documents:
+            return
+        with self._spool_lock, open(self.spool, "a") as spool:
+            spool.writelines(json.dumps(d, separators=(",", ":")) + "\n" for d in documents)
+        self.spooled += len(documents)
+
+    def _replay(self) -> None:
+        with self._spool_lock:
+            lines = self.spool.read_text().splitlines()
+            documents = []
+            for line in lines:
+                try:
+                    documents.append(json.loads(line))
+                except ValueError:
+                    self.malformed_spool_lines += 1
+            for start in range(0, len(documents), self.batch_size):
+                if not self._bulk(documents[start:start + self.batch_size]):
+                    # Keep what was not replayed; the ids make the part already sent harmless next time.
+                    return
+            self.replayed += len(documents)
+            self.spool.write_text("")
