@@ -20,6 +20,7 @@ from aitax.errors import UserError
 COMMAND_MODULES = (
     "aitax.stack.cli",
     "pipeline.cli",
+    "telemetry.cli",
     "tco.cli",
 )
 
