@@ -133,8 +133,9 @@ def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, pro
             identity, score = result
             meta = face.meta
             message = IdentityMessage(meta.run_id, meta.stream_id, meta.frame_index, meta.face_index, identity,
-                                      round(score, 4), meta.box, meta.captured_ns, meta.detected_ns,
-                                      identify_start_ns, identified_ns)
+                                      round(score, 4), meta.box, meta.scheduled_ns, meta.captured_ns,
+                                      meta.ingested_ns, meta.detect_start_ns, meta.detected_ns, identify_start_ns,
+                                      identified_ns)
             key, value = encode_identity(message)
             producer.send(topics.identities, value, key=key, on_delivery=on_delivery)
             stats.identities[identity] = stats.identities.get(identity, 0) + 1

@@ -96,8 +96,11 @@ def identity_of_process() -> dict[str, str]:
 
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
                 acceleration_factor: float = 1.0, stats: DetectStats | None = None,
-                topics: Topics = DEFAULT_TOPICS) -> DetectStats:
+                topics: Topics = DEFAULT_TOPICS, key_by_face: bool = False) -> DetectStats:
     """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events.
+
+    Records are keyed by stream (a camera stays on one partition and one consumer); `key_by_face` spreads one
+    stream's faces over every partition instead, as a stream that outpaces one consumer needs.
 
     The detect event's wall window is the paper's (detection only: sending counts as broker wait); its
     sub-steps cover all the process did for the frame, Kafka sends and event logging included."""
@@ -118,9 +121,12 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                 meta = FaceMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
                                 face_index=face_index, faces_in_frame=len(faces), box=face.box,
                                 confidence=round(face.confidence, 4), encoding=face.encoding,
-                                captured_ns=frame.captured_ns, ingested_ns=frame.ingested_ns,
+                                scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
+                                ingested_ns=frame.ingested_ns,
                                 detect_start_ns=detect_start_ns, detected_ns=detected_ns, produced_ns=time.time_ns())
                 key, value, headers = encode_face(FaceMessage(meta, face.thumbnail))
+                if key_by_face:
+                    key = f"{frame.stream_id}/{frame.index}/{face_index}".encode()
                 producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery)
                 payload += len(value)
             producer.poll(0)

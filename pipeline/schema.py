@@ -54,6 +54,7 @@ class FaceMeta:
     box: tuple[int, int, int, int]  # x, y, width, height in the resized frame
     confidence: float
     encoding: str
+    scheduled_ns: int  # when the stream's schedule wanted the frame: lateness shows instead of hiding
     captured_ns: int  # when ingestion read the frame
     ingested_ns: int  # when the resized frame entered the queue to detection
     detect_start_ns: int
@@ -81,7 +82,8 @@ def encode_face(message: FaceMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "run_id": str, "stream_id": str, "frame_index": int, "face_index": int, "faces_in_frame": int, "box": list,
-    "confidence": (int, float), "encoding": str, "captured_ns": int, "ingested_ns": int, "detect_start_ns": int,
+    "confidence": (int, float), "encoding": str, "scheduled_ns": int, "captured_ns": int, "ingested_ns": int,
+    "detect_start_ns": int,
     "detected_ns": int, "produced_ns": int,
 }
 assert set(_META_TYPES) == {f.name for f in fields(FaceMeta)}
@@ -129,7 +131,10 @@ class IdentityMessage:
     identity: str
     score: float
     box: tuple[int, int, int, int]
+    scheduled_ns: int
     captured_ns: int
+    ingested_ns: int
+    detect_start_ns: int
     detected_ns: int
     identify_start_ns: int
     identified_ns: int

@@ -17,12 +17,14 @@ TEMPLATE_NAME = "aitax-events"
 STAGES = ("ingest", "detect", "broker_wait", "identify")
 # Where each stage's time goes (the paper's Fig. 8), in `Event.substeps_ms`. "other" is the stage's time not
 # covered by a named sub-step. AI_SUBSTEPS are the neural-network kernels an accelerator would speed up.
+# "emulated" is the emulator's sleep standing in for a stage's whole compute (measured time / speed-up factor).
 SUBSTEPS = {
-    "ingest": ("decode", "resize", "other"),
-    "detect": ("pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events", "other"),
+    "ingest": ("decode", "resize", "emulated", "other"),
+    "detect": ("pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events", "emulated",
+               "other"),
     # broker_wait split with the record's broker append timestamp: before and after the broker appended it
     "broker_wait": ("producer_to_broker", "broker_to_consumer"),
-    "identify": ("decode", "embed", "svm", "kafka", "events", "other"),
+    "identify": ("decode", "embed", "svm", "kafka", "events", "emulated", "other"),
 }
 AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet"), "identify": ("embed", "svm")}
 

@@ -51,7 +51,7 @@ def _thumbnail(value: int) -> bytes:
 
 def _face(run_id: str, frame: int, thumbnail: bytes) -> FaceMessage:
     now = time.time_ns()
-    meta = FaceMeta(run_id, "cam-1", frame, 0, 1, (10, 10, 50, 50), 0.99, "png", now, now, now, now, now)
+    meta = FaceMeta(run_id, "cam-1", frame, 0, 1, (10, 10, 50, 50), 0.99, "png", now, now, now, now, now, now)
     return FaceMessage(meta, thumbnail)
 
 

@@ -23,7 +23,8 @@ from pipeline.schema import (
 
 def _face() -> FaceMessage:
     meta = FaceMeta(run_id="r", stream_id="cam-2", frame_index=41, face_index=1, faces_in_frame=2,
-                    box=(10, 20, 64, 80), confidence=0.99, encoding="jpeg", captured_ns=1, ingested_ns=2,
+                    box=(10, 20, 64, 80), confidence=0.99, encoding="jpeg", scheduled_ns=0, captured_ns=1,
+                    ingested_ns=2,
                     detect_start_ns=3, detected_ns=4, produced_ns=5)
     return FaceMessage(meta, b"\xff\xd8thumbnail")
 
@@ -76,7 +77,7 @@ def test_missing_field_is_named() -> None:
 
 
 def test_identity_round_trip() -> None:
-    identity = IdentityMessage("r", "cam-1", 3, 0, "madonna", 0.82, (1, 2, 3, 4), 10, 11, 12, 13)
+    identity = IdentityMessage("r", "cam-1", 3, 0, "madonna", 0.82, (1, 2, 3, 4), 9, 10, 11, 12, 13, 14, 15)
     key, value = encode_identity(identity)
     assert key == b"cam-1"
     assert decode_identity(value) == identity
