@@ -7,5 +7,7 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from telemetry.kibana import register_kibana
+    from telemetry.report_cli import register_report
 
+    register_report(subparsers)
     register_kibana(subparsers)

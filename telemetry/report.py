@@ -1,0 +1,456 @@
+"""The AI-tax report of one run: the paper's Fig. 6-9 computed from the pipeline's events.
+
+Pure functions over event documents (`Event.to_document()` dicts, all of one run); loading lives in
+`report_sources`, drawing in `report_render`. Sums use `math.fsum`, so the report does not depend on the order
+the events arrive in (a JSONL folder and Elasticsearch give the same report).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any
+
+import numpy as np
+
+from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+BUCKET_NS = NS_PER_S  # Fig. 7 buckets
+FRAME_QUEUE = "frame_queue"  # the wait between ingest and detection: a stage of latency with no event of its own
+BREAKDOWN_STAGES = (STAGES[0], FRAME_QUEUE, *STAGES[1:])
+PROCESS_KINDS = tuple(stage for stage in STAGES if stage != "broker_wait")  # broker_wait is time in Kafka, no CPU
+AI_SPEEDUPS = (1, 2, 4, 8, 16, 32)  # Fig. 9's x axis
+TAIL_PERCENTILE = 99.0
+
+FrameKey = tuple[str, int]  # stream_id, frame_index
+FaceKey = tuple[str, int, int]  # stream_id, frame_index, face_index
+Document = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PaperNumbers:
+    """The paper's measurements, printed beside ours (see /work/shared/notes/paper-numbers.md)."""
+
+    mean_ms: dict[str, float]  # Fig. 6, Sec. 4.2; "e2e" is end to end
+    p99_ms: dict[str, float]  # standalone tails, Sec. 4.2
+    ai_share: dict[str, float]  # Fig. 8, Sec. 4.3; "application" is the whole application
+    amdahl_asymptote: dict[str, float]  # Fig. 9, Sec. 5.1: from the non-AI shares 57.6% and 12.4% (AI rounded above)
+    amdahl_points: dict[str, dict[str, float]]  # Sec. 5.1: process -> {AI speed-up: overall speed-up}
+
+
+PAPER = PaperNumbers(
+    mean_ms={"ingest": 18.8, "detect": 74.8, "broker_wait": 126.1, "identify": 131.5, "e2e": 351.0},
+    p99_ms={"ingest": 27.0, "detect": 1840.0, "broker_wait": 116.0, "identify": 380.0, "e2e": 2210.0},
+    ai_share={"detect": 0.42, "identify": 0.88, "application": 0.552},
+    amdahl_asymptote={"detect": 1.74, "identify": 8.0},
+    amdahl_points={"detect": {"8": 1.59, "16": 1.66}, "identify": {"16": 5.6, "32": 6.6}},
+)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    count: int
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class StageLatency:
+    stage: str
+    mean_ms: float  # over the breakdown's faces: the stage means add up to the e2e mean
+    share: float  # of the e2e mean
+    tail_mean_ms: float  # over the faces whose e2e is >= the e2e p99
+    tail_share: float
+    standalone: Distribution | None  # over every event of the stage (frames up to detect, faces after)
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """Fig. 6 and the tail: over the faces that reached identification and whose frame's events are present."""
+
+    faces: int
+    e2e: Distribution
+    tail_faces: int
+    tail_e2e_mean_ms: float
+    stages: list[StageLatency]
+
+
+@dataclass(frozen=True)
+class BrokerSplit:
+    faces_split: int  # faces whose broker wait could be split at the broker append time
+    producer_to_broker_ms: float | None
+    broker_to_consumer_ms: float | None
+    clock: str
+
+
+@dataclass(frozen=True)
+class LoadBucket:
+    start_s: float  # since the run's first event
+    faces_finished: int
+    mean_e2e_ms: float | None  # of the faces identified in this bucket
+    faces_in_system: float  # detected but not yet identified, averaged over the bucket
+
+
+@dataclass(frozen=True)
+class LoadOverTime:
+    """Fig. 7."""
+
+    bucket_s: float
+    buckets: list[LoadBucket]
+    correlation: float | None  # Pearson, latency vs faces in system, over buckets where faces finished
+
+
+@dataclass(frozen=True)
+class ProcessCpu:
+    kind: str
+    events: int  # events with sub-steps
+    total_ms: dict[str, float]
+    share: dict[str, float]
+    ai_ms: float
+    ai_share: float
+
+
+@dataclass(frozen=True)
+class CpuBreakdown:
+    """Fig. 8."""
+
+    processes: list[ProcessCpu]
+    application_ai_share: float | None
+    events_without_substeps: int  # older runs: their time cannot be split
+
+
+@dataclass(frozen=True)
+class AmdahlProjection:
+    """Fig. 9: overall speed-up of one process when only its AI sub-steps get faster."""
+
+    kind: str
+    ai_share: float
+    factors: list[int]
+    speedups: list[float]
+    asymptote: float | None  # None: all AI, unbounded
+
+
+@dataclass(frozen=True)
+class StreamThroughput:
+    stream_id: str
+    frames: int  # frames through detection
+    faces: int  # faces identified
+    frames_per_s: float | None
+    faces_per_s: float | None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    span_s: float  # first event's start to last event's end
+    streams: list[StreamThroughput]
+    total: StreamThroughput
+
+
+@dataclass(frozen=True)
+class Report:
+    run_id: str
+    events: dict[str, int]  # per stage, after dropping duplicates
+    ignored_events: int  # stages the report does not use
+    duplicate_events: int  # the same stage of the same frame or face again (redelivery): first one kept
+    malformed_lines: int  # JSONL lines that were not events
+    faces_detected: int
+    faces_identified: int
+    faces_unmatched: int  # identified, but their frame's ingest or detect event is missing: not in the breakdown
+    acceleration_factors: list[float]
+    kafka_clients: list[str]
+    latency: LatencyBreakdown | None
+    broker: BrokerSplit | None
+    load: LoadOverTime
+    cpu: CpuBreakdown
+    amdahl: list[AmdahlProjection]
+    throughput: Throughput
+    paper: PaperNumbers = field(default=PAPER)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        return _from_plain(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls.from_dict(json.loads(text))
+
+
+def _from_plain(kind: Any, value: Any) -> Any:
+    """Rebuild a value of type `kind` (dataclasses, lists, dicts, optionals) from its JSON form."""
+    if value is None:
+        return None
+    if is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: _from_plain(hints[f.name], value[f.name]) for f in fields(kind)})
+    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [argument for argument in arguments if argument is not type(None)]
+        return _from_plain(inner, value)
+    if origin is list:
+        return [_from_plain(arguments[0], item) for item in value]
+    if origin is dict:
+        return {key: _from_plain(arguments[1], item) for key, item in value.items()}
+    if kind is float:
+        return float(value)  # JSON writes 2.0 as 2.0, but a hand-written file may say 2
+    return value
+
+
+# -- indexing the events -----------------------------------------------------------------------------------------
+
+@dataclass
+class _RunEvents:
+    """The run's events by stage and key, first occurrence kept."""
+
+    ingest: dict[FrameKey, Document]
+    detect: dict[FrameKey, Document]
+    broker_wait: dict[FaceKey, Document]
+    identify: dict[FaceKey, Document]
+    ignored: int
+    duplicates: int
+
+
+def _index(documents: Iterable[Document]) -> _RunEvents:
+    run = _RunEvents({}, {}, {}, {}, ignored=0, duplicates=0)
+    # A total order, so "first occurrence" does not depend on the source's order.
+    ordered = sorted(documents, key=lambda d: (d["wall_start_ns"], d["wall_end_ns"], d["stage"], d.get("process", "")))
+    for document in ordered:
+        stage = document["stage"]
+        if stage not in STAGES:
+            run.ignored += 1
+            continue
+        by_key: dict = getattr(run, stage)
+        key = (document["stream_id"], document["frame_index"])
+        if stage in ("broker_wait", "identify"):
+            key = (*key, document.get("face_index"))
+        if key in by_key:
+            run.duplicates += 1
+        else:
+            by_key[key] = document
+    return run
+
+
+def _duration_ms(document: Document) -> float:
+    return (document["wall_end_ns"] - document["wall_start_ns"]) / NS_PER_MS
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _distribution(values_ms: list[float]) -> Distribution | None:
+    if not values_ms:
+        return None
+    p50, p99 = np.percentile(values_ms, [50.0, TAIL_PERCENTILE])  # linear interpolation between ranks
+    return Distribution(count=len(values_ms), mean_ms=_mean(values_ms), p50_ms=float(p50), p99_ms=float(p99))
+
+
+# -- Fig. 6 and the tail ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Face:
+    """One face's path through the pipeline, stage by stage (ms); the stages add up to `e2e_ms` exactly."""
+
+    stages_ms: dict[str, float]
+    e2e_ms: float
+    identified_ns: int
+    detect_host: str | None
+    identify_host: str | None
+
+
+def _faces(run: _RunEvents) -> list[_Face]:
+    """Faces with their frame's ingest and detect events. Broker wait is identify start minus detect end (the
+    paper's definition, and what the broker_wait event spans), so the stages tile the face's lifetime."""
+    faces = []
+    for (stream_id, frame_index, _), identify in run.identify.items():
+        ingest, detect = run.ingest.get((stream_id, frame_index)), run.detect.get((stream_id, frame_index))
+        if ingest is None or detect is None:
+            continue
+        marks = (ingest["wall_start_ns"], ingest["wall_end_ns"], detect["wall_start_ns"], detect["wall_end_ns"],
+                 identify["wall_start_ns"], identify["wall_end_ns"])
+        stages_ms = {stage: (end - start) / NS_PER_MS
+                     for stage, start, end in zip(BREAKDOWN_STAGES, marks, marks[1:], strict=False)}
+        faces.append(_Face(stages_ms, (marks[-1] - marks[0]) / NS_PER_MS, identify["wall_end_ns"],
+                           detect.get("host"), identify.get("host")))
+    return faces
+
+
+def _standalone(run: _RunEvents) -> dict[str, Distribution | None]:
+    queued = [(detect["wall_start_ns"] - run.ingest[key]["wall_end_ns"]) / NS_PER_MS
+              for key, detect in run.detect.items() if key in run.ingest]
+    return {
+        "ingest": _distribution([_duration_ms(d) for d in run.ingest.values()]),
+        FRAME_QUEUE: _distribution(queued),
+        "detect": _distribution([_duration_ms(d) for d in run.detect.values()]),
+        "broker_wait": _distribution([_duration_ms(d) for d in run.broker_wait.values()]),
+        "identify": _distribution([_duration_ms(d) for d in run.identify.values()]),
+    }
+
+
+def _latency_breakdown(run: _RunEvents, faces: list[_Face]) -> LatencyBreakdown | None:
+    if not faces:
+        return None
+    e2e = _distribution([face.e2e_ms for face in faces])
+    tail = [face for face in faces if face.e2e_ms >= e2e.p99_ms]
+    tail_e2e_mean = _mean([face.e2e_ms for face in tail])
+    standalone = _standalone(run)
+    stages = []
+    for stage in BREAKDOWN_STAGES:
+        mean = _mean([face.stages_ms[stage] for face in faces])
+        tail_mean = _mean([face.stages_ms[stage] for face in tail])
+        stages.append(StageLatency(stage, mean, mean / e2e.mean_ms if e2e.mean_ms else 0.0, tail_mean,
+                                   tail_mean / tail_e2e_mean if tail_e2e_mean else 0.0, standalone[stage]))
+    return LatencyBreakdown(len(faces), e2e, len(tail), tail_e2e_mean, stages)
+
+
+def _broker_split(run: _RunEvents, faces: list[_Face]) -> BrokerSplit | None:
+    if not faces:
+        return None
+    before, after = [], []
+    for document in run.broker_wait.values():
+        split = _split_ms(document)
+        if split is not None:
+            before.append(split[0])
+            after.append(split[1])
+    same_host = all(face.detect_host == face.identify_host for face in faces)
+    clock = "one clock" if same_host else "several clocks: cross-host differences include clock offset"
+    return BrokerSplit(len(before), _mean(before) if before else None, _mean(after) if after else None, clock)
+
+
+def _split_ms(broker_wait: Document) -> tuple[float, float] | None:
+    """(producer_to_broker, broker_to_consumer) ms: the event's sub-steps, or, in older runs, its append time."""
+    substeps = broker_wait.get("substeps_ms") or {}
+    if "producer_to_broker" in substeps and "broker_to_consumer" in substeps:
+        return substeps["producer_to_broker"], substeps["broker_to_consumer"]
+    appended = broker_wait.get("broker_append_ns")
+    if appended is None:
+        return None
+    return (appended - broker_wait["wall_start_ns"]) / NS_PER_MS, (broker_wait["wall_end_ns"] - appended) / NS_PER_MS
+
+
+# -- Fig. 7 ------------------------------------------------------------------------------------------------------
+
+def _load_over_time(run: _RunEvents, faces: list[_Face], start_ns: int, end_ns: int) -> LoadOverTime:
+    count = max(1, math.ceil((end_ns - start_ns) / BUCKET_NS))
+    finished: list[list[float]] = [[] for _ in range(count)]
+    for face in faces:
+        finished[min(count - 1, (face.identified_ns - start_ns) // BUCKET_NS)].append(face.e2e_ms)
+    # Each detected face is in the system from its frame's detection end until identified (or the run's end).
+    in_system_ns = [0] * count
+    for (stream_id, frame_index), detect in run.detect.items():
+        for face_index in range(detect.get("face_count") or 0):
+            identify = run.identify.get((stream_id, frame_index, face_index))
+            entered, left = detect["wall_end_ns"], identify["wall_end_ns"] if identify else end_ns
+            for bucket in range((entered - start_ns) // BUCKET_NS, min(count, (left - start_ns) // BUCKET_NS + 1)):
+                bucket_start = start_ns + bucket * BUCKET_NS
+                in_system_ns[bucket] += max(0, min(left, bucket_start + BUCKET_NS) - max(entered, bucket_start))
+    buckets = []
+    for bucket in range(count):
+        bucket_start = start_ns + bucket * BUCKET_NS
+        width_ns = min(end_ns, bucket_start + BUCKET_NS) - bucket_start  # the last bucket may be partial
+        latencies = finished[bucket]
+        buckets.append(LoadBucket(start_s=bucket * BUCKET_NS / NS_PER_S, faces_finished=len(latencies),
+                                  mean_e2e_ms=_mean(latencies) if latencies else None,
+                                  faces_in_system=in_system_ns[bucket] / width_ns if width_ns > 0 else 0.0))
+    return LoadOverTime(BUCKET_NS / NS_PER_S, buckets, _correlation(buckets))
+
+
+def _correlation(buckets: list[LoadBucket]) -> float | None:
+    pairs = [(b.mean_e2e_ms, b.faces_in_system) for b in buckets if b.mean_e2e_ms is not None]
+    if len(pairs) < 2:
+        return None
+    latency, in_system = np.array(pairs).T
+    if latency.std() == 0 or in_system.std() == 0:
+        return None  # undefined for a constant series
+    return float(np.corrcoef(latency, in_system)[0, 1])
+
+
+# -- Fig. 8 and Fig. 9 -------------------------------------------------------------------------------------------
+
+def _cpu_breakdown(run: _RunEvents) -> CpuBreakdown:
+    processes, without = [], 0
+    for kind in PROCESS_KINDS:
+        documents = list(getattr(run, kind).values())
+        steps = [d["substeps_ms"] for d in documents if d.get("substeps_ms")]
+        without += len(documents) - len(steps)
+        if not steps:
+            continue
+        seen = {name for step in steps for name in step}  # in the schema's order, then any the schema lacks
+        names = [name for name in SUBSTEPS[kind] if name in seen] + sorted(seen - set(SUBSTEPS[kind]))
+        total_ms = {name: math.fsum(step.get(name, 0.0) for step in steps) for name in names}
+        overall = math.fsum(total_ms.values())
+        ai_ms = math.fsum(total_ms[name] for name in AI_SUBSTEPS.get(kind, ()))
+        processes.append(ProcessCpu(kind, len(steps), total_ms,
+                                    {name: ms / overall if overall else 0.0 for name, ms in total_ms.items()},
+                                    ai_ms, ai_ms / overall if overall else 0.0))
+    application_ms = math.fsum(math.fsum(p.total_ms.values()) for p in processes)
+    application_ai = math.fsum(p.ai_ms for p in processes) / application_ms if application_ms else None
+    return CpuBreakdown(processes, application_ai, without)
+
+
+def amdahl_speedup(ai_share: float, factor: float) -> float:
+    """Overall speed-up when the AI share of the time runs `factor` times faster (Amdahl's law)."""
+    return 1.0 / ((1.0 - ai_share) + ai_share / factor)
+
+
+def _amdahl_projections(cpu: CpuBreakdown) -> list[AmdahlProjection]:
+    return [AmdahlProjection(p.kind, p.ai_share, list(AI_SPEEDUPS),
+                             [amdahl_speedup(p.ai_share, factor) for factor in AI_SPEEDUPS],
+                             1.0 / (1.0 - p.ai_share) if p.ai_share < 1.0 else None)
+            for p in cpu.processes]
+
+
+# -- throughput and the whole report ---------------------------------------------------------------------------
+
+def _throughput(run: _RunEvents, span_ns: int) -> Throughput:
+    span_s = span_ns / NS_PER_S
+
+    def rates(stream_id: str, frames: int, faces: int) -> StreamThroughput:
+        return StreamThroughput(stream_id, frames, faces, frames / span_s if span_s else None,
+                                faces / span_s if span_s else None)
+
+    frames, faces = Counter(key[0] for key in run.detect), Counter(key[0] for key in run.identify)
+    per_stream = [rates(stream_id, frames[stream_id], faces[stream_id]) for stream_id in sorted(frames | faces)]
+    return Throughput(span_s, per_stream, rates("all", len(run.detect), len(run.identify)))
+
+
+def build_report(run_id: str, documents: Iterable[Document], malformed_lines: int = 0) -> Report:
+    """The report of one run from its event documents (all with this `run_id`)."""
+    documents = list(documents)
+    run = _index(documents)
+    used = [d for stage in STAGES for d in getattr(run, stage).values()]
+    start_ns = min((d["wall_start_ns"] for d in used), default=0)
+    end_ns = max((d["wall_end_ns"] for d in used), default=0)
+    faces = _faces(run)
+    cpu = _cpu_breakdown(run)
+    return Report(
+        run_id=run_id,
+        events={stage: len(getattr(run, stage)) for stage in STAGES},
+        ignored_events=run.ignored,
+        duplicate_events=run.duplicates,
+        malformed_lines=malformed_lines,
+        faces_detected=sum(d.get("face_count") or 0 for d in run.detect.values()),
+        faces_identified=len(run.identify),
+        faces_unmatched=len(run.identify) - len(faces),
+        acceleration_factors=sorted({float(d.get("acceleration_factor", 1.0)) for d in used}),
+        kafka_clients=sorted({d["kafka_client"] for d in used if d.get("kafka_client")}),
+        latency=_latency_breakdown(run, faces),
+        broker=_broker_split(run, faces),
+        load=_load_over_time(run, faces, start_ns, end_ns),
+        cpu=cpu,
+        amdahl=_amdahl_projections(cpu),
+        throughput=_throughput(run, end_ns - start_ns),
+    )
