@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "aitax.stack.cli",
     "pipeline.cli",
     "telemetry.cli",
+    "emulation.cli",
     "tco.cli",
 )
 

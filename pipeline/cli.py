@@ -28,7 +28,7 @@ def _size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
+def add_kafka_options(parser: argparse.ArgumentParser) -> None:
     from pipeline.transport import KAFKA_CLIENTS
 
     parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
     ingest.add_argument("--queue-size", type=int, default=8, help="frames between ingest and detect (default 8)")
     ingest.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)")
-    _add_kafka_options(ingest)
+    add_kafka_options(ingest)
     ingest.set_defaults(func=_ingest_detect)
 
     identify = subparsers.add_parser("identify", help="the identify container: faces topic -> identities topic",
@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     identify.add_argument("--group", default="identify", help="consumer group (default identify)")
     identify.add_argument("--max-batch", type=int, default=8, help="faces embedded per call (default 8)")
     identify.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
-    _add_kafka_options(identify)
+    add_kafka_options(identify)
     identify.set_defaults(func=_identify)
 
     run = subparsers.add_parser("run", help="run the pipeline locally: N ingest-detect + M identify processes",
@@ -173,7 +173,7 @@ def default_events() -> str:
     return f"es:{config.elasticsearch_url}" if config is not None and config.elasticsearch else "none"
 
 
-def _telemetry(args: argparse.Namespace, role: str, process_name: str):
+def telemetry_for(args: argparse.Namespace, role: str, process_name: str):
     """The process's event sink, wrapped so every event also feeds its Prometheus metrics."""
     from telemetry.metrics import MetricsSink, StageMetrics
     from telemetry.sinks import open_sink
@@ -184,7 +184,7 @@ def _telemetry(args: argparse.Namespace, role: str, process_name: str):
     return MetricsSink(open_sink(args.events or default_events(), process_name), metrics), metrics
 
 
-def _stop_flag() -> list[bool]:
+def stop_flag() -> list[bool]:
     """A flag set by SIGINT/SIGTERM: the loops finish what they hold and exit cleanly."""
     flag = [False]
 
@@ -213,7 +213,7 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     set_tf_threads(args.threads, 1)
     find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
     producer = make_producer(args.kafka_client, bootstrap)
-    sink, metrics = _telemetry(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
+    sink, metrics = telemetry_for(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
     run_id = args.run_id or new_run_id()
     try:
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
@@ -244,10 +244,10 @@ def _identify(args: argparse.Namespace) -> int:
     from pipeline.schema import FACES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads)
-    stop = _stop_flag()
+    stop = stop_flag()
     consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(args.kafka_client, bootstrap)
-    sink, metrics = _telemetry(args, "identify", f"identify-{os.getpid()}")
+    sink, metrics = telemetry_for(args, "identify", f"identify-{os.getpid()}")
     print(READY_LINE, flush=True)  # `aitax run` starts producers once every consumer is ready
     try:
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],

@@ -48,20 +48,21 @@ class Evaluation:
         return self.correct / self.truth_faces if self.truth_faces else 0.0
 
 
-def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0) -> tuple[list[IdentityMessage], int]:
+def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0,
+                    topic: str = IDENTITIES_TOPIC) -> tuple[list[IdentityMessage], int]:
     """Every identity of the run (first of each face), and how many duplicates were published."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"evaluate-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        partitions = consumer.list_topics(IDENTITIES_TOPIC, timeout=10).topics[IDENTITIES_TOPIC].partitions
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {}
         for partition in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(IDENTITIES_TOPIC, partition), timeout=10)
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             if high > low:
                 ends[partition] = high
-        consumer.assign([TopicPartition(IDENTITIES_TOPIC, p, 0) for p in ends])
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         seen: dict[tuple, IdentityMessage] = {}
         duplicates = 0
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,93 @@
+"""Judging one emulated factor: latency and its breakdown, a stability verdict, and what saturated first.
+
+End-to-end latency runs from a frame's *scheduled* time, not from when a late producer got to it: a stalled
+producer adds latency instead of quietly offering less load (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.schema import IdentityMessage
+
+# The stages of one face's life, as consecutive timestamps of its identity record.
+BREAKDOWN = (
+    ("schedule_delay", "scheduled_ns", "captured_ns"),  # the paper's "Delay" (Sec. 6.3): frames starting late
+    ("ingest", "captured_ns", "ingested_ns"),
+    ("frame_queue", "ingested_ns", "detect_start_ns"),
+    ("detect", "detect_start_ns", "detected_ns"),
+    ("broker_wait", "detected_ns", "identify_start_ns"),
+    ("identify", "identify_start_ns", "identified_ns"),
+)
+THROUGHPUT_FLOOR = 0.9  # achieved below 90% of offered: faces pile up somewhere
+LATENCY_GROWTH = 1.5  # second half of the window slower than 1.5x the first: queues are growing
+LATENCY_GROWTH_MIN_MS = 100.0  # ... by at least this much (noise on a small machine)
+SATURATION = 0.85  # a resource busier than this is saturated (the paper saw storage give out near 67%)
+
+
+@dataclass
+class LatencySummary:
+    faces: int
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+    breakdown_ms: dict[str, float]  # mean per stage: sums to mean_ms
+    broker_wait_share: float  # the paper's Sec. 5.5 figure
+
+
+def summarize(identities: list[IdentityMessage]) -> LatencySummary | None:
+    if not identities:
+        return None
+    e2e = np.array([(i.identified_ns - i.scheduled_ns) / 1e6 for i in identities])
+    breakdown = {name: float(np.mean([(getattr(i, end) - getattr(i, start)) / 1e6 for i in identities]))
+                 for name, start, end in BREAKDOWN}
+    mean = float(e2e.mean())
+    return LatencySummary(len(identities), mean, float(np.percentile(e2e, 50)), float(np.percentile(e2e, 99)),
+                          breakdown, breakdown["broker_wait"] / mean if mean > 0 else 0.0)
+
+
+@dataclass
+class Verdict:
+    stable: bool
+    reasons: list[str] = field(default_factory=list)
+    achieved_ratio: float = 0.0
+    first_half_ms: float = 0.0
+    second_half_ms: float = 0.0
+
+
+def judge(identities: list[IdentityMessage], offered_faces: int, produced_faces: int,
+          identified_in_window: int | None = None) -> Verdict:
+    """Unstable when throughput during the window falls short of the offered load, or latency keeps growing
+    over it (queueing theory's "infinite latency": faces enter faster than they leave)."""
+    verdict = Verdict(True)
+    identified = len(identities) if identified_in_window is None else identified_in_window
+    verdict.achieved_ratio = identified / offered_faces if offered_faces else 0.0
+    if verdict.achieved_ratio < THROUGHPUT_FLOOR:
+        verdict.reasons.append(f"identified {identified} of {offered_faces} offered faces during the window "
+                               f"({verdict.achieved_ratio:.0%}; produced {produced_faces})")
+    ordered = sorted(identities, key=lambda i: i.scheduled_ns)
+    if len(ordered) >= 20:
+        half = len(ordered) // 2
+        first = np.mean([(i.identified_ns - i.scheduled_ns) / 1e6 for i in ordered[:half]])
+        second = np.mean([(i.identified_ns - i.scheduled_ns) / 1e6 for i in ordered[half:]])
+        verdict.first_half_ms, verdict.second_half_ms = float(first), float(second)
+        if second > first * LATENCY_GROWTH and second - first > LATENCY_GROWTH_MIN_MS:
+            verdict.reasons.append(f"latency growing: {first:.0f} ms -> {second:.0f} ms over the window")
+    verdict.stable = not verdict.reasons
+    return verdict
+
+
+def saturated_resource(machine_cpu_busy: float, broker_write_bytes_per_s: float, disk_write_capacity: float,
+                       latency: LatencySummary | None) -> str:
+    """Which resource ran out first, from utilisation and where faces waited."""
+    utilisation = {"cpu (machine)": machine_cpu_busy,
+                   "broker storage writes": broker_write_bytes_per_s / disk_write_capacity}
+    name, busiest = max(utilisation.items(), key=lambda item: item[1])
+    if busiest >= SATURATION:
+        return f"{name} at {busiest:.0%}"
+    if latency is not None:
+        stage = max(latency.breakdown_ms, key=lambda s: latency.breakdown_ms[s])
+        return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}); faces waited most in {stage}"
+    return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%})"

@@ -1,0 +1,200 @@
+"""Emulator commands: `emulate` (the sweep), `emulate-scaling` (Fig. 15), the two stage-process commands a
+Deployment runs (`emulate-producers`, `emulate-consumers`), and `profile` (derive one from a real run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from aitax.errors import UserError
+
+
+def _factors(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,2,4,8") from None
+
+
+def _stage_options(parser: argparse.ArgumentParser) -> None:
+    from pipeline.cli import add_kafka_options
+
+    parser.add_argument("--instances", type=int, default=1, help="emulated instances in this process (default 1)")
+    parser.add_argument("--factor", type=float, default=1.0, help="AI acceleration factor: sleeps are divided by it")
+    parser.add_argument("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file")
+    parser.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID", "emulated"), help="run id of the faces")
+    parser.add_argument("--topic-prefix", default="", help="use PREFIXfaces, PREFIXidentities, PREFIXfaces.dlq")
+    add_kafka_options(parser)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    sweep = subparsers.add_parser(
+        "emulate", help="sweep AI acceleration factors with emulated stages; find where the brokers break",
+        description="For each factor: the real stage loops and Kafka code with compute replaced by sleeps "
+                    "(measured time / factor) and thumbnails by random bytes of the measured sizes; prints offered "
+                    "vs achieved throughput, latency and its breakdown, a stability verdict, broker disk/CPU and "
+                    "what saturated first.")
+    sweep.add_argument("--factors", type=_factors, default=[1, 2, 4, 8, 16, 32], help="default 1,2,4,8,16,32")
+    sweep.add_argument("--duration", type=float, default=30.0, help="seconds of load per factor (default 30)")
+    sweep.add_argument("--producers", type=int, default=4, help="emulated ingest/detect instances (default 4)")
+    sweep.add_argument("--consumers", type=int, default=8, help="emulated identify instances (default 8)")
+    sweep.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2: two cores)")
+    sweep.add_argument("--brokers", type=int, help="brokers the running stack must have (checked, not started)")
+    sweep.add_argument("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file")
+    sweep.add_argument("--face-scale", type=float, default=1.0, help="thumbnail size factor (Fig. 15c: 0.5, 0.25)")
+    sweep.add_argument("--disk-write-mbps", type=float, default=2200.0,
+                       help="storage write capacity per broker, MB/s, for utilisation (default 2200: this machine)")
+    sweep.add_argument("--out", type=Path, help="results JSON (default .aitax/emulation/RUN/results.json)")
+    sweep.add_argument("--plots", type=Path, help="folder for the Fig. 10/11 plots")
+    sweep.add_argument("--kafka-client", default="confluent-kafka", choices=("confluent-kafka", "kafka-python"))
+    sweep.set_defaults(func=_emulate)
+
+    producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
+                                      description="N emulated ingest/detect instances, each on its own schedule, "
+                                                  "sharing one Kafka producer.")
+    _stage_options(producers)
+    producers.add_argument("--stream-prefix", default="stream", help="stream ids are PREFIX-0 .. PREFIX-(N-1)")
+    producers.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
+    producers.add_argument("--key-by-stream", action="store_true",
+                           help="key records by stream (one consumer per stream) instead of spreading faces")
+    producers.set_defaults(func=_emulate_producers)
+
+    consumers = subparsers.add_parser("emulate-consumers", help="emulated identify instances (one process)",
+                                      description="M emulated identify instances, each its own consumer in the "
+                                                  "group, committing after results are durable.")
+    _stage_options(consumers)
+    consumers.add_argument("--group", default="identify", help="consumer group (default identify)")
+    consumers.set_defaults(func=_emulate_consumers)
+
+    profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
+    profile.add_argument("--run", required=True, help="run id")
+    profile.add_argument("--events", help="JSONL folder or file of the run (default: the local Elasticsearch)")
+    profile.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    profile.set_defaults(func=_profile)
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import current_config
+    from emulation.plots import print_table, write_plots
+    from emulation.profile import load_profile
+    from emulation.sweep import SweepSpec, run_sweep
+
+    config = current_config()
+    if config is None:
+        raise UserError("no local stack: run `aitax stack up` first")
+    if args.brokers is not None and args.brokers != config.brokers:
+        raise UserError(f"--brokers {args.brokers}: the running stack has {config.brokers}; "
+                        f"`aitax stack down && aitax stack up --brokers {args.brokers}` first")
+    if args.face_scale <= 0 or args.face_scale > 1:
+        raise UserError(f"--face-scale {args.face_scale}: must be in (0, 1]")
+    profile = load_profile(args.profile)
+    profile_name = args.profile
+    if args.face_scale != 1:
+        profile = profile.scaled_faces(args.face_scale)
+        profile_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"aitax-profile-{os.getpid()}.yaml"
+        profile_path.write_text(profile.to_yaml())
+        profile_name = str(profile_path)
+    spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes, profile,
+                     profile_name, args.kafka_client, args.disk_write_mbps * 1e6)
+    document = run_sweep(spec, config)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(document, indent=2))
+    print_table(document)
+    if args.plots:
+        for path in write_plots(document, args.plots):
+            print(f"wrote {path}")
+    return 0
+
+
+def _emulate_producers(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from emulation.profile import load_profile
+    from emulation.workers import run_producer_instances
+    from pipeline.cli import stop_flag, telemetry_for
+    from pipeline.schema import DEFAULT_TOPICS, Topics
+    from pipeline.transport import make_producer
+    from pipeline.transport.admin import require_brokers
+
+    _check_factor(args.factor)
+    profile = load_profile(args.profile)
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)
+    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    producer = make_producer(args.kafka_client, bootstrap)
+    sink, metrics = telemetry_for(args, "emulator", f"emulate-producers-{os.getpid()}")
+    stop = stop_flag()
+    deadline = time.monotonic() + args.duration if args.duration else float("inf")
+    try:
+        stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
+                                       producer, sink, args.run_id, topics,
+                                       lambda: stop[0] or time.monotonic() >= deadline,
+                                       key_by_face=not args.key_by_stream)
+    finally:
+        sink.close()
+        metrics.close()
+    summary = {"frames": sum(s.frames for s in stats), "faces": sum(s.faces for s in stats),
+               "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
+               "failed": sum(len(s.failed) for s in stats)}
+    print("emulate-producers: summary " + json.dumps(summary), flush=True)
+    return 1 if summary["failed"] else 0
+
+
+def _emulate_consumers(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from emulation.profile import load_profile
+    from emulation.workers import run_consumer_instances
+    from pipeline.cli import stop_flag, telemetry_for
+    from pipeline.schema import DEFAULT_TOPICS, Topics
+    from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
+
+    _check_factor(args.factor)
+    profile = load_profile(args.profile)
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)
+    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    consumers = [make_consumer(args.kafka_client, bootstrap, args.group, [topics.faces])
+                 for _ in range(args.instances)]
+    producers = [make_producer(args.kafka_client, bootstrap) for _ in range(args.instances)]
+    sink, metrics = telemetry_for(args, "emulator", f"emulate-consumers-{os.getpid()}")
+    stop = stop_flag()
+    print("emulate-consumers: ready", flush=True)
+    try:
+        stats = run_consumer_instances(consumers, producers, profile, args.factor, sink, topics, lambda: stop[0])
+    finally:
+        for client in (*consumers, *producers):
+            client.close()
+        sink.close()
+        metrics.close()
+    print("emulate-consumers: summary " + json.dumps({"faces": sum(s.faces for s in stats),
+                                                       "duplicates": sum(s.duplicates for s in stats)}), flush=True)
+    return 0
+
+
+def _check_factor(factor: float) -> None:
+    if factor <= 0:
+        raise UserError(f"--factor {factor}: must be > 0")
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import current_config
+    from emulation.profile import derive_profile
+    from telemetry.report_sources import load_events
+
+    source = args.events
+    if source is None:
+        config = current_config()
+        if config is None or not config.elasticsearch:
+            raise UserError("no --events given and no local Elasticsearch: pass --events DIR")
+        source = config.elasticsearch_url
+    profile = derive_profile(load_events(args.run, source).documents, args.run)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(profile.to_yaml())
+    means = {stage: round(d.mean(), 1) for stage, d in profile.compute_ms.items()}
+    print(f"wrote {args.out}: mean compute ms {means}, thumbnail {profile.thumbnail_bytes.mean():,.0f} bytes, "
+          f"{profile.mean_faces_per_frame():.2f} faces/frame")
+    return 0

@@ -1,0 +1,182 @@
+"""What the emulator replays: per-stage compute time, thumbnail size and faces-per-frame distributions.
+
+A distribution is a list of (quantile, value) points sampled by inverse-CDF interpolation, so a profile derived
+from a real run keeps its tail, not just its mean. The built-in `paper` profile uses the AI-tax paper's means
+(Sec. 4.2: ingest 18.8 ms, detect 74.8 ms, identify 131.5 ms per face, 37.3 kB thumbnails) with exactly one
+face per frame, as its acceleration experiments did (Sec. 5.3); `paper-video` has the paper video's 0.64 faces
+per frame instead. The paper publishes means (and a few p99s), not distributions: its profiles are constants.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from aitax.errors import UserError
+
+PROFILE_VERSION = 1
+STAGE_NAMES = ("ingest", "detect", "identify")
+QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    points: tuple[tuple[float, float], ...]  # (quantile in [0, 1], value), quantiles strictly increasing
+
+    @classmethod
+    def constant(cls, value: float) -> Distribution:
+        return cls(((0.0, value), (1.0, value)))
+
+    @classmethod
+    def from_samples(cls, samples: list[float] | np.ndarray) -> Distribution:
+        values = np.quantile(np.asarray(samples, dtype=float), QUANTILES)
+        return cls(tuple((q, round(float(v), 4)) for q, v in zip(QUANTILES, values, strict=True)))
+
+    def sample(self, rng: random.Random) -> float:
+        u = rng.random()
+        quantiles = [q for q, _ in self.points]
+        right = min(max(1, bisect.bisect_right(quantiles, u)), len(self.points) - 1)
+        (q0, v0), (q1, v1) = self.points[right - 1], self.points[right]
+        return v0 if q1 == q0 else v0 + (v1 - v0) * (u - q0) / (q1 - q0)
+
+    def mean(self) -> float:
+        """The mean of the piecewise-linear inverse CDF (trapezoids between the points)."""
+        return sum((q1 - q0) * (v0 + v1) / 2 for (q0, v0), (q1, v1) in zip(self.points, self.points[1:],
+                                                                          strict=False))
+
+    def quantile(self, q: float) -> float:
+        quantiles = [p for p, _ in self.points]
+        right = min(max(1, bisect.bisect_right(quantiles, q)), len(self.points) - 1)
+        (q0, v0), (q1, v1) = self.points[right - 1], self.points[right]
+        return v0 if q1 == q0 else v0 + (v1 - v0) * (q - q0) / (q1 - q0)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    compute_ms: dict[str, Distribution]  # per face for identify, per frame for ingest and detect
+    thumbnail_bytes: Distribution
+    faces_per_frame: dict[int, float]  # face count -> probability
+    fps: float = 10.0  # frames per second per stream (the paper: about 10)
+
+    def mean_faces_per_frame(self) -> float:
+        return sum(count * p for count, p in self.faces_per_frame.items())
+
+    def sample_faces(self, rng: random.Random) -> int:
+        counts = list(self.faces_per_frame)
+        return rng.choices(counts, weights=[self.faces_per_frame[c] for c in counts])[0]
+
+    def scaled_faces(self, face_scale: float) -> Profile:
+        """Thumbnails `face_scale` times the size (the paper's Fig. 15c: 1/2, 1/4, 1/8)."""
+        points = tuple((q, max(1.0, v * face_scale)) for q, v in self.thumbnail_bytes.points)
+        return Profile(f"{self.name}@faces{face_scale:g}", self.compute_ms, Distribution(points),
+                       self.faces_per_frame, self.fps)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump({
+            "version": PROFILE_VERSION, "name": self.name, "fps": self.fps,
+            "compute_ms": {stage: [list(p) for p in d.points] for stage, d in self.compute_ms.items()},
+            "thumbnail_bytes": [list(p) for p in self.thumbnail_bytes.points],
+            "faces_per_frame": dict(self.faces_per_frame),
+        }, sort_keys=False)
+
+
+def paper_profile(one_face_per_frame: bool = True) -> Profile:
+    faces = {1: 1.0} if one_face_per_frame else _faces_averaging(0.64)
+    return Profile(
+        name="paper" if one_face_per_frame else "paper-video",
+        compute_ms={"ingest": Distribution.constant(18.8), "detect": Distribution.constant(74.8),
+                    "identify": Distribution.constant(131.5)},
+        thumbnail_bytes=Distribution.constant(37_300),
+        faces_per_frame=faces,
+    )
+
+
+def _faces_averaging(mean: float) -> dict[int, float]:
+    """0-5 faces per frame with the given mean (the paper's video: 0-5, 0.64 on average)."""
+    shape = {1: 0.19, 2: 0.10, 3: 0.04, 4: 0.02, 5: 0.01}
+    scale = mean / sum(c * p for c, p in shape.items())
+    faces = {c: p * scale for c, p in shape.items()}
+    return {0: 1 - sum(faces.values()), **faces}
+
+
+BUILT_IN = {"paper": lambda: paper_profile(True), "paper-video": lambda: paper_profile(False)}
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A built-in name or a YAML file; anything missing or malformed is a one-line error naming it."""
+    if name_or_path in BUILT_IN:
+        return BUILT_IN[name_or_path]()
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise UserError(f"--profile {name_or_path}: neither a built-in ({', '.join(BUILT_IN)}) nor a file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise UserError(f"{path}: not YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a profile is a mapping")
+    if raw.get("version") != PROFILE_VERSION:
+        raise UserError(f"{path}: profile version {raw.get('version')!r}, expected {PROFILE_VERSION}")
+    for key in ("name", "compute_ms", "thumbnail_bytes", "faces_per_frame"):
+        if key not in raw:
+            raise UserError(f"{path}: field {key} missing")
+    compute = raw["compute_ms"]
+    if not isinstance(compute, dict):
+        raise UserError(f"{path}: field compute_ms must map stages to quantile points")
+    missing = [stage for stage in STAGE_NAMES if stage not in compute]
+    if missing:
+        raise UserError(f"{path}: compute_ms lacks stage {missing[0]}")
+    faces = raw["faces_per_frame"]
+    if not isinstance(faces, dict) or not faces:
+        raise UserError(f"{path}: field faces_per_frame must map face counts to probabilities")
+    try:
+        faces = {int(k): float(v) for k, v in faces.items()}
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: faces_per_frame needs integer counts and numeric probabilities") from None
+    if any(c < 0 or p < 0 for c, p in faces.items()) or abs(sum(faces.values()) - 1) > 1e-3:
+        raise UserError(f"{path}: faces_per_frame probabilities must be >= 0 and sum to 1")
+    fps = raw.get("fps", 10.0)
+    if not isinstance(fps, (int, float)) or fps <= 0:
+        raise UserError(f"{path}: field fps={fps!r} must be a positive number")
+    return Profile(str(raw["name"]), {stage: _distribution(path, f"compute_ms.{stage}", compute[stage])
+                                      for stage in STAGE_NAMES},
+                   _distribution(path, "thumbnail_bytes", raw["thumbnail_bytes"]), faces, float(fps))
+
+
+def _distribution(path: Path, field: str, raw: object) -> Distribution:
+    try:
+        points = tuple((float(q), float(v)) for q, v in raw)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: field {field} must be a list of [quantile, value] pairs") from None
+    quantiles = [q for q, _ in points]
+    if len(points) < 2 or quantiles[0] != 0.0 or quantiles[-1] != 1.0:
+        raise UserError(f"{path}: field {field} must start at quantile 0 and end at quantile 1")
+    if any(b <= a for a, b in itertools.pairwise(quantiles)):
+        raise UserError(f"{path}: field {field} quantiles must increase")
+    if any(v < 0 for _, v in points) or any(b < a for (_, a), (_, b) in itertools.pairwise(points)):
+        raise UserError(f"{path}: field {field} values must be >= 0 and not decrease")
+    return Distribution(points)
+
+
+def derive_profile(events: list[dict], name: str) -> Profile:
+    """A profile from a real run's events: compute time quantiles per stage, thumbnail sizes, faces per frame."""
+    ingest = [e["compute_time_ms"] for e in events if e["stage"] == "ingest"]
+    detect = [e for e in events if e["stage"] == "detect"]
+    identify = [e["compute_time_ms"] for e in events if e["stage"] == "identify"]
+    if not ingest or not detect or not identify:
+        raise UserError(f"run has {len(ingest)} ingest, {len(detect)} detect and {len(identify)} identify events: "
+                        "a profile needs all three (did the run identify any face?)")
+    sizes = [e["data_size_bytes"] for e in events if e["stage"] == "identify" and e.get("data_size_bytes")]
+    counts = [e.get("face_count") or 0 for e in detect]
+    faces = {int(c): counts.count(c) / len(counts) for c in sorted(set(counts))}
+    return Profile(name, {"ingest": Distribution.from_samples(ingest),
+                          "detect": Distribution.from_samples([e["compute_time_ms"] for e in detect]),
+                          "identify": Distribution.from_samples(identify)},
+                   Distribution.from_samples(sizes or [37_300]), faces)

@@ -1,0 +1,240 @@
+"""`aitax emulate`: one emulated run per acceleration factor against the local brokers, and the verdicts.
+
+Per factor: fresh topics (partitions = consumer instances, RF 3, min.insync 2), consumer processes started and
+ready, producer processes offering `instances x fps x factor x faces/frame` for the window, a drain, then the identities
+read back for latency and throughput while broker CPU/disk and machine CPU/network were sampled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from aitax.errors import UserError
+from aitax.paths import aitax_home
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig
+from emulation.analysis import LatencySummary, Verdict, judge, saturated_resource, summarize
+from emulation.profile import Profile
+from emulation.resources import Sampler
+from pipeline.schema import Topics
+
+DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    factors: list[float]
+    duration_s: float
+    producers: int  # emulated ingest/detect instances (streams)
+    consumers: int  # emulated identify instances
+    processes: int  # OS processes per side
+    profile: Profile
+    profile_name: str
+    kafka_client: str = "confluent-kafka"
+    disk_write_capacity: float = 2.2e9  # bytes/s; this machine's sequential write measured with fio
+    events: str = "none"
+
+    def __post_init__(self) -> None:
+        if not self.factors or any(f <= 0 for f in self.factors):
+            raise UserError(f"--factors {self.factors}: every factor must be > 0")
+        if self.duration_s < 5:
+            raise UserError(f"--duration {self.duration_s}: at least 5 s per factor")
+        if self.producers < 1 or self.consumers < 1 or self.processes < 1:
+            raise UserError("--producers, --consumers and --processes must be at least 1")
+
+
+@dataclass
+class FactorResult:
+    factor: float
+    stable: bool
+    reasons: list[str]
+    brokers: int
+    drives_per_broker: int
+    producers: int
+    consumers: int
+    offered_faces_per_s: float
+    achieved_faces_per_s: float
+    produced_faces: int
+    identified_faces: int
+    backlog_faces: int
+    face_bytes_mean: float
+    latency: LatencySummary | None
+    first_half_ms: float
+    second_half_ms: float
+    broker_disk_write_bytes_per_s: float  # mean per broker (the TCO planner's input)
+    broker_disk_read_bytes_per_s: float
+    broker_write_bytes_per_s: dict[int, float] = field(default_factory=dict)
+    broker_cpu_cores: dict[int, float] = field(default_factory=dict)
+    machine_cpu_busy: float = 0.0
+    loopback_bytes_per_s: float = 0.0
+    saturated: str = ""
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "aitax.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _wait_ready(processes: list[tuple[subprocess.Popen, Path]], line: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if all(line in log.read_text(errors="replace") for _, log in processes):
+            return
+        for process, log in processes:
+            if process.poll() is not None:
+                raise UserError(f"emulated consumer exited during start-up; see {log}")
+        time.sleep(0.2)
+    raise UserError(f"emulated consumers not ready after {READY_TIMEOUT_S:.0f} s")
+
+
+def _stop(processes: list[subprocess.Popen], timeout_s: float = 60) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path) -> FactorResult:
+    from pipeline.evaluate import read_identities
+    from pipeline.transport.admin import group_lag
+
+    factor_run = f"{run_id}-x{factor:g}"
+    topics = Topics.with_prefix(f"emu-{factor_run}-")
+    kafka.ensure_topics(config, replace(config, faces_partitions=max(3, spec.consumers)).topics(topics))
+    logs = workdir / f"x{factor:g}"
+    logs.mkdir(parents=True, exist_ok=True)
+    common = ["--factor", str(factor), "--profile", spec.profile_name, "--run-id", factor_run, "--topic-prefix",
+              f"emu-{factor_run}-", "--kafka-client", spec.kafka_client, "--bootstrap", config.bootstrap_servers,
+              "--events", spec.events, "--metrics-port", "-1"]
+    group = f"emu-{factor_run}"
+    consumers = [(_spawn(["emulate-consumers", "--instances", str(n), "--group", group, *common],
+                         logs / f"consumers-{i}.log"), logs / f"consumers-{i}.log")
+                 for i, n in enumerate(_split(spec.consumers, spec.processes))]
+    try:
+        _wait_ready(consumers, "emulate-consumers: ready")
+        with Sampler(config) as sampler:
+            window_start, window_start_ns = time.monotonic(), time.time_ns()
+            producers = [_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
+                                 "--duration", str(spec.duration_s), *common], logs / f"producers-{i}.log")
+                         for i, n in enumerate(_split(spec.producers, spec.processes))]
+            for process in producers:
+                process.wait(spec.duration_s + 120)
+            window_end, window_end_ns = time.monotonic(), time.time_ns()
+            deadline = time.monotonic() + DRAIN_S
+            backlog = group_lag(config.bootstrap_servers, group, topics.faces)
+            while backlog > 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                backlog = group_lag(config.bootstrap_servers, group, topics.faces)
+            usage = sampler.usage(window_start, window_end)
+    finally:
+        _stop([process for process, _ in consumers])
+    failed = [log for process, log in consumers if process.returncode not in (0, None)]
+    failed += [logs / f"producers-{i}.log" for i, p in enumerate(producers) if p.returncode != 0]
+    if failed:
+        raise UserError(f"an emulated stage failed at {factor:g}x; see {failed[0]}")
+    produced, face_bytes = _produced(logs)
+    identities, _ = read_identities(config.bootstrap_servers, factor_run, topic=topics.identities)
+    offered = round(spec.producers * spec.profile.fps * factor * spec.profile.mean_faces_per_frame()
+                    * spec.duration_s)
+    in_window = [i for i in identities if window_start_ns <= i.identified_ns <= window_end_ns]
+    verdict: Verdict = judge(identities, offered, produced, identified_in_window=len(in_window))
+    latency = summarize(identities)
+    write_per_broker = _mean(usage.broker_write_bytes_per_s)
+    result = FactorResult(
+        factor=factor, stable=verdict.stable, reasons=verdict.reasons, brokers=config.brokers,
+        drives_per_broker=config.log_dirs_per_broker, producers=spec.producers, consumers=spec.consumers,
+        offered_faces_per_s=offered / spec.duration_s,
+        achieved_faces_per_s=len(in_window) / ((window_end_ns - window_start_ns) / 1e9),
+        produced_faces=produced, identified_faces=len(identities), backlog_faces=backlog,
+        face_bytes_mean=face_bytes, latency=latency, first_half_ms=verdict.first_half_ms,
+        second_half_ms=verdict.second_half_ms, broker_disk_write_bytes_per_s=write_per_broker,
+        broker_disk_read_bytes_per_s=_mean(usage.broker_read_bytes_per_s),
+        broker_write_bytes_per_s=usage.broker_write_bytes_per_s, broker_cpu_cores=usage.broker_cpu_cores,
+        machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s)
+    result.saturated = saturated_resource(usage.machine_cpu_busy, write_per_broker, spec.disk_write_capacity,
+                                          latency)
+    _delete_topics(config, topics)
+    return result
+
+
+def _mean(values: dict[int, float]) -> float:
+    return sum(values.values()) / len(values) if values else 0.0
+
+
+def _produced(logs: Path) -> tuple[int, float]:
+    """Faces acknowledged and mean thumbnail bytes, from the producer processes' summary lines."""
+    faces, total_bytes = 0, 0
+    for log in sorted(logs.glob("producers-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("emulate-producers: summary "):
+                summary = json.loads(line.removeprefix("emulate-producers: summary "))
+                faces += summary["acknowledged"]
+                total_bytes += summary["bytes"]
+    return faces, total_bytes / faces if faces else 0.0
+
+
+def _delete_topics(config: StackConfig, topics: Topics) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    for future in admin.delete_topics([topics.faces, topics.identities, topics.dlq]).values():
+        with contextlib.suppress(Exception):  # a topic that is already gone is fine
+            future.result(30)
+
+
+def run_sweep(spec: SweepSpec, config: StackConfig, progress=print) -> dict:
+    run_id = time.strftime("emu-%Y%m%d-%H%M%S")
+    workdir = aitax_home() / "emulation" / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for factor in spec.factors:
+        progress(f"{factor:g}x: {spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
+        result = run_factor(spec, config, factor, run_id, workdir)
+        results.append(result)
+        progress(_one_line(result))
+    document = {
+        "run_id": run_id, "profile": spec.profile.name, "replication_factor": config.replication_factor,
+        "brokers": config.brokers, "drives_per_broker": config.log_dirs_per_broker,
+        "duration_s": spec.duration_s, "kafka_client": spec.kafka_client,
+        "highest_stable_factor": highest_stable(results),
+        "factors": [asdict(r) for r in results],
+    }
+    (workdir / "results.json").write_text(json.dumps(document, indent=2))
+    return document
+
+
+def highest_stable(results: list[FactorResult]) -> float | None:
+    """The highest factor below the first unstable one (the paper's reading of Fig. 10 and 15)."""
+    best = None
+    for result in sorted(results, key=lambda r: r.factor):
+        if not result.stable:
+            break
+        best = result.factor
+    return best
+
+
+def _one_line(r: FactorResult) -> str:
+    latency = f"e2e mean {r.latency.mean_ms:.0f} ms p99 {r.latency.p99_ms:.0f} ms" if r.latency else "no faces"
+    return (f"  {r.factor:g}x {'stable' if r.stable else 'UNSTABLE'}: {r.achieved_faces_per_s:.0f}/"
+            f"{r.offered_faces_per_s:.0f} faces/s, {latency}, broker writes "
+            f"{r.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, cpu {r.machine_cpu_busy:.0%}; {r.saturated}")
+

@@ -1,0 +1,144 @@
+"""Emulated stage instances: the pipeline's own loops and Kafka code, with compute replaced by sleeps.
+
+An emulated ingest/detect instance is the real `detect_loop` fed by an ingest thread through a bounded queue
+(the real container's two processes, as threads); its `FindFaces` sleeps for a sampled detection time divided
+by the acceleration factor and returns faces of random bytes of sampled sizes. An emulated identify instance
+is the real `identify_loop` whose `IdentifyFaces` sleeps for the sampled per-face times / factor. Many
+instances share one OS process (threads: they mostly sleep), so the paper's counts can be scaled down.
+
+Every ingest thread keeps its own schedule (`fps` x factor); a frame's `scheduled_ns` is when the schedule wanted it,
+so a producer that falls behind shows up as lateness instead of silently offering less load.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from emulation.profile import Profile
+from pipeline.frames import Frame
+from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
+from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
+from pipeline.schema import FaceMessage, Topics
+from pipeline.transport import Consumer, Producer
+from telemetry.sinks import EventSink
+from telemetry.timing import Stopwatch
+
+# Thumbnails are slices of one random buffer: "meaningless data of the measured size" at no CPU cost per face.
+_RANDOM_POOL = os.urandom(4 * 1024 * 1024)
+_TINY_FRAME = np.zeros((1, 1, 3), np.uint8)  # frames stay inside the container: only their timing matters
+END_OF_STREAM = None
+
+
+def random_payload(size: int, rng: random.Random) -> bytes:
+    size = max(1, min(size, len(_RANDOM_POOL)))
+    start = rng.randrange(0, len(_RANDOM_POOL) - size + 1)
+    return _RANDOM_POOL[start:start + size]
+
+
+class EmulatedFaceFinder:
+    """Detection's compute as a sleep; faces of sampled count and size."""
+
+    def __init__(self, profile: Profile, factor: float, rng: random.Random) -> None:
+        self.profile, self.factor, self.rng = profile, factor, rng
+
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
+        with watch.time("emulated"):
+            time.sleep(self.profile.compute_ms["detect"].sample(self.rng) / self.factor / 1000)
+        return [FoundFace((0, 0, 160, 160), 1.0,
+                          random_payload(round(self.profile.thumbnail_bytes.sample(self.rng)), self.rng), "synthetic")
+                for _ in range(self.profile.sample_faces(self.rng))]
+
+
+class EmulatedIdentifier:
+    """Identification's compute as a sleep of the sampled per-face times, for the whole batch at once."""
+
+    def __init__(self, profile: Profile, factor: float, rng: random.Random) -> None:
+        self.profile, self.factor, self.rng = profile, factor, rng
+
+    def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
+        with watch.time("emulated"):
+            per_face = sum(self.profile.compute_ms["identify"].sample(self.rng) for _ in faces)
+            time.sleep(per_face / self.factor / 1000)
+        return [("emulated", 1.0) for _ in faces]
+
+
+def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random.Random, frames: queue.Queue,
+                    should_stop: Callable[[], bool]) -> None:
+    """The ingest side of one instance: a frame every 1/(fps x factor) seconds, each after a sleep for its
+    ingestion. The paper's streams were compute-bound at about 10 FPS: an accelerated pipeline takes frames
+    `factor` times as fast (its Fig. 10 throughput grows with the factor)."""
+    period_ns = int(1e9 / (profile.fps * factor))
+    start_ns = time.time_ns()
+    index = 0
+    try:
+        while not should_stop():
+            scheduled_ns = start_ns + index * period_ns
+            delay_s = (scheduled_ns - time.time_ns()) / 1e9
+            if delay_s > 0:
+                time.sleep(delay_s)
+            captured_ns = time.time_ns()
+            ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
+            time.sleep(ingest_ms / 1000)
+            frame = Frame(stream_id, index, _TINY_FRAME, captured_ns, time.time_ns(), ingest_ms, 0.0, scheduled_ns)
+            while not should_stop():
+                try:
+                    frames.put(frame, timeout=0.2)  # blocks when detection falls behind, as the real queue does
+                    break
+                except queue.Full:
+                    continue
+            index += 1
+    finally:
+        frames.put(END_OF_STREAM)
+
+
+def _drain(frames: queue.Queue) -> Iterator[Frame]:
+    while (frame := frames.get()) is not END_OF_STREAM:
+        yield frame
+
+
+def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
+                           sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
+                           key_by_face: bool = True, seed: int = 0) -> list[DetectStats]:
+    """Run `instances` emulated ingest/detect instances until `should_stop()`, then drain and flush."""
+    stats = [DetectStats() for _ in range(instances)]
+    threads = []
+    for i in range(instances):
+        rng = random.Random(f"{seed}-{stream_prefix}-{i}")
+        frames: queue.Queue = queue.Queue(maxsize=8)
+        stream_id = f"{stream_prefix}-{i}"
+        threads.append(threading.Thread(target=emulated_ingest, name=f"ingest-{stream_id}", daemon=True,
+                                        args=(stream_id, profile, factor, rng, frames, should_stop)))
+        threads.append(threading.Thread(
+            target=detect_loop, name=f"detect-{stream_id}", daemon=True,
+            args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
+                  producer, sink, run_id, factor, stats[i], topics, key_by_face)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    producer.flush(300)
+    return stats
+
+
+def run_consumer_instances(consumers: list[Consumer], producers: list[Producer], profile: Profile, factor: float,
+                           sink: EventSink, topics: Topics, should_stop: Callable[[], bool],
+                           seed: int = 0) -> list[IdentifyStats]:
+    """One emulated identify instance per (consumer, producer) pair, each in its own thread, until stopped."""
+    stats = [IdentifyStats() for _ in consumers]
+    threads = [threading.Thread(
+        target=identify_loop, name=f"identify-{i}", daemon=True,
+        args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
+              should_stop, 8, 0.2, factor, stats[i], topics))
+        for i, (consumer, producer) in enumerate(zip(consumers, producers, strict=True))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return stats

@@ -1,0 +1,124 @@
+"""Emulation profiles, the stability verdict, and the promise that emulation runs the pipeline's own code."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from aitax.errors import UserError
+from emulation import workers
+from emulation.analysis import judge, saturated_resource, summarize
+from emulation.profile import Distribution, derive_profile, load_profile, paper_profile
+from pipeline import identify, ingest_detect
+from pipeline.schema import IdentityMessage
+
+
+def test_emulated_stages_are_the_pipelines_own_loops() -> None:
+    # The emulator's honesty rests on this: only the compute functions differ.
+    assert workers.detect_loop is ingest_detect.detect_loop
+    assert workers.identify_loop is identify.identify_loop
+
+
+def test_distribution_samples_follow_its_quantiles() -> None:
+    distribution = Distribution(((0.0, 10.0), (0.5, 20.0), (0.99, 100.0), (1.0, 200.0)))
+    rng = random.Random(1)
+    samples = sorted(distribution.sample(rng) for _ in range(20_000))
+    assert samples[len(samples) // 2] == pytest.approx(20.0, rel=0.03)
+    assert samples[int(len(samples) * 0.9)] == pytest.approx(20 + 80 * 0.4 / 0.49, rel=0.03)  # 0.9 quantile
+    assert distribution.quantile(0.25) == 15.0
+    assert distribution.mean() == pytest.approx(0.5 * 15 + 0.49 * 60 + 0.01 * 150)
+
+
+def test_paper_profiles() -> None:
+    paper = paper_profile()
+    assert paper.compute_ms["detect"].mean() == 74.8
+    assert paper.compute_ms["identify"].mean() == 131.5
+    assert paper.thumbnail_bytes.mean() == 37_300
+    assert paper.mean_faces_per_frame() == 1.0
+    video = load_profile("paper-video")
+    assert video.mean_faces_per_frame() == pytest.approx(0.64)
+    assert max(video.faces_per_frame) == 5
+    assert paper.scaled_faces(0.25).thumbnail_bytes.mean() == pytest.approx(9_325)
+
+
+def test_profile_round_trips_through_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(load_profile("paper-video").to_yaml())
+    loaded = load_profile(str(path))
+    assert loaded.faces_per_frame == pytest.approx(load_profile("paper-video").faces_per_frame)
+    assert loaded.compute_ms["ingest"].mean() == 18.8
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("version: 1\nname: x\n", "field compute_ms missing"),
+    ("version: 2\n", "profile version 2"),
+    ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]]}\n"
+     "thumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\n", "lacks stage identify"),
+    ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]], "
+     "identify: [[0.5, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\n",
+     "compute_ms.identify must start at quantile 0"),
+    ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]], "
+     "identify: [[0, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 0.5}\n", "sum to 1"),
+])
+def test_bad_profiles_are_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=message):
+        load_profile(str(path))
+
+
+def test_unknown_profile_is_an_error() -> None:
+    with pytest.raises(UserError, match="neither a built-in"):
+        load_profile("no-such-profile")
+
+
+def test_profile_derived_from_events_has_their_quantiles() -> None:
+    events = [{"stage": "ingest", "compute_time_ms": float(v)} for v in range(1, 101)]
+    events += [{"stage": "detect", "compute_time_ms": 50.0 + v, "face_count": v % 3} for v in range(100)]
+    events += [{"stage": "identify", "compute_time_ms": 100.0, "data_size_bytes": 40_000} for _ in range(99)]
+    profile = derive_profile(events, "r")
+    assert profile.compute_ms["ingest"].quantile(0.5) == pytest.approx(50.5)
+    assert profile.compute_ms["ingest"].quantile(0.99) == pytest.approx(99.01)
+    assert profile.compute_ms["detect"].quantile(0.0) == 50.0
+    assert profile.compute_ms["identify"].mean() == 100.0
+    assert profile.thumbnail_bytes.mean() == 40_000
+    assert profile.faces_per_frame == {0: 0.34, 1: 0.33, 2: 0.33}
+    with pytest.raises(UserError, match="0 identify events"):
+        derive_profile([e for e in events if e["stage"] != "identify"], "r")
+
+
+def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
+    start = int(scheduled_ms * 1e6)
+    step = int(latency_ms * 1e6 / 6)
+    return IdentityMessage("r", "s", 0, 0, "emulated", 1.0, (0, 0, 1, 1), start, start + step, start + 2 * step,
+                           start + 3 * step, start + 4 * step, start + 5 * step, start + 6 * step)
+
+
+def test_steady_latency_at_full_throughput_is_stable() -> None:
+    identities = [_identity(i * 100, 300) for i in range(100)]
+    verdict = judge(identities, offered_faces=100, produced_faces=100)
+    assert verdict.stable and verdict.reasons == []
+    summary = summarize(identities)
+    assert summary.mean_ms == pytest.approx(300, abs=0.01)
+    assert sum(summary.breakdown_ms.values()) == pytest.approx(summary.mean_ms, abs=0.01)
+    assert summary.broker_wait_share == pytest.approx(1 / 6, abs=0.001)
+
+
+def test_growing_latency_is_unstable() -> None:
+    identities = [_identity(i * 100, 200 + 20 * i) for i in range(100)]
+    verdict = judge(identities, offered_faces=100, produced_faces=100)
+    assert not verdict.stable
+    assert "latency growing" in verdict.reasons[0]
+
+
+def test_missing_throughput_is_unstable() -> None:
+    verdict = judge([_identity(i * 100, 300) for i in range(50)], offered_faces=100, produced_faces=100)
+    assert not verdict.stable and "50 of 100" in verdict.reasons[0]
+
+
+def test_saturated_resource_names_the_busiest() -> None:
+    assert saturated_resource(0.97, 1e6, 2.2e9, None) == "cpu (machine) at 97%"
+    assert saturated_resource(0.30, 2.0e9, 2.2e9, None).startswith("broker storage writes at 91%")
+    assert "none above" in saturated_resource(0.3, 1e6, 2.2e9, None)
