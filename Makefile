@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup demo test test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml
 demo: setup  ## the whole pipeline end to end on the local stack: accuracy and latency
 	@$(AITAX) stack up
 	@$(AITAX) demo
+
+emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency runs away and what saturated
+	@$(AITAX) stack up
+	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
+	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
 
 test: setup lint  ## every test, against a real local stack the tests start and stop
 	@$(BIN)/python -m pytest -p no:cacheprovider; status=$$?; \

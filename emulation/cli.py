@@ -52,6 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--kafka-client", default="confluent-kafka", choices=("confluent-kafka", "kafka-python"))
     sweep.set_defaults(func=_emulate)
 
+    scaling = subparsers.add_parser(
+        "emulate-scaling", help="the paper's Fig. 15: highest stable factor per broker count, drives, face size",
+        description="Repeats the sweep per configuration. brokers/drives restart Kafka (fresh storage) with each "
+                    "value and restore the original shape at the end; face-size scales the thumbnails.")
+    scaling.add_argument("dimension", choices=("brokers", "drives", "face-size"), help="what to vary")
+    scaling.add_argument("--values", type=_factors, required=True, help="e.g. 3,4,6,8 or 1,0.5,0.25,0.125")
+    scaling.add_argument("--factors", type=_factors, default=[1, 2, 4, 8, 16, 32], help="default 1,2,4,8,16,32")
+    scaling.add_argument("--duration", type=float, default=20.0, help="seconds per factor (default 20)")
+    scaling.add_argument("--producers", type=int, default=4, help="emulated ingest/detect instances (default 4)")
+    scaling.add_argument("--consumers", type=int, default=8, help="emulated identify instances (default 8)")
+    scaling.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2)")
+    scaling.add_argument("--profile", default="paper", help="built-in profile or YAML file")
+    scaling.add_argument("--out", type=Path, help="results JSON")
+    scaling.set_defaults(func=_emulate_scaling)
+
     producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
                                       description="N emulated ingest/detect instances, each on its own schedule, "
                                                   "sharing one Kafka producer.")
@@ -107,6 +122,29 @@ def _emulate(args: argparse.Namespace) -> int:
     if args.plots:
         for path in write_plots(document, args.plots):
             print(f"wrote {path}")
+    return 0
+
+
+def _emulate_scaling(args: argparse.Namespace) -> int:
+    from emulation.profile import load_profile
+    from emulation.sweep import SweepSpec, run_scaling
+
+    limits = {"brokers": (3, 8), "drives": (1, 4), "face-size": (0.01, 1)}[args.dimension]
+    bad = [v for v in args.values if not limits[0] <= v <= limits[1]]
+    if bad:
+        raise UserError(f"--values {bad[0]:g}: {args.dimension} must be between {limits[0]:g} and {limits[1]:g}")
+    spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes,
+                     load_profile(args.profile), args.profile)
+    document = run_scaling(args.dimension, args.values, spec)
+    print(f"\n{'configuration':<22}{'highest stable':>15}{'paper (Fig. 15)':>17}")
+    for row in document["rows"]:
+        ours, paper = row["highest_stable_factor"], row["paper"]
+        print(f"{args.dimension + ' ' + format(row['value'], 'g'):<22}"
+              f"{'none' if ours is None else format(ours, 'g') + 'x':>15}"
+              f"{'-' if paper is None else format(paper, 'g') + 'x':>17}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(document, indent=2))
     return 0
 
 

@@ -238,3 +238,44 @@ def _one_line(r: FactorResult) -> str:
             f"{r.offered_faces_per_s:.0f} faces/s, {latency}, broker writes "
             f"{r.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, cpu {r.machine_cpu_busy:.0%}; {r.saturated}")
 
+
+
+# The paper's Fig. 15: the highest stable factor it found per configuration (3 brokers x 1 drive, full faces).
+PAPER_FIG15 = {"brokers": {3: 6, 4: 8, 6: 16, 8: 32}, "drives": {1: 6, 2: 12, 3: 24, 4: 32},
+               "face-size": {1.0: 6, 0.5: None, 0.25: None, 0.125: None}}
+
+
+def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> dict:
+    """One sweep per configuration along `dimension`; the table of highest stable factors (Fig. 15)."""
+    from aitax.stack.stack import current_config, reshape_kafka
+
+    original = current_config()
+    if original is None:
+        raise UserError("no local stack: run `aitax stack up` first")
+    rows = []
+    try:
+        for value in values:
+            config, run_spec = original, spec
+            if dimension == "brokers":
+                config = reshape_kafka(original, int(value), original.log_dirs_per_broker, progress)
+            elif dimension == "drives":
+                config = reshape_kafka(original, original.brokers, int(value), progress)
+            else:
+                run_spec = replace(spec, profile=spec.profile.scaled_faces(value),
+                                   profile_name=_write_profile(spec.profile.scaled_faces(value)))
+            progress(f"== {dimension} {value:g}")
+            document = run_sweep(run_spec, config, progress)
+            rows.append({"dimension": dimension, "value": value, "highest_stable_factor":
+                         document["highest_stable_factor"], "paper": PAPER_FIG15[dimension].get(value),
+                         "results": document})
+    finally:
+        if dimension in ("brokers", "drives"):
+            reshape_kafka(current_config() or original, original.brokers, original.log_dirs_per_broker, progress)
+    return {"dimension": dimension, "rows": rows}
+
+
+def _write_profile(profile: Profile) -> str:
+    path = aitax_home() / "emulation" / "profiles" / f"{profile.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile.to_yaml())
+    return str(path)

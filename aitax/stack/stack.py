@@ -251,3 +251,17 @@ def resolve_bootstrap(explicit: str | None) -> str:
     if config is None:
         raise UserError("no Kafka brokers known: pass --bootstrap HOST:PORT or run `aitax stack up`")
     return config.bootstrap_servers
+
+
+def reshape_kafka(config: StackConfig, brokers: int, log_dirs_per_broker: int, progress=print) -> StackConfig:
+    """Restart Kafka alone with another broker count or log dirs per broker, on fresh storage (experiments
+    like the paper's Fig. 15); Elasticsearch and Prometheus keep running."""
+    import shutil
+
+    for broker in kafka.brokers(config):
+        broker.process.stop()
+    shutil.rmtree(stack_dir() / "kafka", ignore_errors=True)
+    reshaped = replace(config, brokers=brokers, log_dirs_per_broker=log_dirs_per_broker)
+    reshaped.save(description_file())
+    progress(f"restarting Kafka with {brokers} brokers x {log_dirs_per_broker} log dirs")
+    return up(reshaped, progress)
