@@ -67,6 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--out", type=Path, help="results JSON")
     scaling.set_defaults(func=_emulate_scaling)
 
+    faults = subparsers.add_parser("faults", help="fault scenarios under emulated load: lost, duplicated, stall",
+                                   description="Runs the emulated pipeline at a steady rate while a broker, the "
+                                               "KRaft controller, two brokers, a consumer or Elasticsearch fails, "
+                                               "then accounts for every face.")
+    faults.add_argument("--scenarios", default="all", help="comma-separated names, or all")
+    faults.add_argument("--factor", type=float, default=2.0, help="acceleration factor of the load (default 2)")
+    faults.add_argument("--json", type=Path, help="write the results as JSON")
+    faults.set_defaults(func=_faults)
+
     producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
                                       description="N emulated ingest/detect instances, each on its own schedule, "
                                                   "sharing one Kafka producer.")
@@ -146,6 +155,29 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(document, indent=2))
     return 0
+
+
+def _faults(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from aitax.stack.stack import current_config
+    from emulation.faults import SCENARIOS, print_table, run_scenario
+
+    names = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(SCENARIOS)}")
+    config = current_config()
+    if config is None or (not config.elasticsearch and "elasticsearch-outage" in names):
+        raise UserError("the fault scenarios need the local stack (with Elasticsearch): `aitax stack up`")
+    results = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        results.append(run_scenario(name, config, factor=args.factor))
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0 if all(r.passed for r in results) else 1
 
 
 def _emulate_producers(args: argparse.Namespace) -> int:

@@ -113,46 +113,88 @@ def _stop(processes: list[subprocess.Popen], timeout_s: float = 60) -> None:
             process.wait()
 
 
-def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path) -> FactorResult:
-    from pipeline.evaluate import read_identities
-    from pipeline.transport.admin import group_lag
+class EmulatedLoad:
+    """One emulated run's processes and topics: consumers first (and ready), then producers for the window,
+    then a drain. The sweep measures it; the fault scenarios disturb it while it runs."""
 
-    factor_run = f"{run_id}-x{factor:g}"
-    topics = Topics.with_prefix(f"emu-{factor_run}-")
-    kafka.ensure_topics(config, replace(config, faces_partitions=max(3, spec.consumers)).topics(topics))
-    logs = workdir / f"x{factor:g}"
-    logs.mkdir(parents=True, exist_ok=True)
-    common = ["--factor", str(factor), "--profile", spec.profile_name, "--run-id", factor_run, "--topic-prefix",
-              f"emu-{factor_run}-", "--kafka-client", spec.kafka_client, "--bootstrap", config.bootstrap_servers,
-              "--events", spec.events, "--metrics-port", "-1"]
-    group = f"emu-{factor_run}"
-    consumers = [(_spawn(["emulate-consumers", "--instances", str(n), "--group", group, *common],
-                         logs / f"consumers-{i}.log"), logs / f"consumers-{i}.log")
-                 for i, n in enumerate(_split(spec.consumers, spec.processes))]
+    def __init__(self, spec: SweepSpec, config: StackConfig, factor: float, run_name: str, workdir: Path,
+                 events: str | None = None) -> None:
+        self.spec, self.config, self.factor, self.run_name = spec, config, factor, run_name
+        self.topics = Topics.with_prefix(f"emu-{run_name}-")
+        self.group = f"emu-{run_name}"
+        self.logs = workdir / run_name
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.common = ["--factor", str(factor), "--profile", spec.profile_name, "--run-id", run_name,
+                       "--topic-prefix", f"emu-{run_name}-", "--kafka-client", spec.kafka_client, "--bootstrap",
+                       config.bootstrap_servers, "--events", events or spec.events, "--metrics-port", "-1"]
+        self.consumers: list[tuple[subprocess.Popen, Path]] = []
+        self.producers: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self) -> None:
+        kafka.ensure_topics(self.config, replace(self.config, faces_partitions=max(3, self.spec.consumers))
+                            .topics(self.topics))
+        for i, n in enumerate(_split(self.spec.consumers, self.spec.processes)):
+            log = self.logs / f"consumers-{i}.log"
+            self.consumers.append((_spawn(["emulate-consumers", "--instances", str(n), "--group", self.group,
+                                           *self.common], log), log))
+        _wait_ready(self.consumers, "emulate-consumers: ready")
+        for i, n in enumerate(_split(self.spec.producers, self.spec.processes)):
+            log = self.logs / f"producers-{i}.log"
+            self.producers.append((_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
+                                           "--duration", str(self.spec.duration_s), *self.common], log), log))
+
+    def wait_producers(self, timeout_s: float) -> None:
+        for process, _ in self.producers:
+            process.wait(timeout_s)
+
+    def drain(self, timeout_s: float) -> int:
+        """Wait for the consumers to catch up; returns the faces still not identified."""
+        from pipeline.transport.admin import group_lag
+
+        deadline = time.monotonic() + timeout_s
+        backlog = group_lag(self.config.bootstrap_servers, self.group, self.topics.faces)
+        while backlog > 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            backlog = group_lag(self.config.bootstrap_servers, self.group, self.topics.faces)
+        return backlog
+
+    def stop(self) -> None:
+        _stop([process for process, _ in self.consumers + self.producers])
+
+    def failures(self, ignore: set[int] = frozenset()) -> list[Path]:
+        """Logs of processes that failed (killed on purpose: their pids in `ignore`)."""
+        return [log for process, log in self.consumers + self.producers
+                if process.pid not in ignore and process.returncode not in (0, None)]
+
+    def produced(self) -> tuple[int, float]:
+        return _produced(self.logs)
+
+    def identities(self):
+        from pipeline.evaluate import read_identities
+
+        return read_identities(self.config.bootstrap_servers, self.run_name, topic=self.topics.identities)
+
+    def delete_topics(self) -> None:
+        _delete_topics(self.config, self.topics)
+
+
+def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path) -> FactorResult:
+    load = EmulatedLoad(spec, config, factor, f"{run_id}-x{factor:g}", workdir)
     try:
-        _wait_ready(consumers, "emulate-consumers: ready")
         with Sampler(config) as sampler:
+            load.start()
             window_start, window_start_ns = time.monotonic(), time.time_ns()
-            producers = [_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
-                                 "--duration", str(spec.duration_s), *common], logs / f"producers-{i}.log")
-                         for i, n in enumerate(_split(spec.producers, spec.processes))]
-            for process in producers:
-                process.wait(spec.duration_s + 120)
+            load.wait_producers(spec.duration_s + 120)
             window_end, window_end_ns = time.monotonic(), time.time_ns()
-            deadline = time.monotonic() + DRAIN_S
-            backlog = group_lag(config.bootstrap_servers, group, topics.faces)
-            while backlog > 0 and time.monotonic() < deadline:
-                time.sleep(0.5)
-                backlog = group_lag(config.bootstrap_servers, group, topics.faces)
+            backlog = load.drain(DRAIN_S)
             usage = sampler.usage(window_start, window_end)
     finally:
-        _stop([process for process, _ in consumers])
-    failed = [log for process, log in consumers if process.returncode not in (0, None)]
-    failed += [logs / f"producers-{i}.log" for i, p in enumerate(producers) if p.returncode != 0]
+        load.stop()
+    failed = load.failures()
     if failed:
         raise UserError(f"an emulated stage failed at {factor:g}x; see {failed[0]}")
-    produced, face_bytes = _produced(logs)
-    identities, _ = read_identities(config.bootstrap_servers, factor_run, topic=topics.identities)
+    produced, face_bytes = load.produced()
+    identities, _ = load.identities()
     offered = round(spec.producers * spec.profile.fps * factor * spec.profile.mean_faces_per_frame()
                     * spec.duration_s)
     in_window = [i for i in identities if window_start_ns <= i.identified_ns <= window_end_ns]
@@ -172,7 +214,7 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
         machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s)
     result.saturated = saturated_resource(usage.machine_cpu_busy, write_per_broker, spec.disk_write_capacity,
                                           latency)
-    _delete_topics(config, topics)
+    load.delete_topics()
     return result
 
 

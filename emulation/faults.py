@@ -1,0 +1,247 @@
+"""Faults under load: the emulated pipeline runs at a steady rate while a broker, the KRaft controller, two
+brokers, a consumer or Elasticsearch fails; then every face is accounted for.
+
+Accounting: the faces the producers had acknowledged, the distinct faces the `faces` topic holds, and the
+distinct faces that came out of identify (duplicates after a rebalance counted, then removed). The producer
+stall is the longest gap between consecutive broker append timestamps on the `faces` topic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aitax.paths import aitax_home
+from aitax.stack import elasticsearch as es_component
+from aitax.stack import kafka
+from aitax.stack import stack as local_stack
+from aitax.stack.config import StackConfig
+from emulation.profile import paper_profile
+from emulation.sweep import EmulatedLoad, SweepSpec
+
+
+@dataclass
+class FaultResult:
+    scenario: str
+    offered_faces_per_s: float
+    acknowledged: int
+    in_topic: int
+    identified: int
+    duplicates: int
+    lost: int  # acknowledged by the brokers but never identified
+    stall_s: float
+    isr_restored: bool | None
+    dead_letters: int = 0
+    process_failures: int = 0  # stage processes that exited with an error (not counting ones killed on purpose)
+    events_in_elasticsearch: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return (self.lost == 0 and self.in_topic >= self.acknowledged and self.isr_restored is not False
+                and self.process_failures == 0)
+
+
+@dataclass
+class Context:
+    config: StackConfig
+    load: EmulatedLoad
+    notes: list[str]
+    killed_pids: set[int] = field(default_factory=set)
+
+
+def active_controller(config: StackConfig) -> int:
+    output = kafka.run_tool("org.apache.kafka.tools.MetadataQuorumCommand",
+                            ["--bootstrap-server", config.bootstrap_servers, "describe", "--status"])
+    for line in output.splitlines():
+        if line.startswith("LeaderId:"):
+            return int(line.split(":")[1])
+    raise RuntimeError(f"no LeaderId in: {output[:200]}")
+
+
+def _kill_broker_then_restart(pick: Callable[[Context], int], down_s: float) -> Callable[[Context], None]:
+    def disrupt(ctx: Context) -> None:
+        node = pick(ctx)
+        ctx.notes.append(f"SIGKILL broker {node}, restarted after {down_s:g} s")
+        local_stack.kill_broker(ctx.config, node)
+        time.sleep(down_s)
+        local_stack.start_broker(ctx.config, node)
+    return disrupt
+
+
+def _two_brokers_down(ctx: Context) -> None:
+    first, second = ctx.config.node_ids[-2:]
+    local_stack.kill_broker(ctx.config, first)
+    local_stack.kill_broker(ctx.config, second)
+    ctx.notes.append(f"SIGKILL brokers {first} and {second} (below min.insync 2) for 8 s, then one by one")
+    time.sleep(8)
+    local_stack.start_broker(ctx.config, first)
+    time.sleep(4)
+    local_stack.start_broker(ctx.config, second)
+
+
+def _kill_consumer(ctx: Context) -> None:
+    process, _ = ctx.load.consumers[0]
+    ctx.killed_pids.add(process.pid)
+    os.kill(process.pid, signal.SIGKILL)
+    ctx.notes.append("SIGKILL one identify process mid-batch; the group rebalances")
+
+
+def _elasticsearch_outage(ctx: Context) -> None:
+    es_component.process().stop()
+    ctx.notes.append("Elasticsearch stopped for 30 s")
+    time.sleep(30)
+    local_stack.up(ctx.config, progress=lambda _: None)
+
+
+def _poison(ctx: Context) -> None:
+    from pipeline.transport import make_producer
+
+    producer = make_producer("confluent-kafka", ctx.config.bootstrap_servers)
+    for value, headers in ((os.urandom(300), {}), (b"x", {"aitax.schema": b"9"}),
+                           (b"y", {"aitax.schema": b"1", "aitax.meta": b"{}"})):
+        producer.send(ctx.load.topics.faces, value, key=b"poison", headers=headers)
+    producer.flush(30)
+    ctx.notes.append("3 poison records injected")
+
+
+SCENARIOS: dict[str, tuple[Callable[[Context], None], float]] = {
+    # name: (disruption, seconds of load)
+    "broker-kill": (_kill_broker_then_restart(lambda ctx: ctx.config.node_ids[-1], 5), 24),
+    "controller-kill": (_kill_broker_then_restart(lambda ctx: active_controller(ctx.config), 5), 24),
+    "two-brokers-down": (_two_brokers_down, 30),
+    "consumer-kill": (_kill_consumer, 24),
+    "elasticsearch-outage": (_elasticsearch_outage, 40),
+    "poison-records": (_poison, 16),
+}
+
+
+BROKER_SCENARIOS = {"broker-kill", "controller-kill", "two-brokers-down"}
+
+
+def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]:
+    """Distinct faces held by the topic, and the longest gap between consecutive broker append times (s)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pipeline.schema import MalformedRecordError, decode_face
+
+    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        remaining = {p for p, end in ends.items() if end > 0}
+        faces, appended = set(), []
+        deadline = time.monotonic() + 60
+        while remaining and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 1.0):
+                if message.error():
+                    continue
+                if message.offset() + 1 >= ends[message.partition()]:
+                    remaining.discard(message.partition())
+                appended.append(message.timestamp()[1])
+                try:
+                    face = decode_face(message.value(), dict(message.headers() or []))
+                except MalformedRecordError:
+                    continue
+                faces.add(face.key)
+        appended.sort()
+        gap = max((b - a for a, b in itertools.pairwise(appended)), default=0) / 1000
+        return faces, gap
+    finally:
+        consumer.close()
+
+
+def _count_dead_letters(config: StackConfig, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    finally:
+        consumer.close()
+
+
+def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers: int = 2, consumers: int = 4,
+                 workdir: Path | None = None) -> FaultResult:
+    disrupt, duration_s = SCENARIOS[name]
+    spec = SweepSpec([factor], duration_s, producers, consumers, processes=2, profile=paper_profile(),
+                     profile_name="paper")
+    run_name = f"fault-{name}-{random.Random().randrange(16**6):06x}"
+    events = f"es:{config.elasticsearch_url}" if name == "elasticsearch-outage" else None
+    load = EmulatedLoad(spec, config, factor, run_name, workdir or aitax_home() / "faults", events=events)
+    context = Context(config, load, [])
+    try:
+        load.start()
+        time.sleep(duration_s / 4)
+        disruption = threading.Thread(target=disrupt, args=(context,), daemon=True)
+        disruption.start()
+        load.wait_producers(duration_s + 300)
+        disruption.join(120)
+        backlog = load.drain(120)
+        if backlog:
+            context.notes.append(f"{backlog} faces still queued after the drain")
+    finally:
+        load.stop()
+    health = kafka.cluster_health(config)
+    deadline = time.monotonic() + 60
+    while not health.healthy(config.node_ids) and time.monotonic() < deadline:
+        time.sleep(1)
+        health = kafka.cluster_health(config)
+    failed = load.failures(ignore=context.killed_pids)
+    if failed:
+        context.notes.append(f"process failed: see {failed[0]}")
+    acknowledged, _ = load.produced()
+    in_topic, stall_s = read_face_topic(config, load.topics.faces)
+    identities, duplicates = load.identities()
+    identified = {i.key for i in identities}
+    result = FaultResult(
+        scenario=name, offered_faces_per_s=producers * 10 * factor, acknowledged=acknowledged,
+        in_topic=len(in_topic), identified=len(identified & in_topic), duplicates=duplicates,
+        lost=len(in_topic - identified), stall_s=round(stall_s, 2),
+        isr_restored=health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None,
+        dead_letters=_count_dead_letters(config, load.topics.dlq), process_failures=len(failed),
+        notes=context.notes)
+    if name == "elasticsearch-outage":
+        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name)
+        result.notes.append(f"events in Elasticsearch after replay: {result.events_in_elasticsearch}")
+    load.delete_topics()
+    return result
+
+
+def _events_in_elasticsearch(config: StackConfig, run_name: str) -> dict[str, int]:
+    from elasticsearch import Elasticsearch
+
+    es = Elasticsearch(config.elasticsearch_url)
+    deadline = time.monotonic() + 60
+    counts: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        es.indices.refresh(index="aitax-events-*")
+        buckets = es.search(index="aitax-events-*", size=0, query={"term": {"run_id": run_name}},
+                            aggs={"stages": {"terms": {"field": "stage"}}})["aggregations"]["stages"]["buckets"]
+        counts = {b["key"]: b["doc_count"] for b in buckets}
+        if counts.get("ingest") == counts.get("detect") and counts.get("identify") == counts.get("broker_wait"):
+            break
+        time.sleep(2)
+    return dict(sorted(counts.items()))
+
+
+def print_table(results: list[FaultResult]) -> None:
+    print(f"\n{'scenario':<22}{'load/s':>7}{'acked':>7}{'in topic':>9}{'identified':>11}{'dups':>6}{'lost':>6}"
+          f"{'stall s':>8}{'ISR':>5}{'DLQ':>5}  verdict")
+    for r in results:
+        isr = "-" if r.isr_restored is None else ("3/3" if r.isr_restored else "NO")
+        print(f"{r.scenario:<22}{r.offered_faces_per_s:>7.0f}{r.acknowledged:>7}{r.in_topic:>9}{r.identified:>11}"
+              f"{r.duplicates:>6}{r.lost:>6}{r.stall_s:>8.1f}{isr:>5}{r.dead_letters:>5}  "
+              f"{'ok' if r.passed else 'FAILED'}")
+        for note in r.notes:
+            print(f"{'':<22}{note}")
