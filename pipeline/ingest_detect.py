@@ -45,7 +45,7 @@ FindFaces = Callable[[np.ndarray, Stopwatch], list[FoundFace]]
 class MtcnnFaceFinder:
     """The real detection compute: MTCNN, a square crop with margin, 160x160, PNG or JPEG."""
 
-    def __init__(self, min_face_size: int, margin: float = 0.2, encoding: str = "jpeg", jpeg_quality: int = 90,
+    def __init__(self, min_face_size: int, margin: float = 0.2, encoding: str = "png", jpeg_quality: int = 90,
                  min_confidence: float = 0.9) -> None:
         from pipeline.detect import FaceDetector
 
