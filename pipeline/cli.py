@@ -70,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="native: the source's frame rate; max: as fast as detection goes")
     ingest.add_argument("--loop", action="store_true", help="restart a file at its end (long runs)")
     ingest.add_argument("--max-frames", type=int, help="stop after this many frames")
+    ingest.add_argument("--checkpoint", type=Path,
+                        help="file recording the first frame not yet fully acknowledged (written every second)")
+    ingest.add_argument("--resume", action="store_true",
+                        help="start at the --checkpoint's frame, in its run: nothing ingested before a crash is lost")
     ingest.add_argument("--size", type=_size, default=(960, 540), help="resize to WIDTHxHEIGHT (default 960x540)")
     ingest.add_argument("--min-face-size", type=int, default=40, help="smallest face in px at that size (default 40)")
     ingest.add_argument("--encoding", choices=("png", "jpeg"), default="png",
@@ -209,17 +213,26 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     if not 1 <= args.jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
     from pipeline.facenet import set_tf_threads
-    from pipeline.ingest_detect import MtcnnFaceFinder, run_ingest_detect
+    from pipeline.ingest_detect import Checkpoint, MtcnnFaceFinder, run_ingest_detect
 
     set_tf_threads(args.threads, 1)
     find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
     producer = make_producer(args.kafka_client, bootstrap)
+    run_id, start_frame, checkpoint = args.run_id or new_run_id(), 0, None
+    if args.resume and not args.checkpoint:
+        raise UserError("--resume needs --checkpoint FILE")
+    if args.checkpoint:
+        saved = Checkpoint.read(args.checkpoint, args.video, args.stream_id) if args.resume else None
+        if saved is not None:
+            start_frame, run_id = saved
+            print(f"{args.stream_id}: resuming run {run_id} at frame {start_frame}", flush=True)
+        checkpoint = Checkpoint(args.checkpoint, args.video, args.stream_id, run_id)
     sink, metrics = telemetry_for(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
-    run_id = args.run_id or new_run_id()
     try:
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
-                                  queue_size=args.queue_size, metrics=metrics)
+                                  queue_size=args.queue_size, metrics=metrics, checkpoint=checkpoint,
+                                  start_frame=start_frame)
     finally:
         sink.close()
         metrics.close()

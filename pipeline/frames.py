@@ -61,21 +61,29 @@ def native_fps(capture: cv2.VideoCapture, default: float = 30.0) -> float:
 
 
 def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = "native", loop: bool = False,
-                max_frames: int | None = None) -> Iterator[Frame]:
+                max_frames: int | None = None, start_frame: int = 0) -> Iterator[Frame]:
     """Decode, convert to RGB and resize frames; `pace=native` keeps the source's frame rate, `max` does not wait.
 
-    With `loop`, a file restarts at its end and frame indices keep counting, so every frame stays unique."""
+    With `loop`, a file restarts at its end and frame indices keep counting, so every frame stays unique.
+    `start_frame` resumes a file where a previous run stopped (indices continue from it)."""
     from pipeline.crop import resize_frame
 
     if pace not in ("native", "max"):
         raise UserError(f"--pace {pace!r}: expected native or max")
     capture = open_video(source)
+    if start_frame:
+        length = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        if source.startswith(STREAM_SCHEMES) or length <= 0:
+            raise UserError(f"video {source}: a live stream cannot resume at frame {start_frame}")
+        if start_frame >= length and not loop:
+            return
+        capture.set(cv2.CAP_PROP_POS_FRAMES, start_frame % length)
     period_ns = int(1e9 / native_fps(capture))
     start_ns = time.time_ns()
-    index = 0
+    index = start_frame
     try:
-        while max_frames is None or index < max_frames:
-            scheduled_ns = start_ns + index * period_ns
+        while max_frames is None or index - start_frame < max_frames:
+            scheduled_ns = start_ns + (index - start_frame) * period_ns
             if pace == "native":
                 delay = (scheduled_ns - time.time_ns()) / 1e9
                 if delay > 0:

@@ -7,6 +7,7 @@ real one runs MTCNN, the emulator's sleeps. Everything else (queue, Kafka, event
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
@@ -15,10 +16,12 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cv2
 import numpy as np
 
+from aitax.errors import UserError
 from pipeline.frames import Frame
 from pipeline.schema import DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.transport import DeliveryReport, Producer
@@ -28,6 +31,7 @@ from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
 
 END_OF_STREAM = None
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,12 +86,63 @@ class DetectStats:
     bytes_sent: int = 0
     acknowledged: int = 0
     failed: list[str] = field(default_factory=list)  # delivery errors: the run must not report success
+    done_through: int = -1  # every frame up to this index has all its faces acknowledged: the resume point
+    _unacknowledged: dict[int, int] = field(default_factory=dict)  # frame -> faces not yet acknowledged
+    _done_out_of_order: set[int] = field(default_factory=set)
+
+    def frame_sent(self, index: int, faces: int) -> None:
+        """Call before sending a frame's faces (an acknowledgement may arrive while sending)."""
+        if faces:
+            self._unacknowledged[index] = faces
+        else:
+            self._frame_done(index)
 
     def on_delivery(self, report: DeliveryReport) -> None:
-        if report.error is None:
-            self.acknowledged += 1
-        else:
+        if report.error is not None:
             self.failed.append(report.error)
+            return
+        self.acknowledged += 1
+        if report.opaque is not None:
+            self._unacknowledged[report.opaque] -= 1
+            if not self._unacknowledged[report.opaque]:
+                del self._unacknowledged[report.opaque]
+                self._frame_done(report.opaque)
+
+    def _frame_done(self, index: int) -> None:
+        self._done_out_of_order.add(index)
+        while self.done_through + 1 in self._done_out_of_order:
+            self.done_through += 1
+            self._done_out_of_order.discard(self.done_through)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a stream can resume after ingest-detect dies: the first frame not fully acknowledged."""
+
+    path: Path
+    source: str
+    stream_id: str
+    run_id: str
+
+    def save(self, next_frame: int) -> None:
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps({"source": self.source, "stream_id": self.stream_id, "run_id": self.run_id,
+                                       "next_frame": next_frame, "saved_ns": time.time_ns()}))
+        partial.replace(self.path)  # atomic: a crash never leaves half a checkpoint
+
+    @staticmethod
+    def read(path: Path, source: str, stream_id: str) -> tuple[int, str] | None:
+        """(next frame, run id) of a previous run of the same stream and source, or None."""
+        try:
+            saved = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise UserError(f"--checkpoint {path}: unreadable ({error})") from None
+        if saved.get("source") != source or saved.get("stream_id") != stream_id:
+            raise UserError(f"--checkpoint {path}: belongs to stream {saved.get('stream_id')!r} of "
+                            f"{saved.get('source')!r}, not {stream_id!r} of {source!r}")
+        return int(saved["next_frame"]), str(saved["run_id"])
 
 
 def identity_of_process() -> dict[str, str]:
@@ -96,7 +151,8 @@ def identity_of_process() -> dict[str, str]:
 
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
                 acceleration_factor: float = 1.0, stats: DetectStats | None = None,
-                topics: Topics = DEFAULT_TOPICS, key_by_face: bool = False) -> DetectStats:
+                topics: Topics = DEFAULT_TOPICS, key_by_face: bool = False,
+                checkpoint: Checkpoint | None = None) -> DetectStats:
     """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events.
 
     Records are keyed by stream (a camera stays on one partition and one consumer); `key_by_face` spreads one
@@ -107,6 +163,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
     stats = stats or DetectStats()
     where = identity_of_process()
     logging_ms = 0.0  # the previous frame's event logging, reported with this frame (it cannot time itself)
+    next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
     for frame in frames:
         watch = Stopwatch()
         watch.add("events", logging_ms)
@@ -117,6 +174,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         detected_ns = time.time_ns()
         payload = 0
         with watch.time("kafka"):
+            stats.frame_sent(frame.index, len(faces))
             for face_index, face in enumerate(faces):
                 meta = FaceMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
                                 face_index=face_index, faces_in_frame=len(faces), box=face.box,
@@ -127,7 +185,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                 key, value, headers = encode_face(FaceMessage(meta, face.thumbnail))
                 if key_by_face:
                     key = f"{frame.stream_id}/{frame.index}/{face_index}".encode()
-                producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery)
+                producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery,
+                              opaque=frame.index)
                 payload += len(value)
             producer.poll(0)
         substeps = watch.with_other((time.perf_counter() - started) * 1000 + logging_ms)
@@ -147,20 +206,28 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                         compute_time_ms=compute_ms, face_count=len(faces), data_size_bytes=payload,
                         substeps_ms=substeps, **common))
         logging_ms = (time.perf_counter() - logging_started) * 1000
+        if checkpoint is not None and time.monotonic() >= next_checkpoint:
+            checkpoint.save(stats.done_through + 1)
+            next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
     producer.flush(300)
+    producer.poll(0)
+    if checkpoint is not None:
+        checkpoint.save(stats.done_through + 1)
     return stats
 
 
 # -- the two processes ---------------------------------------------------------------------------------------
 
 def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
-                    max_frames: int | None, frames: multiprocessing.Queue, stop: multiprocessing.Event) -> None:
+                    max_frames: int | None, start_frame: int, frames: multiprocessing.Queue,
+                    stop: multiprocessing.Event) -> None:
     """Process 1: decode + resize into the bounded queue (put blocks when detection falls behind)."""
     from pipeline.frames import read_frames
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
     try:
-        for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames):
+        for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
+                                 start_frame=start_frame):
             while not stop.is_set():
                 try:
                     frames.put(frame, timeout=0.2)
@@ -195,7 +262,8 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
                       run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native", loop: bool = False,
                       max_frames: int | None = None, queue_size: int = 8,
                       acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
-                      metrics: StageMetrics | None = None) -> DetectStats:
+                      metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
+                      start_frame: int = 0) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
@@ -207,12 +275,14 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     frames: multiprocessing.Queue = context.Queue(maxsize=queue_size)
     stop = context.Event()
     ingest = context.Process(target=_ingest_process, name=f"ingest-{stream_id}",
-                             args=(source, stream_id, size, pace, loop, max_frames, frames, stop), daemon=True)
+                             args=(source, stream_id, size, pace, loop, max_frames, start_frame, frames, stop),
+                             daemon=True)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     ingest.start()
     try:
         stats = detect_loop(frames_from_queue(frames, ingest, metrics), find_faces, producer, sink, run_id,
-                            acceleration_factor, topics=topics)
+                            acceleration_factor, DetectStats(done_through=start_frame - 1), topics,
+                            checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))
         return stats

@@ -110,3 +110,44 @@ def test_unreachable_brokers_are_a_one_line_error(video: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "unreachable" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _faces_of(stack: StackConfig, run_id: str, stream_id: str) -> set[tuple[int, int]]:
+    from emulation.faults import read_face_topic
+
+    faces, _ = read_face_topic(stack, "faces")
+    return {(frame, face) for run, stream, frame, face in faces if run == run_id and stream == stream_id}
+
+
+def test_ingest_detect_resumes_after_a_crash(stack: StackConfig, video: Path, tmp_path: Path,
+                                             unique_name: str) -> None:
+    """SIGKILL mid-stream, restart with --resume: every face an uninterrupted run finds is published."""
+    import json
+    import signal
+    import time
+
+    reference = subprocess.run([*AITAX, "ingest-detect", "--video", str(video), "--stream-id", "cam-ref",
+                                "--run-id", f"{unique_name}-ref", "--pace", "max", "--events", "none"],
+                               capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    checkpoint = tmp_path / "cam-crash.json"
+    command = [*AITAX, "ingest-detect", "--video", str(video), "--stream-id", "cam-crash", "--run-id", unique_name,
+               "--checkpoint", str(checkpoint), "--events", "none"]
+    crashing = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if checkpoint.exists() and json.loads(checkpoint.read_text())["next_frame"] >= 30:
+            break
+        time.sleep(0.2)
+    crashing.send_signal(signal.SIGKILL)
+    crashing.wait()
+    crashed_at = json.loads(checkpoint.read_text())["next_frame"]
+    assert 30 <= crashed_at < 120, crashed_at
+    resumed = subprocess.run([*command, "--resume", "--pace", "max"], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming run {unique_name} at frame {crashed_at}" in resumed.stdout
+    assert json.loads(checkpoint.read_text())["next_frame"] == 120
+
+    expected = _faces_of(stack, f"{unique_name}-ref", "cam-ref")
+    assert len(expected) > 20
+    assert expected <= _faces_of(stack, unique_name, "cam-crash")
