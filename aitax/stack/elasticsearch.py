@@ -37,7 +37,8 @@ def process() -> ManagedProcess:
         name="elasticsearch",
         pid_file=stack_dir() / "run" / "elasticsearch.pid",
         log_file=state_dir() / "console.log",
-        cmdline_marker=str(state_dir() / "config"),
+        # In every command line of its start-up chain (unshare, the bash script, the Java launcher).
+        cmdline_marker=str(es_home()),
     )
 
 

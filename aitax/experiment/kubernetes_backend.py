@@ -1,0 +1,252 @@
+"""The kubernetes backend: scale the chart's Deployments and StatefulSet through the API server, phase by phase.
+
+Workloads are found by the chart's labels (`app.kubernetes.io/instance=<release>`,
+`app.kubernetes.io/component=<stage>`), so any release name or fullnameOverride works. A phase sets each named
+stage's replicas (and, on pipeline stages, AITAX_RUN_ID and AITAX_ACCELERATION_FACTOR in the pod template: the
+events of each phase carry their own run id) and waits until every rollout has finished. The original replica
+counts and environment are restored at the end, also after an error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aitax.errors import UserError
+from aitax.experiment.spec import KAFKA, ExperimentSpec
+
+RUN_ID_ENV = "AITAX_RUN_ID"
+FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+API_TIMEOUT_S = 10
+
+
+@dataclass
+class Workload:
+    """One scaled object and what to put back afterwards."""
+
+    stage: str
+    kind: str  # Deployment | StatefulSet
+    name: str
+    container: str
+    original_replicas: int
+    original_env: dict[str, str | None] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    desired: int
+    ready: int
+    updated: int
+    current: int
+    done: bool
+
+
+class KubernetesCluster:
+    """The API calls the experiment needs, over the official Python client."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None,
+                 namespace: str | None = None) -> None:
+        from kubernetes import client, config
+
+        try:
+            if kubeconfig or context or not _in_cluster():
+                config.load_kube_config(config_file=kubeconfig, context=context)
+            else:
+                config.load_incluster_config()
+        except Exception as error:  # missing file, bad context, malformed kubeconfig
+            where = kubeconfig or "~/.kube/config ($KUBECONFIG)"
+            raise UserError(f"no usable Kubernetes configuration in {where}: {_one_line(error)}") from None
+        if namespace is None:
+            try:
+                _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+                namespace = active.get("context", {}).get("namespace") or "default"
+            except Exception:
+                namespace = "default"
+        self.namespace = namespace
+        self.api_client = client.ApiClient()
+        self.host = self.api_client.configuration.host
+        self.apps = client.AppsV1Api(self.api_client)
+        self.version_api = client.VersionApi(self.api_client)
+
+    def check_reachable(self) -> str:
+        """The server's version, or a one-line error naming the server (before anything is scaled)."""
+        try:
+            return self.version_api.get_code(_request_timeout=API_TIMEOUT_S).git_version
+        except Exception as error:
+            raise UserError(f"Kubernetes API server at {self.host} unreachable: {_one_line(error)}") from None
+
+    def find_workload(self, release: str, stage: str) -> Workload:
+        selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component={stage}"
+        kind, items = ("StatefulSet", self._list_statefulsets(selector)) if stage == KAFKA else \
+            ("Deployment", self._list_deployments(selector))
+        if not items:
+            raise UserError(f"no {kind} with labels {selector} in namespace {self.namespace}: is release {release!r} "
+                            f"installed there, with mode matching the spec (stage {stage})?")
+        if len(items) > 1:
+            names = ", ".join(item.metadata.name for item in items)
+            raise UserError(f"several {kind}s match {selector} in namespace {self.namespace}: {names}")
+        item = items[0]
+        containers = item.spec.template.spec.containers
+        container = next((c for c in containers if c.name == stage), containers[0])
+        env = {var.name: var.value for var in (container.env or [])}
+        return Workload(stage=stage, kind=kind, name=item.metadata.name, container=container.name,
+                        original_replicas=item.spec.replicas or 0,
+                        original_env={key: env.get(key) for key in (RUN_ID_ENV, FACTOR_ENV)})
+
+    def scale(self, workload: Workload, replicas: int) -> None:
+        body = {"spec": {"replicas": replicas}}
+        call = self.apps.patch_namespaced_stateful_set_scale if workload.kind == "StatefulSet" \
+            else self.apps.patch_namespaced_deployment_scale
+        self._call(f"scaling {workload} to {replicas}", call, workload.name, self.namespace, body,
+                   _content_type=MERGE)
+
+    def set_env(self, workload: Workload, env: dict[str, str | None]) -> None:
+        """Set (or, for None, remove) environment variables of the stage's container: a new rollout."""
+        entries: list[dict[str, Any]] = [
+            {"name": key, "value": value} if value is not None else {"name": key, "$patch": "delete"}
+            for key, value in env.items()
+        ]
+        body = {"spec": {"template": {"spec": {"containers": [{"name": workload.container, "env": entries}]}}}}
+        self._call(f"updating {workload}", self.apps.patch_namespaced_deployment, workload.name, self.namespace,
+                   body, _content_type=STRATEGIC_MERGE)
+
+    def rollout_state(self, workload: Workload) -> RolloutState:
+        read = self.apps.read_namespaced_stateful_set if workload.kind == "StatefulSet" \
+            else self.apps.read_namespaced_deployment
+        item = self._call(f"reading {workload}", read, workload.name, self.namespace)
+        status = item.status
+        desired = item.spec.replicas or 0
+        ready = status.ready_replicas or 0
+        updated = status.updated_replicas or 0
+        current = status.replicas or 0
+        observed = (status.observed_generation or 0) >= (item.metadata.generation or 0)
+        if workload.kind == "StatefulSet":
+            revision_done = desired == 0 or status.current_revision == status.update_revision or updated == desired
+        else:
+            revision_done = updated == desired and (status.available_replicas or 0) == desired
+        # current == desired: pods of the old revision (or beyond the new count) are gone too.
+        done = observed and revision_done and ready == desired and current == desired
+        return RolloutState(desired, ready, updated, current, done)
+
+    def wait_rollouts(self, workloads: list[Workload], timeout_s: float, poll_s: float = 0.5) -> dict[str, int]:
+        """Wait until every workload runs its desired replicas of its newest template; return ready counts."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = {w.stage: self.rollout_state(w) for w in workloads}
+            if all(s.done for s in states.values()):
+                return {stage: s.ready for stage, s in states.items()}
+            if time.monotonic() >= deadline:
+                pending = "; ".join(f"{w}: {states[w.stage].ready}/{states[w.stage].desired} ready, "
+                                    f"{states[w.stage].updated} updated, {states[w.stage].current} running"
+                                    for w in workloads if not states[w.stage].done)
+                raise UserError(f"rollout not finished after {timeout_s:.0f} s: {pending} "
+                                f"(see `kubectl -n {self.namespace} get pods` and their events)")
+            time.sleep(poll_s)
+
+    def _list_deployments(self, selector: str) -> list:
+        return self._call("listing deployments", self.apps.list_namespaced_deployment, self.namespace,
+                          label_selector=selector).items
+
+    def _list_statefulsets(self, selector: str) -> list:
+        return self._call("listing statefulsets", self.apps.list_namespaced_stateful_set, self.namespace,
+                          label_selector=selector).items
+
+    def _call(self, what: str, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return function(*args, _request_timeout=API_TIMEOUT_S, **kwargs)
+        except ApiException as error:
+            raise UserError(f"{what} in namespace {self.namespace} failed: {error.status} {error.reason}: "
+                            f"{_api_message(error)}") from None
+        except Exception as error:  # connection refused / reset / timeout mid-experiment
+            raise UserError(f"{what}: Kubernetes API server at {self.host} unreachable: {_one_line(error)}") from None
+
+
+class KubernetesBackend:
+    """Runs a spec's phases by scaling the chart's workloads; restores the original scale afterwards."""
+
+    def __init__(self, spec: ExperimentSpec, cluster: KubernetesCluster, rollout_timeout_s: float = 300.0,
+                 log: Callable[[str], None] = print) -> None:
+        self.spec = spec
+        self.cluster = cluster
+        self.rollout_timeout_s = rollout_timeout_s
+        self.log = log
+        self.workloads: dict[str, Workload] = {}
+
+    def prepare(self) -> None:
+        """Check the server and find every workload the spec scales, before changing anything."""
+        version = self.cluster.check_reachable()
+        self.workloads = {stage: self.cluster.find_workload(self.spec.release, stage) for stage in self.spec.stages}
+        found = ", ".join(f"{w} ({w.original_replicas})" for w in self.workloads.values())
+        self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}")
+
+    def apply_phase(self, index: int, run_id: str) -> dict[str, int]:
+        """Bring the phase up: Kafka first, then consumers, then producers; returns the ready replica counts."""
+        phase = self.spec.phases[index]
+        ready: dict[str, int] = {}
+        for stage in self.spec.stages:  # already ordered kafka -> consumers -> producers
+            workload = self.workloads[stage]
+            if stage != KAFKA:
+                self.cluster.set_env(workload, {RUN_ID_ENV: run_id, FACTOR_ENV: f"{phase.factor:g}"})
+            if stage in phase.changed or index == 0:
+                self.cluster.scale(workload, phase.replicas.get(stage, workload.original_replicas))
+            ready.update(self.cluster.wait_rollouts([workload], self.rollout_timeout_s))
+        return ready
+
+    def run_phase(self, index: int, run_id: str) -> dict[str, int]:
+        """Bring the phase up, then let it run for its duration (the stages work; events carry `run_id`)."""
+        ready = self.apply_phase(index, run_id)
+        time.sleep(self.spec.phases[index].duration_s)
+        return ready
+
+    def restore(self) -> None:
+        """Put back the replica counts and environment found at the start (best effort, every workload)."""
+        problems = []
+        for workload in self.workloads.values():
+            try:
+                if workload.kind == "Deployment":
+                    self.cluster.set_env(workload, workload.original_env)
+                self.cluster.scale(workload, workload.original_replicas)
+            except UserError as error:
+                problems.append(str(error))
+        if not problems:
+            try:
+                self.cluster.wait_rollouts(list(self.workloads.values()), self.rollout_timeout_s)
+            except UserError as error:
+                problems.append(str(error))
+        restored = ", ".join(f"{w} -> {w.original_replicas}" for w in self.workloads.values())
+        if problems:
+            raise UserError(f"restoring the original scale failed: {problems[0]}")
+        self.log(f"restored {restored}")
+
+
+def _in_cluster() -> bool:
+    import os
+
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
+
+
+def _one_line(error: Exception) -> str:
+    text = str(error)
+    for marker in ("Connection refused", "Name or service not known", "timed out", "No route to host",
+                   "certificate verify failed", "Connection reset"):
+        if marker in text:
+            return marker
+    return (text.strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def _api_message(error: Any) -> str:
+    import json
+
+    try:
+        return json.loads(error.body).get("message", "")[:300]
+    except (TypeError, ValueError, AttributeError):
+        return str(error.reason)

@@ -1,0 +1,90 @@
+"""Phase results from Elasticsearch: events per stage, compute-time percentiles and throughput of one run id.
+
+Uses only what every supported Elasticsearch has (terms, percentiles, stats; no scripts), over plain HTTP so
+the same code reads an external cluster, the bundled lab node, or the local stack's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aitax.errors import UserError
+from telemetry.events import INDEX_PREFIX
+
+PERCENTILES = (50.0, 90.0, 99.0)
+
+
+@dataclass
+class StageSummary:
+    events: int
+    compute_ms: dict[str, float]  # "p50", "p90", "p99"
+    events_per_s: float | None
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    run_id: str
+    started_at: float  # epoch seconds
+    ended_at: float
+    factor: float
+    replicas: dict[str, int]  # as the backend reported them once the phase was up
+    stages: dict[str, StageSummary] = field(default_factory=dict)
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:
+    """Fail with one line before an experiment starts when its Elasticsearch cannot be read."""
+    import requests
+
+    try:
+        response = requests.get(f"{url.rstrip('/')}/_cluster/health", timeout=timeout_s)
+    except requests.RequestException as error:
+        raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
+    if not response.ok:
+        raise UserError(f"Elasticsearch at {url} answered {response.status_code} to /_cluster/health")
+
+
+def stage_summaries(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str, StageSummary]:
+    """Per stage of `run_id`: event count, compute-time percentiles and events per second of wall time."""
+    import requests
+
+    query = {
+        "size": 0,
+        "query": {"term": {"run_id": run_id}},
+        "aggs": {
+            "stages": {
+                "terms": {"field": "stage", "size": 20},
+                "aggs": {
+                    "compute": {"percentiles": {"field": "compute_time_ms", "percents": list(PERCENTILES)}},
+                    "wall": {"stats": {"field": "wall_start_ns"}},
+                },
+            }
+        },
+    }
+    endpoint = f"{url.rstrip('/')}/{INDEX_PREFIX}-*/_search"
+    try:
+        response = requests.post(endpoint, data=json.dumps(query), timeout=timeout_s,
+                                 headers={"Content-Type": "application/json"},
+                                 params={"ignore_unavailable": "true", "allow_no_indices": "true"})
+    except requests.RequestException as error:
+        raise UserError(f"Elasticsearch at {url} unreachable while collecting {run_id}: "
+                        f"{type(error).__name__}") from None
+    if not response.ok:
+        raise UserError(f"Elasticsearch refused the results query ({response.status_code}): {response.text[:200]}")
+    summaries = {}
+    for bucket in response.json().get("aggregations", {}).get("stages", {}).get("buckets", []):
+        values = bucket["compute"]["values"]
+        wall = bucket["wall"]
+        span_s = ((wall["max"] or 0) - (wall["min"] or 0)) / 1e9
+        summaries[bucket["key"]] = StageSummary(
+            events=int(bucket["doc_count"]),
+            compute_ms={f"p{p:g}": round(values.get(f"{p:.1f}") or 0.0, 3) for p in PERCENTILES},
+            events_per_s=round(bucket["doc_count"] / span_s, 3) if span_s > 0 else None,
+        )
+    return summaries
