@@ -181,19 +181,11 @@ def _faults(args: argparse.Namespace) -> int:
 
 
 def _emulate_producers(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
-    from emulation.profile import load_profile
     from emulation.workers import run_producer_instances
     from pipeline.cli import stop_flag, telemetry_for
-    from pipeline.schema import DEFAULT_TOPICS, Topics
     from pipeline.transport import make_producer
-    from pipeline.transport.admin import require_brokers
 
-    _check_factor(args.factor)
-    profile = load_profile(args.profile)
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    profile, bootstrap, topics = _stage_setup(args)
     producer = make_producer(args.kafka_client, bootstrap)
     sink, metrics = telemetry_for(args, "emulator", f"emulate-producers-{os.getpid()}")
     stop = stop_flag()
@@ -214,19 +206,11 @@ def _emulate_producers(args: argparse.Namespace) -> int:
 
 
 def _emulate_consumers(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
-    from emulation.profile import load_profile
     from emulation.workers import run_consumer_instances
     from pipeline.cli import stop_flag, telemetry_for
-    from pipeline.schema import DEFAULT_TOPICS, Topics
     from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
 
-    _check_factor(args.factor)
-    profile = load_profile(args.profile)
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    profile, bootstrap, topics = _stage_setup(args)
     consumers = [make_consumer(args.kafka_client, bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
     producers = [make_producer(args.kafka_client, bootstrap) for _ in range(args.instances)]
@@ -245,9 +229,19 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_factor(factor: float) -> None:
-    if factor <= 0:
-        raise UserError(f"--factor {factor}: must be > 0")
+def _stage_setup(args: argparse.Namespace):
+    """What both emulated stage processes check and resolve before starting: (profile, brokers, topics)."""
+    from aitax.stack.stack import resolve_bootstrap
+    from emulation.profile import load_profile
+    from pipeline.schema import DEFAULT_TOPICS, Topics
+    from pipeline.transport.admin import require_brokers
+
+    if args.factor <= 0:
+        raise UserError(f"--factor {args.factor}: must be > 0")
+    profile = load_profile(args.profile)
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)
+    return profile, bootstrap, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
 
 
 def _profile(args: argparse.Namespace) -> int:

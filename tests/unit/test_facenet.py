@@ -13,19 +13,7 @@ import numpy as np
 import pytest
 
 from aitax.errors import UserError
-from pipeline.assets import FACENET_H5_SHA256, Assets, ensure_assets, extract_assets, sha256_of, verify_sha256
-
-
-@pytest.fixture(scope="module")
-def assets() -> Assets:
-    return ensure_assets()
-
-
-@pytest.fixture(scope="module")
-def embedder(assets: Assets):
-    from pipeline.facenet import FaceEmbedder
-
-    return FaceEmbedder(assets.facenet_weights)
+from pipeline.assets import FACENET_H5_SHA256, Assets, extract_assets, sha256_of, verify_sha256
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aitax.errors import UserError
-from pipeline.assets import Assets, ensure_assets
+from pipeline.assets import Assets
 from pipeline.gallery import (
     DEFAULT_THRESHOLD,
     GALLERY_FORMAT_VERSION,
@@ -20,18 +20,6 @@ from pipeline.gallery import (
     load_gallery,
     save_gallery,
 )
-
-
-@pytest.fixture(scope="module")
-def assets() -> Assets:
-    return ensure_assets()
-
-
-@pytest.fixture(scope="module")
-def embedder(assets: Assets):
-    from pipeline.facenet import FaceEmbedder
-
-    return FaceEmbedder(assets.facenet_weights)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,20 @@
+"""Fixtures shared by the unit tests: the real model assets and one FaceNet embedder per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.assets import Assets, ensure_assets
+
+
+@pytest.fixture(scope="session")
+def assets() -> Assets:
+    return ensure_assets()
+
+
+@pytest.fixture(scope="session")
+def embedder(assets: Assets):
+    """Built once: the model takes seconds to build and hundreds of MB to hold."""
+    from pipeline.facenet import FaceEmbedder
+
+    return FaceEmbedder(assets.facenet_weights)

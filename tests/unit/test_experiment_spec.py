@@ -1,0 +1,109 @@
+"""Experiment specs: valid ones parse with inheritance between phases; every bad one fails naming its field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aitax.experiment.spec import SpecError, load_spec, parse_spec
+
+REAL = {
+    "name": "scale-identify",
+    "mode": "real",
+    "phases": [
+        {"name": "baseline", "duration": "90s", "replicas": {"ingest-detect": 1, "identify": 2, "kafka": 3}},
+        {"name": "more", "duration": 2, "replicas": {"identify": 4}},
+    ],
+}
+EMULATED = {
+    "name": "accel",
+    "mode": "emulated",
+    "phases": [
+        {"name": "x1", "duration": "1m", "factor": 1,
+         "replicas": {"emulate-producers": 1, "emulate-consumers": 2}, "instances": {"producers": 4}},
+        {"name": "x8", "duration": "1m", "factor": 8},
+    ],
+}
+
+
+def test_real_spec_inherits_replicas_between_phases() -> None:
+    spec = parse_spec(REAL)
+    assert [p.name for p in spec.phases] == ["baseline", "more"]
+    assert spec.phases[0].duration_s == 90
+    assert dict(spec.phases[1].replicas) == {"ingest-detect": 1, "identify": 4, "kafka": 3}
+    assert spec.phases[1].changed == {"identify"}
+    assert spec.stages == ("kafka", "identify", "ingest-detect")  # kafka, then consumers, then producers
+    assert spec.release == "aitax" and spec.total_duration_s == 92
+
+
+def test_emulated_spec_inherits_factor_and_instances() -> None:
+    spec = parse_spec(EMULATED)
+    assert spec.phases[1].factor == 8
+    assert dict(spec.phases[1].instances) == {"producers": 4, "consumers": 1}
+    assert dict(spec.phases[1].replicas) == {"emulate-producers": 1, "emulate-consumers": 2}
+    assert spec.profile == "paper"
+
+
+def test_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: a\nvideo: v.mp4\ngallery: /abs/g.npz\nphases:\n"
+                    "  - {name: p, duration: 5m, replicas: {ingest-detect: 1, identify: 2}}\n")
+    spec = load_spec(path)
+    assert spec.video == tmp_path / "v.mp4" and spec.gallery == Path("/abs/g.npz")
+    assert spec.phases[0].duration_s == 300
+
+
+def _with_phase(base: dict, index: int, **changes) -> dict:
+    phases = [dict(p) for p in base["phases"]]
+    phases[index].update(changes)
+    return {**base, "phases": phases}
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "reason"),
+    [
+        ([], "top level", "expected a mapping"),
+        ({**REAL, "phasez": []}, "phasez", "unknown field"),
+        ({**REAL, "name": "Bad_Name"}, "name", "is not a name"),
+        ({**REAL, "mode": "fast"}, "mode", "not one of real, emulated"),
+        ({**REAL, "phases": []}, "phases", "non-empty list"),
+        ({**REAL, "phases": ["x"]}, "phases[0]", "expected a mapping"),
+        (_with_phase(REAL, 0, duration="soon"), "phases[0].duration", "not a duration"),
+        (_with_phase(REAL, 0, duration=0), "phases[0].duration", "more than 0"),
+        (_with_phase(REAL, 1, duration=None), "phases[1].duration", "missing"),
+        (_with_phase(REAL, 1, name="baseline"), "phases[1].name", "unique"),
+        (_with_phase(REAL, 0, replicas={"identfy": 2}), "phases[0].replicas.identfy", "unknown stage"),
+        (_with_phase(REAL, 0, replicas={"emulate-producers": 2}), "phases[0].replicas.emulate-producers",
+         "belongs to mode: emulated"),
+        (_with_phase(REAL, 0, replicas={"identify": -1}), "phases[0].replicas.identify", "between 0 and"),
+        (_with_phase(REAL, 0, replicas={"identify": "2"}), "phases[0].replicas.identify", "whole number"),
+        (_with_phase(REAL, 0, replicas={"kafka": 2}), "phases[0].replicas.kafka", "between 3 and"),
+        (_with_phase(REAL, 0, replicas=None), "phases[0].replicas", "first phase must give replicas"),
+        (_with_phase(REAL, 1, factor=4), "phases[1].factor", "cannot be accelerated"),
+        (_with_phase(REAL, 1, instances={"producers": 2}), "phases[1].instances", "only for mode: emulated"),
+        (_with_phase(EMULATED, 1, factor=0), "phases[1].factor", "greater than 0"),
+        (_with_phase(EMULATED, 1, factor=True), "phases[1].factor", "greater than 0"),
+        (_with_phase(EMULATED, 0, instances={"producer": 2}), "phases[0].instances.producer", "unknown field"),
+        (_with_phase(EMULATED, 0, instances={"producers": 0}), "phases[0].instances.producers", "between 1"),
+        ({**EMULATED, "video": "v.mp4"}, "video", "only for mode: real"),
+        ({**REAL, "profile": "paper"}, "profile", "only for mode: emulated"),
+        ({**REAL, "release": "My Release"}, "release", "Helm release name"),
+        ({**REAL, "namespace": "-x"}, "namespace", "namespace name"),
+    ],
+)
+def test_bad_specs_name_the_field(document: object, field: str, reason: str) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(document, source="spec.yaml")
+    message = str(error.value)
+    assert message.startswith(f"spec.yaml: {field}: "), message
+    assert reason in message, message
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read the experiment spec"):
+        load_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: a\nphases: [\n")
+    with pytest.raises(SpecError, match=r"not valid YAML at line \d+"):
+        load_spec(bad)
