@@ -36,6 +36,15 @@ _TINY_FRAME = np.zeros((1, 1, 3), np.uint8)  # frames stay inside the container:
 END_OF_STREAM = None
 
 
+MIN_SLEEP_S = 50e-6  # below the kernel's sleep granularity (a "zero" sleep still costs ~0.5 ms here): skip it
+
+
+def emulated_compute(seconds: float) -> None:
+    """Stand in for compute that took `seconds` (already divided by the acceleration factor)."""
+    if seconds >= MIN_SLEEP_S:
+        time.sleep(seconds)
+
+
 def random_payload(size: int, rng: random.Random) -> bytes:
     size = max(1, min(size, len(_RANDOM_POOL)))
     start = rng.randrange(0, len(_RANDOM_POOL) - size + 1)
@@ -50,7 +59,7 @@ class EmulatedFaceFinder:
 
     def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
         with watch.time("emulated"):
-            time.sleep(self.profile.compute_ms["detect"].sample(self.rng) / self.factor / 1000)
+            emulated_compute(self.profile.compute_ms["detect"].sample(self.rng) / self.factor / 1000)
         return [FoundFace((0, 0, 160, 160), 1.0,
                           random_payload(round(self.profile.thumbnail_bytes.sample(self.rng)), self.rng), "synthetic")
                 for _ in range(self.profile.sample_faces(self.rng))]
@@ -65,7 +74,7 @@ class EmulatedIdentifier:
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
         with watch.time("emulated"):
             per_face = sum(self.profile.compute_ms["identify"].sample(self.rng) for _ in faces)
-            time.sleep(per_face / self.factor / 1000)
+            emulated_compute(per_face / self.factor / 1000)
         return [("emulated", 1.0) for _ in faces]
 
 
@@ -85,7 +94,7 @@ def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random
                 time.sleep(delay_s)
             captured_ns = time.time_ns()
             ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
-            time.sleep(ingest_ms / 1000)
+            emulated_compute(ingest_ms / 1000)
             frame = Frame(stream_id, index, _TINY_FRAME, captured_ns, time.time_ns(), ingest_ms, 0.0, scheduled_ns)
             while not should_stop():
                 try:

@@ -75,7 +75,7 @@ class FaceMessage:
 
 def encode_face(message: FaceMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
     """(key, value, headers) of the Kafka record."""
-    meta = json.dumps(asdict(message.meta), separators=(",", ":")).encode()
+    meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()  # vars: asdict deep-copies, 10x slower
     headers = {SCHEMA_HEADER: str(SCHEMA_VERSION).encode(), META_HEADER: meta}
     return message.meta.stream_id.encode(), message.thumbnail, headers
 

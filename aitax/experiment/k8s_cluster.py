@@ -144,6 +144,13 @@ class LocalControlPlane:
         for port, what in ((self.apiserver_port, "kube-apiserver"), (self.etcd_port, "etcd")):
             require_free_port(port, what)
         self._write_credentials()
+        try:
+            self._start_components()
+        except BaseException:
+            self.down()  # a half-started control plane must not outlive the failed start
+            raise
+
+    def _start_components(self) -> None:
         self._start_etcd()
         self._start_apiserver()
         self._start("kube-controller-manager", [
