@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup demo test test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup demo test test-k8s test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -14,6 +14,7 @@ help:  ## list the targets
 setup: $(STAMP)  ## install everything: Debian packages, the venv, Kafka and Elasticsearch (cached)
 	@bash scripts/install-system-packages.sh
 	@$(AITAX) stack install
+	@bash scripts/install-k8s-tools.sh
 
 $(STAMP): pyproject.toml
 	@bash scripts/install-system-packages.sh
@@ -34,6 +35,9 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 test: setup lint  ## every test, against a real local stack the tests start and stop
 	@$(BIN)/python -m pytest -p no:cacheprovider; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
+
+test-k8s: setup  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
+	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py
 
 test-unit: $(STAMP)  ## unit tests only (no stack)
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/unit

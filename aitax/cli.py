@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "telemetry.cli",
     "emulation.cli",
     "tco.cli",
+    "aitax.experiment.cli",
 )
 
 

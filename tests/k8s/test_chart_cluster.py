@@ -1,0 +1,225 @@
+"""The chart on a REAL kube-apiserver + etcd (kwok's fake nodes: pods are scheduled and reported Ready but do not
+run): install, upgrade, `helm test`, the experiment driver scaling the chart's workloads, uninstall."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from aitax.errors import UserError
+from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
+from aitax.experiment.runner import run_experiment
+from aitax.experiment.spec import parse_spec
+from tests.k8s.conftest import CHART, helm
+
+pytestmark = pytest.mark.k8s
+
+NAMESPACE = "aitax-test"
+RELEASE = "exp"
+INSTALL_SETS = (
+    "identify.gallery.base64=UEsDBBQAAAAAAA==",
+    "elasticsearch.bundled.enabled=true",
+    # Three fake nodes: a fourth broker needs soft anti-affinity.
+    "kafka.antiAffinity=soft",
+    "kafka.persistence.logDirs=2",
+    "kafka.heapOpts=-Xms512m -Xmx512m",
+)
+
+
+def _sets(*extra: str) -> list[str]:
+    args = []
+    for assignment in (*INSTALL_SETS, *extra):
+        args += ["--set", assignment]
+    return args
+
+
+def _get(plane, *args: str) -> dict:
+    return json.loads(plane.kubectl("-n", NAMESPACE, "get", *args, "-o", "json").stdout)
+
+
+def _replicas(plane) -> dict[str, tuple[int, int]]:
+    """(spec.replicas, status.readyReplicas) of every workload of the release, as the API server reports them."""
+    found = {}
+    for kind in ("deployments", "statefulsets"):
+        for item in _get(plane, kind, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]:
+            component = item["metadata"]["labels"]["app.kubernetes.io/component"]
+            found[component] = (item["spec"]["replicas"], item["status"].get("readyReplicas", 0))
+    return found
+
+
+def _env(plane, deployment: str) -> dict[str, str]:
+    item = _get(plane, "deployment", deployment)
+    return {e["name"]: e.get("value") for e in item["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.fixture(scope="module")
+def release(control_plane):
+    plane = control_plane
+    plane.kubectl("create", "namespace", NAMESPACE)
+    started = time.monotonic()
+    result = helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s", *_sets(),
+                  kubeconfig=plane.kubeconfig)
+    print(f"helm install --wait: {time.monotonic() - started:.1f} s")
+    assert "STATUS: deployed" in result.stdout
+    assert "helm test exp -n aitax-test" in result.stdout  # NOTES.txt
+    yield plane
+    helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s", kubeconfig=plane.kubeconfig,
+         check=False)
+
+
+def test_install_brings_every_workload_up(release) -> None:
+    plane = release
+    assert _replicas(plane) == {"kafka": (3, 3), "ingest-detect": (1, 1), "identify": (2, 2),
+                                "elasticsearch": (1, 1)}
+    pvcs = _get(plane, "pvc")["items"]
+    kafka_claims = sorted(p["metadata"]["name"] for p in pvcs if "-kafka-" in p["metadata"]["name"])
+    assert kafka_claims == sorted(f"data-{d}-exp-aitax-kafka-{o}" for d in (0, 1) for o in range(3))
+    assert {p["status"]["phase"] for p in pvcs} == {"Bound"}
+    pods = _get(plane, "pods", "-l", "app.kubernetes.io/component=kafka")["items"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one broker per node
+    assert _get(plane, "pdb", "exp-aitax-kafka")["status"]["disruptionsAllowed"] == 1
+    assert _get(plane, "networkpolicy", "exp-aitax-kafka")["spec"]["podSelector"]
+    # The topics hook ran to completion (and was deleted, as its delete policy says).
+    hooks = helm("get", "hooks", RELEASE, "-n", NAMESPACE, kubeconfig=plane.kubeconfig).stdout
+    assert "exp-aitax-topics" in hooks
+    assert not _get(plane, "jobs")["items"]
+
+
+def test_upgrade_changes_the_release(release) -> None:
+    plane = release
+    result = helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s",
+                  *_sets("ingestDetect.replicas=2", "topics.faces.retentionMs=600000"), kubeconfig=plane.kubeconfig)
+    assert "STATUS: deployed" in result.stdout and "REVISION: 2" in result.stdout
+    assert _replicas(plane)["identify"] == (4, 4)  # 2 identify per ingest-detect
+    assert _replicas(plane)["ingest-detect"] == (2, 2)
+    status = json.loads(helm("status", RELEASE, "-n", NAMESPACE, "-o", "json", kubeconfig=plane.kubeconfig).stdout)
+    assert status["version"] == 2 and status["info"]["status"] == "deployed"
+    helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s", *_sets(),
+         kubeconfig=plane.kubeconfig)
+    assert _replicas(plane)["identify"] == (2, 2)
+
+
+def test_helm_test_runs_the_probe_pod(release) -> None:
+    plane = release
+    result = helm("test", RELEASE, "-n", NAMESPACE, "--timeout", "120s", kubeconfig=plane.kubeconfig)
+    assert "exp-aitax-test-kafka-probe" in result.stdout and "Succeeded" in result.stdout
+    pod = _get(plane, "pod", "exp-aitax-test-kafka-probe")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert pod["spec"]["containers"][0]["args"][:2] == ["--bootstrap", ",".join(
+        f"exp-aitax-kafka-{o}.exp-aitax-kafka-headless.{NAMESPACE}.svc.cluster.local:9092" for o in range(3))]
+
+
+def test_invalid_values_are_refused_by_install(control_plane) -> None:
+    result = helm("install", "bad", str(CHART), "-n", NAMESPACE, "--set", "kafka.replicas=2",
+                  kubeconfig=control_plane.kubeconfig, check=False)
+    assert result.returncode != 0 and "/kafka/replicas" in result.stderr
+
+
+SPEC = {
+    "name": "scale-test",
+    "mode": "real",
+    "release": RELEASE,
+    "phases": [
+        {"name": "baseline", "duration": 1, "replicas": {"kafka": 3, "ingest-detect": 1, "identify": 2}},
+        {"name": "wide", "duration": 1, "replicas": {"kafka": 4, "ingest-detect": 3, "identify": 6}},
+        {"name": "narrow", "duration": 1, "replicas": {"identify": 1}},
+    ],
+}
+
+
+def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Path) -> None:
+    plane = release
+    before = _replicas(plane)
+    seen: list[dict] = []
+
+    class Recording(KubernetesBackend):
+        def run_phase(self, index: int, run_id: str) -> dict[str, int]:
+            ready = super().run_phase(index, run_id)
+            seen.append({"ready": ready, "api": _replicas(plane), "env": _env(plane, "exp-aitax-identify")})
+            return ready
+
+    spec = parse_spec(SPEC, source="scale-test.yaml")
+    cluster = KubernetesCluster(kubeconfig=str(plane.kubeconfig), namespace=NAMESPACE)
+    results, out_file = run_experiment(spec, Recording(spec, cluster, rollout_timeout_s=120), None, tmp_path)
+    assert [r.replicas for r in results] == [
+        {"kafka": 3, "identify": 2, "ingest-detect": 1},
+        {"kafka": 4, "identify": 6, "ingest-detect": 3},
+        {"kafka": 4, "identify": 1, "ingest-detect": 3},
+    ]
+    # What the API server itself reported while each phase ran: desired = ready.
+    assert [phase["api"] for phase in seen] == [
+        {"kafka": (3, 3), "ingest-detect": (1, 1), "identify": (2, 2), "elasticsearch": (1, 1)},
+        {"kafka": (4, 4), "ingest-detect": (3, 3), "identify": (6, 6), "elasticsearch": (1, 1)},
+        {"kafka": (4, 4), "ingest-detect": (3, 3), "identify": (1, 1), "elasticsearch": (1, 1)},
+    ]
+    assert [phase["env"]["AITAX_RUN_ID"] for phase in seen] == [r.run_id for r in results]
+    assert results[0].run_id.startswith("scale-test-baseline-")
+    assert json.loads(out_file.read_text())["phases"][2]["replicas"]["identify"] == 1
+    # Restored: the original counts and the chart's environment.
+    assert _replicas(plane) == before
+    assert _env(plane, "exp-aitax-identify")["AITAX_RUN_ID"] == "helm"
+    assert _env(plane, "exp-aitax-identify")["AITAX_ACCELERATION_FACTOR"] == "1"
+
+
+def test_spec_errors_stop_before_anything_is_scaled(release) -> None:
+    plane = release
+    before = _replicas(plane)
+    spec = parse_spec({**SPEC, "release": "missing"}, source="s.yaml")
+    cluster = KubernetesCluster(kubeconfig=str(plane.kubeconfig), namespace=NAMESPACE)
+    with pytest.raises(UserError, match=r"no StatefulSet with labels app.kubernetes.io/instance=missing"):
+        run_experiment(spec, KubernetesBackend(spec, cluster), None, Path("/nonexistent-never-written"))
+    emulated = parse_spec({"name": "e", "mode": "emulated", "release": RELEASE, "phases": [
+        {"name": "p", "duration": 1, "replicas": {"emulate-producers": 2, "emulate-consumers": 2}}]})
+    with pytest.raises(UserError, match=r"no Deployment with labels .*component=emulate-consumers"):
+        run_experiment(emulated, KubernetesBackend(emulated, cluster), None, Path("/nonexistent-never-written"))
+    assert _replicas(plane) == before
+
+
+def test_unreachable_cluster_is_a_clear_error(tmp_path: Path, control_plane) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(control_plane.kubeconfig.read_text().replace(control_plane.server, "https://127.0.0.1:9"))
+    spec = parse_spec(SPEC)
+    cluster = KubernetesCluster(kubeconfig=str(kubeconfig), namespace=NAMESPACE)
+    with pytest.raises(UserError, match=r"Kubernetes API server at https://127.0.0.1:9 unreachable: Connection "
+                                        r"refused"):
+        run_experiment(spec, KubernetesBackend(spec, cluster), None, tmp_path)
+    with pytest.raises(UserError, match="no usable Kubernetes configuration"):
+        KubernetesCluster(kubeconfig=str(tmp_path / "missing"), namespace=NAMESPACE)
+
+
+def test_cli_runs_a_spec_file(release, tmp_path: Path) -> None:
+    """The same through `aitax experiment run` (the CLI module's own parser)."""
+    import argparse
+
+    from aitax.experiment import cli
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        f"name: cli\nrelease: {RELEASE}\nnamespace: {NAMESPACE}\nphases:\n"
+        "  - {name: up, duration: 1s, replicas: {identify: 3}}\n")
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["experiment", "run", str(spec_file), "--backend", "kubernetes", "--kubeconfig",
+                              str(release.kubeconfig), "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    document = json.loads(next(tmp_path.glob("cli-*.json")).read_text())
+    assert document["phases"][0]["replicas"] == {"identify": 3}
+    assert _replicas(release)["identify"] == (2, 2)
+
+
+def test_uninstall_removes_the_release(control_plane) -> None:
+    plane = control_plane
+    helm("install", "gone", str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s",
+         "--set", "identify.gallery.base64=QUJD", "--set", "mode=real", kubeconfig=plane.kubeconfig)
+    assert _get(plane, "statefulset", "gone-aitax-kafka")["spec"]["replicas"] == 3
+    helm("uninstall", "gone", "-n", NAMESPACE, "--wait", "--timeout", "120s", kubeconfig=plane.kubeconfig)
+    left = [item["metadata"]["name"] for kind in ("deployments", "statefulsets", "services", "configmaps",
+                                                  "networkpolicies", "pdb")
+            for item in _get(plane, kind, "-l", "app.kubernetes.io/instance=gone")["items"]]
+    assert left == []
+    # The videos claim is kept on purpose (helm.sh/resource-policy: keep): uploaded videos survive.
+    assert _get(plane, "pvc", "gone-aitax-videos")["metadata"]["name"] == "gone-aitax-videos"
+    assert "gone" not in helm("list", "-n", NAMESPACE, "-q", kubeconfig=plane.kubeconfig).stdout.split()

@@ -1,0 +1,335 @@
+"""The chart without a cluster: lint, strict offline schema validation for Kubernetes 1.30+, the values schema,
+the settings it shares with the local stack, and the Dockerfiles its images come from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aitax.paths import PROJECT_ROOT
+from aitax.stack.config import StackConfig
+from aitax.stack.kafka import Broker
+from tests.k8s.conftest import CHART, CI_VALUES, helm, render, tool_path
+
+pytestmark = pytest.mark.k8s
+
+KUBERNETES_VERSIONS = ("1.30.0", "1.33.0", "1.36.0")
+# prometheus-operator's kinds have no schema in kubernetes-validate: checked field by field below.
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
+STAGES = ("ingest-detect", "identify", "emulate-producers", "emulate-consumers")
+DOCKERFILES = sorted((PROJECT_ROOT / "containers").glob("*/Dockerfile"))
+
+
+def _by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _named(docs: list[dict], kind: str, suffix: str) -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
+
+
+def _pod_specs(docs: list[dict]) -> list[dict]:
+    specs = []
+    for doc in docs:
+        if doc["kind"] == "Pod":
+            specs.append(doc["spec"])
+        elif doc["kind"] in ("Deployment", "StatefulSet", "Job"):
+            specs.append(doc["spec"]["template"]["spec"])
+    return specs
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
+def test_helm_lint_strict(values: Path) -> None:
+    result = helm("lint", "--strict", str(CHART), "-f", str(values))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
+def test_rendered_manifests_validate_strictly_offline(values: Path) -> None:
+    import kubernetes_validate
+
+    docs = render(values)
+    assert docs
+    for version in KUBERNETES_VERSIONS:
+        for doc in docs:
+            if doc["kind"] in OPERATOR_KINDS:
+                continue
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                pytest.fail(f"{values.name}: {doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes "
+                            f"{version}: {error.message} at {'.'.join(map(str, error.path))}")
+
+
+def test_strict_validation_catches_a_misspelled_field() -> None:
+    """The check above is real: a typo that `helm lint` lets through is rejected."""
+    import kubernetes_validate
+
+    deployment = _named(render(CI_VALUES[0]), "Deployment", "-identify")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError, match="imagePullPolicyy"):
+        kubernetes_validate.validate(deployment, "1.36.0", strict=True)
+
+
+def test_operator_monitors_select_the_stage_pods() -> None:
+    docs = render(CHART / "ci" / "production-values.yaml")
+    service_monitor = _by_kind(docs, "ServiceMonitor")[0]
+    pod_monitor = _by_kind(docs, "PodMonitor")[0]
+    assert service_monitor["apiVersion"] == pod_monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(service_monitor["spec"]) == {"selector", "endpoints"}
+    assert service_monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    assert service_monitor["metadata"]["labels"]["release"] == "prometheus"
+    service = _named(docs, "Service", "-metrics")
+    assert service["metadata"]["labels"].items() >= service_monitor["spec"]["selector"]["matchLabels"].items()
+    selector = pod_monitor["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    for deployment in _by_kind(docs, "Deployment"):
+        assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "field"),
+    [
+        ("kafka.replicas=1", "/kafka/replicas"),
+        ("mode=fast", "/mode"),
+        ("kafka.imagePullPolicyy=Always", "imagePullPolicyy"),
+        ("identify.resources.requests.cpu=lots", "/identify/resources/requests/cpu"),
+        ("emulator.factor=0", "/emulator/factor"),
+        ("ingestDetect.pace=fastest", "/ingestDetect/pace"),
+        ("kafka.antiAffinity=maybe", "/kafka/antiAffinity"),
+        ("kafka.persistence.size=big", "/kafka/persistence/size"),
+        ("topics.faces.retentionMs=1000", "/topics/faces/retentionMs"),
+        ("metrics.port=80", "/metrics/port"),
+        ("ingestDetect.video.url=not-a-url", "/ingestDetect/video/url"),
+        ("kafka.clusterId=-starts-with-a-dash-xx", "/kafka/clusterId"),
+        ("identify.replicas=-1", "/identify/replicas"),
+    ],
+)
+def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, field: str) -> None:
+    result = helm("template", "t", str(CHART), "-f", str(CI_VALUES[0]), "--set", assignment, check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert field in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ((), "identify.gallery: set exactly one of"),
+        (("identify.gallery.base64=QUJD", "identify.gallery.existingSecret=s"), "identify.gallery: set exactly one"),
+        (("kafka.minInsyncReplicas=4",), "kafka.minInsyncReplicas (4) must not exceed kafka.replicationFactor (3)"),
+        (("kafka.replicationFactor=4",), "kafka.replicationFactor (4) must not exceed kafka.replicas (3)"),
+        (("elasticsearch.bundled.enabled=true", "elasticsearch.external.url=http://es:9200"), "elasticsearch: use"),
+        (("ingestDetect.video.createClaim.enabled=false",), "ingestDetect.video: set"),
+    ],
+)
+def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
+    args = ["template", "t", str(CHART)]
+    if not any(s.startswith("identify.gallery") for s in sets) and sets:
+        args += ["-f", str(CI_VALUES[0])]
+    for assignment in sets:
+        args += ["--set", assignment]
+    result = helm(*args, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_kafka_statefulset_shape() -> None:
+    docs = render(CHART / "ci" / "emulated-values.yaml", release="exp", namespace="lab")
+    kafka = _named(docs, "StatefulSet", "-kafka")
+    spec = kafka["spec"]
+    assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel"
+    assert spec["serviceName"] == "exp-aitax-kafka-headless"
+    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["data-0", "data-1"]
+    assert spec["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    pod = spec["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data-0,/var/lib/kafka/data-1"
+    assert env["KAFKA_HOST_PATTERN"] == "exp-aitax-kafka-{ordinal}.exp-aitax-kafka-headless.lab.svc.cluster.local"
+    assert re.fullmatch(r"[0-9a-f]{21}A", env["KAFKA_CLUSTER_ID"])
+    # The cluster id is stable across renders (upgrades) and differs between releases.
+    again = _named(render(CHART / "ci" / "emulated-values.yaml", release="exp", namespace="lab"), "StatefulSet",
+                   "-kafka")
+    assert again["spec"]["template"]["spec"]["containers"][0]["env"] == pod["containers"][0]["env"]
+    other = _named(render(CI_VALUES[0], release="other", namespace="lab"), "StatefulSet", "-kafka")
+    assert {e["name"]: e.get("value") for e in other["spec"]["template"]["spec"]["containers"][0]["env"]}[
+        "KAFKA_CLUSTER_ID"] != env["KAFKA_CLUSTER_ID"]
+    headless = _named(docs, "Service", "-kafka-headless")
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert _by_kind(docs, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"] == 1
+
+
+def test_broker_settings_are_the_local_stacks() -> None:
+    """The chart's broker properties are Broker.properties() minus what differs per pod (added by the image)."""
+    per_pod = {"process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
+               "log.dirs"}
+    local = {k: v for k, v in Broker(1, StackConfig()).properties().items() if k not in per_pod}
+    configmap = _named(render(CI_VALUES[0]), "ConfigMap", "-kafka")
+    lines = configmap["data"]["server.properties"].strip().splitlines()
+    chart = dict(line.split("=", 1) for line in lines)
+    assert chart == local
+
+
+def test_topics_are_the_local_stacks() -> None:
+    docs = render(CI_VALUES[0])
+    job = _named(docs, "Job", "-topics")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    chart_topics = {}
+    for arg in container["args"]:
+        name, partitions, configs = arg.split(":", 2)
+        chart_topics[name] = (int(partitions), dict(entry.split("=", 1) for entry in configs.split(",")))
+    local = {spec.name: (spec.partitions, spec.config) for spec in StackConfig().topics()}
+    assert chart_topics == local
+    assert {e["name"]: e.get("value") for e in container["env"]}["KAFKA_REPLICATION_FACTOR"] == "3"
+
+
+def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
+    for values in CI_VALUES:
+        docs = render(values)
+        for spec in _pod_specs(docs):
+            if spec["containers"][0]["name"] == "elasticsearch":
+                assert spec["securityContext"]["runAsNonRoot"] is True
+            else:
+                assert spec["securityContext"]["runAsNonRoot"] is True, values.name
+                assert spec["securityContext"]["runAsUser"] != 0
+            assert spec["automountServiceAccountToken"] is False
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                context = container["securityContext"]
+                assert context["readOnlyRootFilesystem"] is True, (values.name, container["name"])
+                assert context["allowPrivilegeEscalation"] is False
+                assert context["capabilities"]["drop"] == ["ALL"]
+                assert container["resources"]["limits"], container["name"]
+        for deployment in _by_kind(docs, "Deployment"):
+            container = deployment["spec"]["template"]["spec"]["containers"][0]
+            assert container["name"] in STAGES
+            assert container["resources"]["requests"]["cpu"] == container["resources"]["limits"]["cpu"] == "1"
+            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["AITAX_METRICS_PORT"] == "9400" and env["AITAX_METRICS_HOST"] == "0.0.0.0"
+            mounts = {m["mountPath"] for m in container["volumeMounts"]}
+            assert {"/opt/aitax/home/spool", "/tmp"} <= mounts  # writable places on a read-only root
+
+
+def test_stage_deployments_per_mode() -> None:
+    real = render(CI_VALUES[0])
+    names = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(real, "Deployment")}
+    assert names == {"t-aitax-ingest-detect": 1, "t-aitax-identify": 2}  # the paper's 2 identify per ingest-detect
+    identify = _named(real, "Deployment", "-identify")["spec"]["template"]["spec"]["containers"][0]
+    assert identify["args"][:3] == ["identify", "--gallery", "/etc/aitax/gallery/gallery.npz"]
+    ingest = _named(real, "Deployment", "-ingest-detect")["spec"]["template"]["spec"]["containers"][0]
+    assert ingest["args"][:5] == ["ingest-detect", "--video", "$(AITAX_VIDEO)", "--stream-id", "$(POD_NAME)"]
+    assert "--loop" in ingest["args"]
+    production = render(CHART / "ci" / "production-values.yaml")
+    assert _named(production, "Deployment", "-identify")["spec"]["replicas"] == 8
+    ingest = _named(production, "Deployment", "-ingest-detect")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in ingest["containers"][0]["env"]}
+    assert env["AITAX_VIDEO"]["value"] == "rtsp://cameras.example.com/$(POD_NAME)"
+    assert env["AITAX_ELASTICSEARCH_URL"]["valueFrom"]["secretKeyRef"] == {"name": "aitax-elasticsearch",
+                                                                           "key": "url"}
+    assert env["AITAX_EVENTS"]["value"] == "es:$(AITAX_ELASTICSEARCH_URL)"
+    assert ingest["containers"][0]["image"] == "registry.example.com/vision/aitax/pipeline:0.1.0"
+    emulated = render(CHART / "ci" / "emulated-values.yaml")
+    deployments = {d["metadata"]["name"]: d for d in _by_kind(emulated, "Deployment")}
+    assert set(deployments) == {"t-aitax-emulate-producers", "t-aitax-emulate-consumers"}
+    producers = deployments["t-aitax-emulate-producers"]
+    assert producers["spec"]["replicas"] == 2
+    assert producers["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "emulate-producers", "--instances", "4", "--factor", "$(AITAX_ACCELERATION_FACTOR)", "--profile",
+        "/etc/aitax/profile/profile.yaml", "--run-id", "$(AITAX_RUN_ID)"]
+    assert "profile.yaml" in _named(emulated, "ConfigMap", "-emulator-profile")["data"]
+
+
+def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:
+    docs = render(CI_VALUES[0])
+    policy = _named(docs, "NetworkPolicy", "-kafka")
+    client_label = {"aitax/kafka-client": "t"}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    sources = [peer["podSelector"]["matchLabels"] for peer in policy["spec"]["ingress"][0]["from"]]
+    assert client_label in sources
+    assert [p["port"] for p in policy["spec"]["ingress"][1]["ports"]] == ["controller"]
+    clients = [spec for spec in _pod_specs(docs) if spec["containers"][0]["name"] != "kafka"]
+    labelled = [d for d in docs if d["kind"] in ("Deployment", "Job")
+                and d["spec"]["template"]["metadata"]["labels"].items() >= client_label.items()]
+    assert len(labelled) == len([d for d in docs if d["kind"] in ("Deployment", "Job")]) and clients
+    test_pod = _by_kind(docs, "Pod")[0]
+    assert test_pod["metadata"]["labels"].items() >= client_label.items()
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert test_pod["spec"]["containers"][0]["command"] == ["python", "-m", "aitax.experiment.kafka_probe"]
+
+
+def test_kibana_job_and_bundled_elasticsearch() -> None:
+    production = render(CHART / "ci" / "production-values.yaml")
+    job = _named(production, "Job", "-kibana-import")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["kibana", "import", "--url", "https://kibana.example.com", "--space", "vision"]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "aitax-kibana", "key": "apiKey"}
+    assert not [d for d in render(CI_VALUES[0]) if d["metadata"]["name"].endswith("-kibana-import")]
+    lab = render(CHART / "ci" / "lab-values.yaml")
+    elasticsearch = _named(lab, "StatefulSet", "-elasticsearch")
+    assert elasticsearch["spec"]["replicas"] == 1
+    identify = _named(lab, "Deployment", "-identify")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "AITAX_ELASTICSEARCH_URL", "value": "http://t-aitax-elasticsearch:9200"} in identify["env"]
+
+
+# --- images -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_hadolint(dockerfile: Path) -> None:
+    result = subprocess.run([str(tool_path("hadolint")), "--no-color", str(dockerfile)], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfiles_are_multi_stage_pinned_and_non_root() -> None:
+    assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "emulator", "kafka"}
+    for dockerfile in DOCKERFILES:
+        text = dockerfile.read_text()
+        bases = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+        assert len(bases) >= 2, f"{dockerfile}: not multi-stage"
+        for base in bases:
+            assert re.search(r":\d+\.\d+", base), f"{dockerfile}: base image {base} not pinned to a version"
+        final = text[text.rindex("\nFROM "):]
+        assert re.search(r"^USER 10001:10001$", final, re.MULTILINE), f"{dockerfile}: final stage not non-root"
+        # No compiler, package manager run or build cache in the final stage: it only copies the build's output.
+        assert not re.search(r"apt-get|apk |mvn |gcc|pip install", final), dockerfile
+
+
+def test_image_names_and_tags_match_the_chart() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for name in ("pipeline", "emulator", "kafka"):
+        text = (PROJECT_ROOT / "containers" / name / "Dockerfile").read_text()
+        title = re.search(r'org\.opencontainers\.image\.title="([^"]+)"', text).group(1)
+        version = re.search(r'org\.opencontainers\.image\.version="([^"]+)"', text).group(1)
+        assert values["images"][name]["repository"] == f"aitax/{name}" and title == f"aitax-{name}"
+        assert (values["images"][name]["tag"] or chart["appVersion"]) == version
+        assert f"-t aitax/{name}:{version} ." in text  # the documented build command
+
+
+def test_emulator_image_pins_match_pyproject() -> None:
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    pins = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)", d).groups() for d in project["dependencies"])
+    lines = (PROJECT_ROOT / "containers" / "emulator" / "requirements.txt").read_text().splitlines()
+    emulator = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    for package, version in emulator.items():
+        assert pins.get(package) == version, f"{package}=={version} differs from pyproject.toml"
+    assert "tensorflow-cpu" not in emulator
+
+
+def test_kafka_image_uses_the_stacks_pinned_jars() -> None:
+    text = (PROJECT_ROOT / "containers" / "kafka" / "Dockerfile").read_text()
+    assert "COPY aitax/stack/maven/kafka-pom.xml pom.xml" in text
+    assert "COPY aitax/stack/maven/kafka-log4j2.yaml" in text
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    pom = (PROJECT_ROOT / "aitax" / "stack" / "maven" / "kafka-pom.xml").read_text()
+    assert f"<version>{chart['annotations']['aitax/kafka-version']}</version>" in pom

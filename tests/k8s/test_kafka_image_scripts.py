@@ -1,0 +1,132 @@
+"""The Kafka image's scripts, run for real: three `kafka-broker` entrypoints fed the chart's rendered ConfigMap and
+StatefulSet environment form a KRaft cluster (each on its own loopback address, as pods on their own IPs), the
+topics Job's `kafka-ensure-topics` creates the chart's topics, and the `helm test` probe passes against them.
+
+No container runtime runs here, so this is how the image's logic is exercised: same scripts, same jars (the local
+stack's pinned Kafka 4.3.1), same settings the chart renders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aitax.experiment.kafka_probe import run_probe
+from aitax.paths import PROJECT_ROOT
+from tests.k8s.conftest import CI_VALUES, render
+
+pytestmark = pytest.mark.k8s
+
+BIN = PROJECT_ROOT / "containers" / "kafka" / "bin"
+PORT_BASE = int(os.environ.get("AITAX_PORT_BASE", "19000"))
+PORT, CONTROLLER_PORT = PORT_BASE + 692, PORT_BASE + 693
+
+
+def _host(ordinal: int) -> str:
+    return f"127.0.0.{10 + ordinal}"  # the pattern "127.0.0.1{ordinal}" below
+
+
+@pytest.fixture(scope="module")
+def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    from aitax.stack.kafka import LOG4J2_CONFIG, libs_dir
+
+    if not (libs_dir() / ".complete").exists() or shutil.which("java") is None:
+        pytest.fail("Kafka jars or Java missing: run `make setup` (aitax stack install)")
+    root = tmp_path_factory.mktemp("kafka-image")
+    home = root / "opt-kafka"  # laid out as /opt/kafka in the image
+    (home / "config").mkdir(parents=True)
+    (home / "libs").symlink_to(libs_dir())
+    (home / "bin").symlink_to(BIN)
+    shutil.copy(LOG4J2_CONFIG, home / "config" / "log4j2.yaml")
+    docs = render(CI_VALUES[0], release="img", namespace="ns")
+    configmap = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "img-aitax-kafka")
+    base = root / "base-server.properties"
+    base.write_text(configmap["data"]["server.properties"])
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    chart_env = {e["name"]: e["value"] for e in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
+                 if "value" in e}
+    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-topics"))
+    bootstrap = ",".join(f"{_host(o)}:{PORT}" for o in range(3))
+    processes = []
+    for ordinal in range(3):
+        node = root / f"broker-{ordinal}"
+        env = {
+            **os.environ,
+            "KAFKA_HOME": str(home),
+            "POD_NAME": f"img-aitax-kafka-{ordinal}",
+            "KAFKA_CLUSTER_ID": chart_env["KAFKA_CLUSTER_ID"],
+            "KAFKA_CONTROLLERS": chart_env["KAFKA_CONTROLLERS"],
+            "KAFKA_HOST_PATTERN": "127.0.0.1{ordinal}",
+            "KAFKA_BIND_ADVERTISED": "true",
+            "KAFKA_PORT": str(PORT),
+            "KAFKA_CONTROLLER_PORT": str(CONTROLLER_PORT),
+            "KAFKA_LOG_DIRS": f"{node}/data-0,{node}/data-1",
+            "KAFKA_BASE_CONFIG": str(base),
+            "KAFKA_GENERATED_CONFIG": str(node / "server.properties"),
+            "KAFKA_HEAP_OPTS": "-Xms256m -Xmx384m",
+        }
+        node.mkdir()
+        log = open(node / "broker.log", "wb")  # noqa: SIM115 - closed at teardown
+        processes.append((subprocess.Popen([str(BIN / "kafka-broker")], env=env, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True), log))
+    try:
+        yield {"root": root, "home": home, "bootstrap": bootstrap, "job": job}
+    finally:
+        for process, _ in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process, log in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+
+
+def test_entrypoint_generates_per_pod_settings(image_cluster: dict) -> None:
+    deadline = time.monotonic() + 30
+    while not all((image_cluster["root"] / f"broker-{o}" / "server.properties").exists() for o in range(3)):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    props = dict(line.split("=", 1) for line in
+                 (image_cluster["root"] / "broker-1" / "server.properties").read_text().splitlines()
+                 if "=" in line and not line.startswith("#"))
+    assert props["node.id"] == "1" and props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == ",".join(f"{o}@{_host(o)}:{CONTROLLER_PORT}" for o in range(3))
+    assert props["advertised.listeners"] == f"PLAINTEXT://{_host(1)}:{PORT}"
+    assert props["broker.session.timeout.ms"] == "3000" and props["min.insync.replicas"] == "2"
+
+
+def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: dict) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    container = image_cluster["job"]["spec"]["template"]["spec"]["containers"][0]
+    env = {**os.environ, "KAFKA_HOME": str(image_cluster["home"]), "KAFKA_BOOTSTRAP": image_cluster["bootstrap"],
+           "KAFKA_REPLICATION_FACTOR": "3", "KAFKA_WAIT_TIMEOUT_S": "120", "KAFKA_HEAP_OPTS": "-Xmx256m"}
+    started = time.monotonic()
+    result = subprocess.run([str(BIN / "kafka-ensure-topics"), *container["args"]], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
+    print(f"cluster formed and topics created in {time.monotonic() - started:.1f} s")
+    admin = AdminClient({"bootstrap.servers": image_cluster["bootstrap"], "log_level": 0})
+    metadata = admin.list_topics(timeout=10)
+    assert sorted(metadata.brokers) == [0, 1, 2]
+    faces = metadata.topics["faces"]
+    assert len(faces.partitions) == 12 and {len(p.replicas) for p in faces.partitions.values()} == {3}
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "faces")
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert configs["message.timestamp.type"].value == "LogAppendTime"
+    assert configs["min.insync.replicas"].value == "2"
+    # Running it again (helm upgrade) is fine: existing topics just get their settings re-applied.
+    again = subprocess.run([str(BIN / "kafka-ensure-topics"), *container["args"]], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-1500:]
+    summary = run_probe(image_cluster["bootstrap"], "aitax.probe", replication_factor=3, min_insync=2,
+                        timeout_s=60)
+    assert summary.startswith("probe ok: aitax.probe@")
