@@ -91,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                   "group, committing after results are durable.")
     _stage_options(consumers)
     consumers.add_argument("--group", default="identify", help="consumer group (default identify)")
+    consumers.add_argument("--max-batch", type=int, default=1,
+                           help="faces per identify call (default 1: the paper's per-face identify)")
     consumers.set_defaults(func=_emulate_consumers)
 
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
@@ -218,7 +220,8 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     stop = stop_flag()
     print("emulate-consumers: ready", flush=True)
     try:
-        stats = run_consumer_instances(consumers, producers, profile, args.factor, sink, topics, lambda: stop[0])
+        stats = run_consumer_instances(consumers, producers, profile, args.factor, sink, topics, lambda: stop[0],
+                                       max_batch=args.max_batch)
     finally:
         for client in (*consumers, *producers):
             client.close()
