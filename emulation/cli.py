@@ -162,20 +162,25 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
 def _faults(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from aitax.paths import aitax_home
     from aitax.stack.stack import current_config
-    from emulation.faults import SCENARIOS, print_table, run_scenario
+    from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
 
-    names = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
-    unknown = [n for n in names if n not in SCENARIOS]
+    every = [*SCENARIOS, "broker-disk-full"]
+    names = every if args.scenarios == "all" else args.scenarios.split(",")
+    unknown = [n for n in names if n not in every]
     if unknown:
-        raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(SCENARIOS)}")
+        raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(every)}")
     config = current_config()
     if config is None or (not config.elasticsearch and "elasticsearch-outage" in names):
         raise UserError("the fault scenarios need the local stack (with Elasticsearch): `aitax stack up`")
     results = []
     for name in names:
         print(f"== {name}", flush=True)
-        results.append(run_scenario(name, config, factor=args.factor))
+        if name == "broker-disk-full":  # a Kafka-only stack of its own, on size-limited filesystems
+            results.append(run_disk_full(aitax_home() / "faults"))
+        else:
+            results.append(run_scenario(name, config, factor=args.factor))
     print_table(results)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))

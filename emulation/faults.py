@@ -133,7 +133,7 @@ def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]
     from pipeline.schema import MalformedRecordError, decode_face
 
     consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "log_level": 0})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
@@ -163,7 +163,8 @@ def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]
 def _count_dead_letters(config: StackConfig, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}"})
+    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
+                         "log_level": 0})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
@@ -172,8 +173,9 @@ def _count_dead_letters(config: StackConfig, topic: str) -> int:
 
 
 def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers: int = 2, consumers: int = 4,
-                 workdir: Path | None = None) -> FaultResult:
-    disrupt, duration_s = SCENARIOS[name]
+                 workdir: Path | None = None, duration_s: float | None = None) -> FaultResult:
+    disrupt, default_duration_s = SCENARIOS[name]
+    duration_s = duration_s or default_duration_s
     spec = SweepSpec([factor], duration_s, producers, consumers, processes=2, profile=paper_profile(),
                      profile_name="paper")
     run_name = f"fault-{name}-{random.Random().randrange(16**6):06x}"
@@ -245,3 +247,78 @@ def print_table(results: list[FaultResult]) -> None:
               f"{'ok' if r.passed else 'FAILED'}")
         for note in r.notes:
             print(f"{'':<22}{note}")
+
+
+def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, factor: float = 8.0) -> FaultResult:
+    """A broker disk that fills: every broker of a second, Kafka-only stack keeps its log on a small tmpfs.
+    Load runs until the brokers fail on full disks; the filesystems then grow, the brokers restart, and every
+    acknowledged face must still be there and be identified. Needs root (mount)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from aitax.errors import UserError
+    from aitax.paths import downloads_dir
+    from aitax.stack.procs import port_is_open
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        raise UserError("the disk-full scenario mounts size-limited filesystems: run it as root")
+    home = workdir / "disk-full-home"
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "downloads").exists():
+        (home / "downloads").symlink_to(downloads_dir())
+    env = {**os.environ, "AITAX_HOME": str(home), "AITAX_PORT_BASE": str(port_base)}
+    config = StackConfig(port_base=port_base, elasticsearch=False, prometheus=False)
+    log_dirs = [home / "stack" / "kafka" / f"broker-{n}" / "data-1" for n in config.node_ids]
+
+    def aitax(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "aitax.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    for log_dir in log_dirs:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(log_dir)], check=True)
+    notes: list[str] = []
+    try:
+        started = aitax("stack", "up", "--no-elasticsearch", "--no-prometheus")
+        if started.returncode:
+            raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
+        spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
+        load = EmulatedLoad(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
+                            workdir)
+        try:
+            load.start()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and all(shutil.disk_usage(d).free > 1 << 20 for d in log_dirs):
+                time.sleep(0.5)
+            notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started")
+            time.sleep(5)
+            dead = [n for n in config.node_ids if not port_is_open(config.broker_port(n))]
+            for log_dir in log_dirs:
+                subprocess.run(["mount", "-o", f"remount,size={size_mb * 20}m", str(log_dir)], check=True)
+            notes.append(f"brokers down on full disks: {dead or 'none'}; space returned, brokers restarted")
+            restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
+                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in dead]
+            for restart in restarts:
+                restart.wait(300)
+            load.wait_producers(600)
+            backlog = load.drain(180)
+            if backlog:
+                notes.append(f"{backlog} faces still queued after the drain")
+        finally:
+            load.stop()
+        acknowledged, _ = load.produced()
+        in_topic, stall_s = read_face_topic(config, load.topics.faces)
+        identities, duplicates = load.identities()
+        identified = {i.key for i in identities}
+        failed = load.failures()
+        if failed:
+            notes.append(f"process failed: see {failed[0]}")
+        return FaultResult("broker-disk-full", 2 * 10 * factor, acknowledged, len(in_topic),
+                           len(identified & in_topic), duplicates, len(in_topic - identified), round(stall_s, 2),
+                           kafka.cluster_health(config).healthy(config.node_ids), process_failures=len(failed),
+                           notes=notes)
+    finally:
+        aitax("stack", "down")
+        for log_dir in log_dirs:
+            subprocess.run(["umount", str(log_dir)], check=False)

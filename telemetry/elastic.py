@@ -5,10 +5,15 @@ When Elasticsearch cannot be reached (at start or mid-run) batches go to an appe
 process; once a probe finds Elasticsearch back, the spool is replayed and truncated. Documents carry ids derived
 from their content, so a replay that is interrupted and run again never duplicates an event. If the buffer
 fills faster than it drains, `emit` writes the overflow to the spool itself: slower, but nothing is dropped.
+
+A process can end while Elasticsearch is still away; its spool stays behind. Each sink holds a lock on its own
+spool for its lifetime, and any live sink that finds an unlocked spool beside its own (its process is gone)
+replays and removes it, so events outlive the process that logged them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -22,6 +27,7 @@ from telemetry.events import INDEX_PREFIX, Event
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 2.0
+ADOPT_INTERVAL_S = 5.0
 
 
 def document_id(document: dict[str, Any]) -> str:
@@ -58,6 +64,10 @@ class ElasticsearchSink:
         self._available = True
         self._next_probe = 0.0
         spool.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = open(spool.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the sink's whole life
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._next_adoption = 0.0
+        self.adopted = 0
         self._thread = threading.Thread(target=self._run, name="es-events", daemon=True)
         self._thread.start()
 
@@ -75,6 +85,10 @@ class ElasticsearchSink:
         self._wake.set()
         self._thread.join(timeout_s)
         self._append_to_spool(self._take(len(self._buffer)))  # anything the thread could not index in time
+        self._lock.close()  # from here another process's sink may adopt what is left
+        if self.spool.exists() and not self.spool.stat().st_size:
+            self.spool.unlink()
+            self.spool.with_suffix(".lock").unlink(missing_ok=True)
 
     # -- the background side ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -85,6 +99,9 @@ class ElasticsearchSink:
                 self._ship(self._take(len(self._buffer)))
             if self.spool.exists() and self.spool.stat().st_size and self._probe():
                 self._replay()
+            if time.monotonic() >= self._next_adoption and self._available:
+                self._next_adoption = time.monotonic() + ADOPT_INTERVAL_S
+                self._adopt_orphans()
             if self._closing and not self._buffer:
                 return
 
@@ -141,18 +158,42 @@ class ElasticsearchSink:
             spool.writelines(json.dumps(d, separators=(",", ":")) + "\n" for d in documents)
         self.spooled += len(documents)
 
+    def _adopt_orphans(self) -> None:
+        """Replay the spools of sinks whose processes ended while Elasticsearch was away."""
+        for orphan in self.spool.parent.glob("*.jsonl"):
+            if orphan == self.spool:
+                continue
+            with open(orphan.with_suffix(".lock"), "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # its process is alive and will replay it
+                documents = self._read_spool(orphan)
+                if documents and not self._bulk_all(documents):
+                    return
+                self.adopted += len(documents)
+                orphan.unlink(missing_ok=True)
+                orphan.with_suffix(".lock").unlink(missing_ok=True)
+
+    def _read_spool(self, path: Path) -> list[dict[str, Any]]:
+        documents = []
+        for line in path.read_text().splitlines():
+            try:
+                documents.append(json.loads(line))
+            except ValueError:
+                self.malformed_spool_lines += 1
+        return documents
+
+    def _bulk_all(self, documents: list[dict[str, Any]]) -> bool:
+        for start in range(0, len(documents), self.batch_size):
+            if not self._bulk(documents[start:start + self.batch_size]):
+                return False  # the part already sent is harmless next time: ids come from content
+        return True
+
     def _replay(self) -> None:
         with self._spool_lock:
-            lines = self.spool.read_text().splitlines()
-            documents = []
-            for line in lines:
-                try:
-                    documents.append(json.loads(line))
-                except ValueError:
-                    self.malformed_spool_lines += 1
-            for start in range(0, len(documents), self.batch_size):
-                if not self._bulk(documents[start:start + self.batch_size]):
-                    # Keep what was not replayed; the ids make the part already sent harmless next time.
-                    return
+            documents = self._read_spool(self.spool)
+            if not self._bulk_all(documents):
+                return  # keep the spool; a later replay resends it without duplicates
             self.replayed += len(documents)
             self.spool.write_text("")

@@ -123,13 +123,19 @@ def _start_prometheus(config: StackConfig, progress) -> None:
 def _put_event_template(config: StackConfig) -> None:
     import requests
 
-    from telemetry.events import TEMPLATE_NAME, index_template
+    from telemetry.events import INDEX_MAPPING, INDEX_PREFIX, TEMPLATE_NAME, index_template
 
     response = requests.put(
         f"{config.elasticsearch_url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10
     )
     if not response.ok:
         raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
+    # Indices made before a field was added keep their old strict mapping and would reject new events: extend
+    # them (adding fields is always allowed; a changed type would need a new schema version and index).
+    response = requests.put(f"{config.elasticsearch_url}/{INDEX_PREFIX}-*/_mapping", json=INDEX_MAPPING,
+                            params={"allow_no_indices": "true"}, timeout=30)
+    if not response.ok:
+        raise UserError(f"updating event index mappings failed: {response.status_code} {response.text[:200]}")
 
 
 def processes(config: StackConfig) -> list[ManagedProcess]:

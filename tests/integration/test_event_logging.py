@@ -78,7 +78,23 @@ def test_outage_is_spooled_and_replayed_without_loss(stack: StackConfig, unique_
     count, frames = _count(es, unique_name)
     assert count == 400 and frames == set(range(400)), (count, len(frames))
     assert sink.malformed_spool_lines == 1
-    assert spool.read_text() == ""
+    assert not spool.exists(), "an empty spool is removed at close"
+
+
+def test_a_dead_processs_spool_is_adopted(stack: StackConfig, unique_name: str, tmp_path: Path) -> None:
+    """A process that ended while Elasticsearch was away left a spool; the next live sink replays it."""
+    import json
+
+    orphan = tmp_path / "identify-12345.jsonl"
+    orphan.write_text("".join(json.dumps(e.to_document()) + "\n" for e in _events(unique_name, 0, 25)))
+    sink = ElasticsearchSink(stack.elasticsearch_url, tmp_path / "detect-999.jsonl", flush_interval_s=0.2)
+    es = Elasticsearch(stack.elasticsearch_url)
+    try:
+        assert _wait_for(lambda: sink.adopted == 25, 30), sink.adopted
+    finally:
+        sink.close()
+    assert _count(es, unique_name) == (25, set(range(25)))
+    assert not orphan.exists()
 
 
 def test_metrics_pass_promtool(tmp_path: Path) -> None:

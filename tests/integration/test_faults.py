@@ -37,3 +37,15 @@ def test_elasticsearch_outage_spools_and_replays_every_event(stack: StackConfig,
     events = result.events_in_elasticsearch
     assert events["ingest"] == events["detect"] > 0  # one of each per frame
     assert events["identify"] == events["broker_wait"] == result.identified  # one of each per face
+
+
+def test_full_broker_disks_lose_nothing_acknowledged(tmp_path) -> None:
+    """Every broker's log dir on a small tmpfs fills under load; space returns, brokers restart."""
+    from emulation.faults import run_disk_full
+
+    result = run_disk_full(tmp_path)
+    print(result.notes, f"stall {result.stall_s} s")
+    assert "brokers down on full disks: [" in result.notes[1]  # the disks really filled and brokers failed
+    assert result.acknowledged > 200
+    assert result.in_topic == result.acknowledged and result.identified == result.in_topic and result.lost == 0
+    assert result.isr_restored and result.process_failures == 0
