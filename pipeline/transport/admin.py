@@ -21,7 +21,9 @@ def group_lag(bootstrap_servers: str, group_id: str, topic: str, timeout_s: floa
     """Records in `topic` not yet committed by `group_id` (a partition it never committed counts whole)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+    # log_level 0: while a broker is down (the fault experiments) librdkafka would log every refused connect
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False,
+                         "log_level": 0})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         partitions = [TopicPartition(topic, p) for p in metadata.partitions]
