@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -11,3 +12,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     register_report(subparsers)
     register_kibana(subparsers)
+    events = subparsers.add_parser("events", help="event spools: replay what ended processes left behind")
+    actions = events.add_subparsers(dest="events_action", metavar="ACTION", required=True)
+    replay = actions.add_parser("replay", help="index every spool left by processes that ended during an outage")
+    replay.add_argument("--es", help="Elasticsearch URL (default: the local stack's)")
+    replay.add_argument("--spool-dir", type=Path, help="spool folder (default $AITAX_HOME/spool)")
+    replay.set_defaults(func=_replay)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from aitax.errors import UserError
+    from aitax.paths import aitax_home
+    from aitax.stack.stack import current_config
+    from telemetry.elastic import replay_spools
+
+    url = args.es
+    if url is None:
+        config = current_config()
+        if config is None or not config.elasticsearch:
+            raise UserError("no --es given and no local Elasticsearch")
+        url = config.elasticsearch_url
+    spool_dir = args.spool_dir or aitax_home() / "spool"
+    print(f"replayed {replay_spools(url, spool_dir)} event(s) from {spool_dir}")
+    return 0

@@ -197,3 +197,19 @@ class ElasticsearchSink:
                 return  # keep the spool; a later replay resends it without duplicates
             self.replayed += len(documents)
             self.spool.write_text("")
+
+
+def replay_spools(url: str, spool_dir: Path) -> int:
+    """Replay every spool in `spool_dir` left by processes that have ended (`aitax events replay`)."""
+    import os
+
+    sink = ElasticsearchSink(url, spool_dir / f"replay-{os.getpid()}.jsonl")
+    try:
+        if not sink._probe():
+            from aitax.errors import UserError
+
+            raise UserError(f"Elasticsearch at {url} unreachable: the spools in {spool_dir} stay for later")
+        sink._adopt_orphans()
+    finally:
+        sink.close()
+    return sink.adopted
