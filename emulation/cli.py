@@ -253,16 +253,11 @@ def _stage_setup(args: argparse.Namespace):
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import current_config
+    from aitax.stack.stack import local_elasticsearch_url
     from emulation.profile import derive_profile
     from telemetry.report_sources import load_events
 
-    source = args.events
-    if source is None:
-        config = current_config()
-        if config is None or not config.elasticsearch:
-            raise UserError("no --events given and no local Elasticsearch: pass --events DIR")
-        source = config.elasticsearch_url
+    source = args.events or local_elasticsearch_url("--events")
     profile = derive_profile(load_events(args.run, source).documents, args.run)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(profile.to_yaml())

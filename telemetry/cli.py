@@ -21,17 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from aitax.errors import UserError
     from aitax.paths import aitax_home
-    from aitax.stack.stack import current_config
+    from aitax.stack.stack import local_elasticsearch_url
     from telemetry.elastic import replay_spools
 
-    url = args.es
-    if url is None:
-        config = current_config()
-        if config is None or not config.elasticsearch:
-            raise UserError("no --es given and no local Elasticsearch")
-        url = config.elasticsearch_url
+    url = args.es or local_elasticsearch_url()
     spool_dir = args.spool_dir or aitax_home() / "spool"
     print(f"replayed {replay_spools(url, spool_dir)} event(s) from {spool_dir}")
     return 0

@@ -26,22 +26,13 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_report)
 
 
-def _local_elasticsearch_url() -> str:
-    from aitax.errors import UserError
-    from aitax.stack.stack import current_config
-
-    config = current_config()
-    if config is None or not config.elasticsearch:
-        raise UserError("no --events or --es given and no local stack with Elasticsearch: `aitax stack up` first")
-    return config.elasticsearch_url
-
-
 def _report(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import local_elasticsearch_url
     from telemetry.report import build_report
     from telemetry.report_render import format_text, render_figures, render_html, write_plots
     from telemetry.report_sources import load_events
 
-    loaded = load_events(args.run, args.events or args.es or _local_elasticsearch_url())
+    loaded = load_events(args.run, args.events or args.es or local_elasticsearch_url("--events or --es"))
     report = build_report(args.run, loaded.documents, malformed_lines=loaded.malformed_lines)
     print(format_text(report))
     written: list[Path] = []

@@ -271,3 +271,11 @@ def reshape_kafka(config: StackConfig, brokers: int, log_dirs_per_broker: int, p
     reshaped.save(description_file())
     progress(f"restarting Kafka with {brokers} brokers x {log_dirs_per_broker} log dirs")
     return up(reshaped, progress)
+
+
+def local_elasticsearch_url(missing: str = "--es") -> str:
+    """The local stack's Elasticsearch, for commands whose `missing` option was left out."""
+    config = current_config()
+    if config is None or not config.elasticsearch:
+        raise UserError(f"no {missing} given and no local stack with Elasticsearch: `aitax stack up` first")
+    return config.elasticsearch_url
