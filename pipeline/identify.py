@@ -26,7 +26,7 @@ from pipeline.schema import (
     decode_face,
     encode_identity,
 )
-from pipeline.transport import Consumer, DeliveryReport, Producer, Record
+from pipeline.transport import CommitRejectedError, Consumer, DeliveryReport, Producer, Record
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
 from telemetry.sinks import EventSink
@@ -85,6 +85,7 @@ class IdentifyStats:
     dead_letters: int = 0
     identities: dict[str, int] = field(default_factory=dict)
     logging_ms: float = 0.0  # the last batch's event logging, reported with the next batch
+    commits_rejected: int = 0
 
 
 class DeliveryFailedError(RuntimeError):
@@ -145,7 +146,10 @@ def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, pro
             producer.send(topics.dlq, record.value or b"", key=record.key, headers=headers, on_delivery=on_delivery)
         if producer.flush(300) or failures:
             raise DeliveryFailedError(f"{len(failures)} result(s) not acknowledged: {failures[:1]}")
-        consumer.commit(records)  # only now: every result and dead letter is durable
+        try:
+            consumer.commit(records)  # only now: every result and dead letter is durable
+        except CommitRejectedError:
+            stats.commits_rejected += 1  # the partitions moved: their new owner redoes these, we drop duplicates
     for _, face in fresh:
         recent[face.key] = None
         if len(recent) > RECENT_KEYS:

@@ -7,6 +7,7 @@ kafka-python (pure Python, the client the paper's Listing 1 used).
 
 from pipeline.transport.base import (
     KAFKA_CLIENTS,
+    CommitRejectedError,
     Consumer,
     DeliveryReport,
     Producer,
@@ -15,4 +16,13 @@ from pipeline.transport.base import (
     make_producer,
 )
 
-__all__ = ["KAFKA_CLIENTS", "Consumer", "DeliveryReport", "Producer", "Record", "make_consumer", "make_producer"]
+__all__ = [
+    "KAFKA_CLIENTS",
+    "CommitRejectedError",
+    "Consumer",
+    "DeliveryReport",
+    "Producer",
+    "Record",
+    "make_consumer",
+    "make_producer",
+]

@@ -14,6 +14,10 @@ KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
 DURABLE_PRODUCER = {"acks": "all", "idempotence": True}
 
 
+class CommitRejectedError(RuntimeError):
+    """The group rebalanced before a commit: those records go to their new owner, which reprocesses them."""
+
+
 @dataclass(frozen=True)
 class Record:
     topic: str

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import Producer as _Producer
 
-from pipeline.transport.base import DeliveryCallback, DeliveryReport, Record, next_offsets
+from pipeline.transport.base import CommitRejectedError, DeliveryCallback, DeliveryReport, Record, next_offsets
+
+COMMIT_RETRY_S = 120.0  # a coordinator moves within seconds; give a starved machine much longer
+COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                      KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
+                      KafkaError._TRANSPORT, KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD}
+REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+              KafkaError._ASSIGNMENT_LOST}
 
 
 class ConfluentProducer:
@@ -105,10 +113,25 @@ class ConfluentConsumer:
         return records
 
     def commit(self, records: Sequence[Record]) -> None:
-        if records:
-            self._consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets(records).items()], asynchronous=False
-            )
+        """Synchronous commit that rides out a moving group coordinator (a broker failing over) by retrying;
+        if the group has rebalanced the partitions away, raises CommitRejectedError: the new owner
+        reprocesses those records (at-least-once; identify drops the duplicates)."""
+        if not records:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets(records).items()]
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        while True:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as exception:
+                error = exception.args[0]
+                if error.code() in REBALANCED:
+                    raise CommitRejectedError(str(error)) from None
+                if (error.retriable() or error.code() in COORDINATOR_MOVING) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise
 
     def lag(self, record: Record) -> int | None:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(record.topic, record.partition), cached=True)

@@ -11,9 +11,10 @@ import threading
 from collections.abc import Sequence
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from pipeline.transport.base import DeliveryCallback, DeliveryReport, Record, next_offsets
+from pipeline.transport.base import CommitRejectedError, DeliveryCallback, DeliveryReport, Record, next_offsets
 
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
@@ -122,10 +123,14 @@ class KafkaPythonConsumer:
         ]
 
     def commit(self, records: Sequence[Record]) -> None:
+        """kafka-python retries coordinator moves itself; a rebalance surfaces as CommitFailedError."""
         if records:
-            self._consumer.commit(
-                {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in next_offsets(records).items()}
-            )
+            try:
+                self._consumer.commit(
+                    {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in next_offsets(records).items()}
+                )
+            except CommitFailedError as error:
+                raise CommitRejectedError(str(error)) from None
 
     def lag(self, record: Record) -> int | None:
         high = self._consumer.highwater(TopicPartition(record.topic, record.partition))
