@@ -141,7 +141,7 @@ def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]
         consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
         remaining = {p for p, end in ends.items() if end > 0}
         faces, appended = set(), []
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a long-lived `faces` topic can hold gigabytes of thumbnails
         while remaining and time.monotonic() < deadline:
             for message in consumer.consume(1000, 1.0):
                 if message.error():

@@ -225,19 +225,28 @@ def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: st
     from pipeline.frames import read_frames
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
+    parent = os.getppid()
+
+    def stopping() -> bool:
+        # A SIGKILLed detection process cannot set `stop`: notice being orphaned instead of blocking forever.
+        return stop.is_set() or os.getppid() != parent
+
     try:
         for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
                                  start_frame=start_frame):
-            while not stop.is_set():
+            while not stopping():
                 try:
                     frames.put(frame, timeout=0.2)
                     break
                 except queue.Full:
                     continue
-            if stop.is_set():
+            if stopping():
                 break
     finally:
-        frames.put(END_OF_STREAM)
+        if os.getppid() == parent:
+            frames.put(END_OF_STREAM)
+        else:
+            frames.cancel_join_thread()  # nobody reads the queue any more: exit without flushing it
 
 
 def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Process,

@@ -126,6 +126,8 @@ def test_ingest_detect_resumes_after_a_crash(stack: StackConfig, video: Path, tm
     import signal
     import time
 
+    import psutil
+
     reference = subprocess.run([*AITAX, "ingest-detect", "--video", str(video), "--stream-id", "cam-ref",
                                 "--run-id", f"{unique_name}-ref", "--pace", "max", "--events", "none"],
                                capture_output=True, text=True, timeout=600)
@@ -139,8 +141,12 @@ def test_ingest_detect_resumes_after_a_crash(stack: StackConfig, video: Path, tm
         if checkpoint.exists() and json.loads(checkpoint.read_text())["next_frame"] >= 30:
             break
         time.sleep(0.2)
+    ingest_children = psutil.Process(crashing.pid).children()
     crashing.send_signal(signal.SIGKILL)
     crashing.wait()
+    # The ingest process notices its detection parent is gone and exits instead of blocking on the queue.
+    _, alive = psutil.wait_procs(ingest_children, timeout=10)
+    assert not alive, f"orphaned ingest process(es) {[p.pid for p in alive]}"
     crashed_at = json.loads(checkpoint.read_text())["next_frame"]
     assert 30 <= crashed_at < 120, crashed_at
     resumed = subprocess.run([*command, "--resume", "--pace", "max"], capture_output=True, text=True, timeout=600)
