@@ -133,8 +133,9 @@ def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]
 
     from pipeline.schema import MalformedRecordError, decode_face
 
+    # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
     consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
-                         "enable.auto.commit": False, "log_level": 0})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
