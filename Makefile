@@ -32,9 +32,12 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
 
-test: setup lint  ## every test, against a real local stack the tests start and stop
-	@$(BIN)/python -m pytest -p no:cacheprovider; status=$$?; \
-	  if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
+test: setup lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
+	@# Two pytest processes: the control-plane tests first, on their own, then everything else.
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit/test_experiment_spec.py; status=$$?; \
+	  if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
+	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --deselect tests/unit/test_experiment_spec.py; \
+	  status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
 
 test-k8s: setup  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
 	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py
