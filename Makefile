@@ -33,9 +33,8 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
 
 test: setup lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
-	@# The chart's static checks here; its tests on a real kube-apiserver are `make test-k8s` (see README).
-	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit/test_experiment_spec.py \
-	  --ignore=tests/k8s/test_chart_cluster.py; status=$$?; \
+	@# The chart, images and experiment driver (a real kube-apiserver) first, then everything on the local stack.
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit/test_experiment_spec.py; status=$$?; \
 	  if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
 	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --deselect tests/unit/test_experiment_spec.py; \
 	  status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status

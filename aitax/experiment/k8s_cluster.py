@@ -9,7 +9,6 @@ apiserver base+443, etcd base+479/480, kwok base+447, controller-manager base+45
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -88,8 +87,6 @@ reclaimPolicy: Delete
 volumeBindingMode: Immediate
 """
 
-log = logging.getLogger(__name__)
-
 
 def tool(name: str) -> Path:
     path = TOOLS_DIR / "bin" / name
@@ -147,21 +144,11 @@ class LocalControlPlane:
         for port, what in ((self.apiserver_port, "kube-apiserver"), (self.etcd_port, "etcd")):
             require_free_port(port, what)
         self._write_credentials()
-        for attempt in (1, 2):
-            try:
-                self._start_components()
-                return
-            except UserError as error:
-                self.down()  # a half-started control plane must not outlive the failed start
-                if attempt == 2:
-                    raise
-                # Seen twice on a saturated machine: etcd gone right after start-up with nothing in its log.
-                # One clean retry; a second failure is reported.
-                log.warning("control plane start failed (%s); retrying once with a fresh etcd", error)
-                shutil.rmtree(self.home / "etcd", ignore_errors=True)
-            except BaseException:
-                self.down()
-                raise
+        try:
+            self._start_components()
+        except BaseException:
+            self.down()  # a half-started control plane must not outlive the failed start
+            raise
 
     def _start_components(self) -> None:
         self._start_etcd()

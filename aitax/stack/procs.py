@@ -14,6 +14,9 @@ import psutil
 
 from aitax.errors import UserError
 
+# How long an empty command line (a process still inside execve) is waited out before the PID counts as foreign.
+EXEC_GRACE_S = 10.0
+
 
 @dataclass(frozen=True)
 class ManagedProcess:
@@ -34,9 +37,17 @@ class ManagedProcess:
             return None
         try:
             process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return None
-            if self.cmdline_marker not in " ".join(process.cmdline()):
+            deadline = time.monotonic() + EXEC_GRACE_S
+            while True:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    return None
+                cmdline = process.cmdline()
+                # Mid-exec (a large binary paging in from a busy disk) the kernel reports an empty command line
+                # for a moment: that is our process starting, not a stranger.
+                if cmdline or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if self.cmdline_marker not in " ".join(cmdline):
                 return None
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return None

@@ -1,0 +1,56 @@
+"""ManagedProcess's PID-file guard: a process is ours only if its command line carries the marker, and a process
+still inside execve (empty command line for a moment) is not mistaken for a stranger."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from aitax.stack import procs
+from aitax.stack.procs import ManagedProcess
+
+
+def _managed(tmp_path: Path, marker: str) -> ManagedProcess:
+    return ManagedProcess(name="t", pid_file=tmp_path / "t.pid", log_file=tmp_path / "t.log", cmdline_marker=marker)
+
+
+def test_a_process_is_ours_only_with_the_marker(tmp_path: Path) -> None:
+    (tmp_path / "t.pid").write_text(f"{os.getpid()}\n")
+    assert _managed(tmp_path, " ".join(psutil.Process().cmdline())).pid() == os.getpid()
+    assert _managed(tmp_path, "no-such-marker-in-any-command-line").pid() is None
+    (tmp_path / "t.pid").write_text("not a pid\n")
+    assert _managed(tmp_path, sys.executable).pid() is None
+
+
+class _ExecingProcess:
+    """psutil.Process of a child caught inside execve: an empty command line for its first reads."""
+
+    empty_reads = 3
+
+    def __init__(self, pid: int) -> None:
+        self.reads = 0
+
+    def status(self) -> str:
+        return psutil.STATUS_DISK_SLEEP
+
+    def cmdline(self) -> list[str]:
+        self.reads += 1
+        return [] if self.reads <= self.empty_reads else ["/opt/bin/etcd", "--data-dir=/state/k8s/etcd"]
+
+
+def test_an_empty_command_line_mid_exec_is_waited_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.pid").write_text("4242\n")
+    monkeypatch.setattr(procs.psutil, "Process", _ExecingProcess)
+    assert _managed(tmp_path, "/state/k8s").pid() == 4242
+
+
+def test_a_command_line_that_stays_empty_is_not_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.pid").write_text("4242\n")
+    monkeypatch.setattr(_ExecingProcess, "empty_reads", 10**9)
+    monkeypatch.setattr(procs.psutil, "Process", _ExecingProcess)
+    monkeypatch.setattr(procs, "EXEC_GRACE_S", 0.2)
+    assert _managed(tmp_path, "/state/k8s").pid() is None
