@@ -54,9 +54,13 @@ class StackConfig:
         if not 1024 <= self.port_base <= 65535 - 1000:
             raise UserError(f"AITAX_PORT_BASE={self.port_base}: must be between 1024 and 64535")
 
-    # Ports: brokers at base+91.., controllers at base+191.., Elasticsearch base+200/300, Prometheus base+90.
+    # Ports: brokers at base+91.., controllers at base+191.., broker metrics at base+391..,
+    # Elasticsearch base+200/300, Prometheus base+90.
     def broker_port(self, node_id: int) -> int:
         return self.port_base + 90 + node_id
+
+    def broker_metrics_port(self, node_id: int) -> int:
+        return self.port_base + 390 + node_id
 
     def controller_port(self, node_id: int) -> int:
         return self.port_base + 190 + node_id

@@ -11,37 +11,47 @@ from pathlib import Path
 
 from aitax.errors import UserError
 from aitax.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from aitax.stack import prometheus
 from aitax.stack.config import HOST, KAFKA_VERSION, StackConfig, TopicSpec
-from aitax.stack.procs import ManagedProcess
+from aitax.stack.procs import ManagedProcess, require_free_port
 
-POM = PROJECT_ROOT / "aitax" / "stack" / "maven" / "kafka-pom.xml"
-LOG4J2_CONFIG = PROJECT_ROOT / "aitax" / "stack" / "maven" / "kafka-log4j2.yaml"
+MAVEN_DIR = PROJECT_ROOT / "aitax" / "stack" / "maven"
+POM = MAVEN_DIR / "kafka-pom.xml"
+LOG4J2_CONFIG = MAVEN_DIR / "kafka-log4j2.yaml"
+# The Prometheus JMX exporter: a Java agent in each broker serving the rules' metrics on its metrics port.
+METRICS_AGENT = "jmx_prometheus_javaagent"
+METRICS_CONFIG = MAVEN_DIR / "kafka-metrics.yaml"
 
 
 def libs_dir() -> Path:
     return downloads_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
 
 
+def agents_dir() -> Path:
+    return downloads_dir() / f"kafka-{KAFKA_VERSION}" / "agents"
+
+
+def metrics_agent_jar() -> Path:
+    return agents_dir() / f"{METRICS_AGENT}.jar"
+
+
 def install() -> None:
-    """Resolve the broker and tools jars once; later calls find them cached."""
-    marker = libs_dir() / ".complete"
+    """Resolve the broker and tools jars, and apart from them the metrics agent, once; later calls find them."""
+    _copy_dependencies(libs_dir(), f"-DexcludeArtifactIds={METRICS_AGENT}")
+    _copy_dependencies(agents_dir(), f"-DincludeArtifactIds={METRICS_AGENT}", "-Dmdep.stripVersion=true")
+
+
+def _copy_dependencies(target: Path, *selection: str) -> None:
+    marker = target / ".complete"
     if marker.exists():
         return
     require_java()
     if shutil.which("mvn") is None:
         raise UserError("Maven (`mvn`) not found: run `make setup`, which installs it")
-    libs_dir().mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={libs_dir()}",
-        ],
+        ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+         f"-DoutputDirectory={target}", *selection],
         check=True,
     )
     marker.touch()
@@ -85,6 +95,16 @@ class Broker:
     @property
     def port(self) -> int:
         return self.config.broker_port(self.node_id)
+
+    @property
+    def metrics_port(self) -> int:
+        return self.config.broker_metrics_port(self.node_id)
+
+    def require_free_ports(self) -> None:
+        require_free_port(self.port, f"kafka broker {self.node_id}")
+        require_free_port(self.metrics_port, f"kafka broker {self.node_id} metrics")
+        if self.node_id in self.config.controller_ids:
+            require_free_port(self.config.controller_port(self.node_id), f"kafka controller {self.node_id}")
 
     def properties(self) -> dict[str, str]:
         config = self.config
@@ -152,12 +172,15 @@ class Broker:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+            f"-javaagent:{metrics_agent_jar()}={HOST}:{self.metrics_port}:{METRICS_CONFIG}",
             "-cp",
             f"{libs_dir()}/*",
             "kafka.Kafka",
             str(self.properties_file),
         ]
         self.process.start(argv, cwd=self.home)
+        prometheus.register_target(f"kafka-{self.node_id}", self.metrics_port,
+                                   {"role": "kafka-broker", "broker": str(self.node_id)})
 
 
 def brokers(config: StackConfig) -> list[Broker]:

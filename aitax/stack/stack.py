@@ -88,9 +88,7 @@ def _start_kafka(config: StackConfig, progress) -> None:
     brokers = kafka.brokers(config)
     to_start = [b for b in brokers if not b.process.is_running()]
     for broker in to_start:
-        require_free_port(broker.port, f"kafka broker {broker.node_id}")
-        if broker.node_id in config.controller_ids:
-            require_free_port(config.controller_port(broker.node_id), f"kafka controller {broker.node_id}")
+        broker.require_free_ports()
     cluster_id = kafka.cluster_id()
     for broker in to_start:
         broker.write_config()
@@ -233,7 +231,7 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
     broker = _broker(config, node_id)
     if broker.process.is_running():
         raise UserError(f"broker {node_id} is already running")
-    require_free_port(broker.port, f"kafka broker {node_id}")
+    broker.require_free_ports()
     broker.write_config()
     broker.start()
     if wait:

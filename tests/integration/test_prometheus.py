@@ -1,15 +1,17 @@
-"""Real Prometheus: a process that registers its /metrics endpoint gets scraped."""
+"""Real Prometheus: a process that registers its /metrics endpoint gets scraped, and so does every broker."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from aitax.stack import prometheus
-from aitax.stack.config import StackConfig
+from aitax.stack import kafka, prometheus
+from aitax.stack.config import StackConfig, TopicSpec
+from pipeline.transport import make_producer
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +40,37 @@ def test_registered_target_is_scraped(stack: StackConfig, unique_name: str) -> N
         prometheus.unregister_target(unique_name)
         server.shutdown()
         thread.join(5)
+
+
+def _query(stack: StackConfig, promql: str) -> list[dict]:
+    response = requests.get(f"{stack.prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
+    return response.json()["data"]["result"]
+
+
+def test_every_broker_is_scraped_and_counts_the_bytes_written(stack: StackConfig, unique_name: str) -> None:
+    kafka.ensure_topics(stack, [TopicSpec(unique_name, 3)])
+    producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    payload_bytes = 0
+    for index in range(100):
+        value = os.urandom(20_000)  # random: no compression can shrink what the brokers count
+        producer.send(unique_name, value=value, key=str(index).encode())
+        payload_bytes += len(value)
+    assert producer.flush(60) == 0
+    producer.close()
+
+    up_query = 'up{role="kafka-broker"}'
+    bytes_query = f'sum(kafka_server_brokertopicmetrics_bytesin_total{{topic="{unique_name}"}})'
+    deadline = time.monotonic() + 60
+    while True:
+        up = {r["metric"]["broker"]: float(r["value"][1]) for r in _query(stack, up_query)}
+        counted = _query(stack, bytes_query)
+        counted_bytes = float(counted[0]["value"][1]) if counted else 0.0
+        if (up == {str(n): 1.0 for n in stack.node_ids} and counted_bytes >= payload_bytes) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert up == {str(n): 1.0 for n in stack.node_ids}
+    # Leaders count what producers sent them: the payload plus record and batch headers, not a byte less.
+    assert payload_bytes <= counted_bytes < payload_bytes * 1.05
+    under_replicated = _query(stack, "sum(kafka_server_replicamanager_underreplicatedpartitions)")
+    assert float(under_replicated[0]["value"][1]) == 0

@@ -109,6 +109,7 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("ingestDetect.video.url=not-a-url", "/ingestDetect/video/url"),
         ("kafka.clusterId=-starts-with-a-dash-xx", "/kafka/clusterId"),
         ("identify.replicas=-1", "/identify/replicas"),
+        ("kafka.metrics.port=9092", "/kafka/metrics/port"),
     ],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, field: str) -> None:
@@ -164,6 +165,25 @@ def test_kafka_statefulset_shape() -> None:
     headless = _named(docs, "Service", "-kafka-headless")
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
     assert _by_kind(docs, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"] == 1
+
+
+def test_brokers_serve_metrics_to_prometheus() -> None:
+    docs = render(CI_VALUES[0])
+    template = _named(docs, "StatefulSet", "-kafka")["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9404, "protocol": "TCP"} in container["ports"]
+    assert {"name": "KAFKA_METRICS_PORT", "value": "9404"} in container["env"]
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == "9404"
+    # The PodMonitor/ServiceMonitor select pods by this label and scrape their port named "metrics".
+    assert template["metadata"]["labels"]["aitax/metrics"] == "true"
+    policy = _named(docs, "NetworkPolicy", "-kafka")
+    assert {"ports": [{"port": "metrics", "protocol": "TCP"}]} in policy["spec"]["ingress"]
+
+    off = _named(render(CI_VALUES[0], sets=("kafka.metrics.enabled=false",)), "StatefulSet", "-kafka")["spec"]
+    container = off["template"]["spec"]["containers"][0]
+    assert "metrics" not in [p["name"] for p in container["ports"]]
+    assert "KAFKA_METRICS_PORT" not in [e["name"] for e in container["env"]]
+    assert "prometheus.io/port" not in off["template"]["metadata"]["annotations"]
 
 
 def test_broker_settings_are_the_local_stacks() -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.k8s
 
 BIN = PROJECT_ROOT / "containers" / "kafka" / "bin"
 PORT_BASE = int(os.environ.get("AITAX_PORT_BASE", "19000"))
-PORT, CONTROLLER_PORT = PORT_BASE + 692, PORT_BASE + 693
+PORT, CONTROLLER_PORT, METRICS_PORT = PORT_BASE + 692, PORT_BASE + 693, PORT_BASE + 694
 
 
 def _host(ordinal: int) -> str:
@@ -33,16 +33,19 @@ def _host(ordinal: int) -> str:
 
 @pytest.fixture(scope="module")
 def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from aitax.stack.kafka import LOG4J2_CONFIG, libs_dir
+    from aitax.stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, agents_dir, libs_dir
 
-    if not (libs_dir() / ".complete").exists() or shutil.which("java") is None:
+    if not (libs_dir() / ".complete").exists() or not (agents_dir() / ".complete").exists() \
+            or shutil.which("java") is None:
         pytest.fail("Kafka jars or Java missing: run `make setup` (aitax stack install)")
     root = tmp_path_factory.mktemp("kafka-image")
     home = root / "opt-kafka"  # laid out as /opt/kafka in the image
     (home / "config").mkdir(parents=True)
     (home / "libs").symlink_to(libs_dir())
+    (home / "agents").symlink_to(agents_dir())
     (home / "bin").symlink_to(BIN)
     shutil.copy(LOG4J2_CONFIG, home / "config" / "log4j2.yaml")
+    shutil.copy(METRICS_CONFIG, home / "config" / "kafka-metrics.yaml")
     docs = render(CI_VALUES[0], release="img", namespace="ns")
     configmap = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "img-aitax-kafka")
     base = root / "base-server.properties"
@@ -65,6 +68,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             "KAFKA_BIND_ADVERTISED": "true",
             "KAFKA_PORT": str(PORT),
             "KAFKA_CONTROLLER_PORT": str(CONTROLLER_PORT),
+            "KAFKA_METRICS_PORT": chart_env["KAFKA_METRICS_PORT"] and str(METRICS_PORT),
             "KAFKA_LOG_DIRS": f"{node}/data-0,{node}/data-1",
             "KAFKA_BASE_CONFIG": str(base),
             "KAFKA_GENERATED_CONFIG": str(node / "server.properties"),
@@ -130,3 +134,28 @@ def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: di
     summary = run_probe(image_cluster["bootstrap"], "aitax.probe", replication_factor=3, min_insync=2,
                         timeout_s=60)
     assert summary.startswith("probe ok: aitax.probe@")
+
+
+def test_every_broker_serves_its_metrics(image_cluster: dict) -> None:
+    """The exporter agent the chart switches on (KAFKA_METRICS_PORT) answers on each broker's own address."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    active_controllers = 0.0
+    for ordinal in range(3):
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                text = requests.get(f"http://{_host(ordinal)}:{METRICS_PORT}/metrics", timeout=5).text
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, f"broker {ordinal}: no metrics on port {METRICS_PORT}"
+                time.sleep(1)
+        samples = {sample.name: sample.value for family in text_string_to_metric_families(text)
+                   for sample in family.samples if not sample.labels}
+        assert samples["kafka_server_replicamanager_underreplicatedpartitions"] == 0
+        assert samples["kafka_server_replicamanager_partitioncount"] > 0
+        assert 0 <= samples["kafka_server_request_handler_idle_ratio"] <= 1
+        assert "kafka_server_brokertopicmetrics_bytesin_total" in samples
+        active_controllers += samples["kafka_controller_activecontrollercount"]
+    assert active_controllers == 1  # one KRaft leader among the three controllers
