@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -74,3 +75,15 @@ def test_every_broker_is_scraped_and_counts_the_bytes_written(stack: StackConfig
     assert payload_bytes <= counted_bytes < payload_bytes * 1.05
     under_replicated = _query(stack, "sum(kafka_server_replicamanager_underreplicatedpartitions)")
     assert float(under_replicated[0]["value"][1]) == 0
+
+
+def test_the_grafana_dashboards_broker_metrics_exist(stack: StackConfig) -> None:
+    from tests.unit.test_dashboards import GRAFANA_JSON, grafana_broker_metric_names
+
+    wanted = grafana_broker_metric_names(json.loads(GRAFANA_JSON.read_text()))
+    served = {r["metric"]["__name__"] for r in _query(stack, '{__name__=~"kafka_.+", role="kafka-broker"}')}
+    deadline = time.monotonic() + 30
+    while not wanted <= served and time.monotonic() < deadline:  # a just-started stack: first scrape pending
+        time.sleep(1)
+        served = {r["metric"]["__name__"] for r in _query(stack, '{__name__=~"kafka_.+", role="kafka-broker"}')}
+    assert wanted <= served, wanted - served

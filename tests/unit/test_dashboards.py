@@ -50,6 +50,8 @@ METRIC_NAMES = {
 }
 HISTOGRAM_SERIES = {f"aitax_stage_duration_seconds_{suffix}" for suffix in ("bucket", "sum", "count")}
 METRIC_NAME = re.compile(r"aitax_[a-z_]+|process_[a-z_]+")
+# The brokers' metrics (the JMX exporter rules): tests/integration/test_prometheus.py checks live brokers serve them.
+BROKER_METRIC_NAME = re.compile(r"kafka_[a-z_]+")
 
 
 def mapped_fields() -> set[str]:
@@ -203,6 +205,17 @@ def test_grafana_queries_use_only_the_served_metric_names(grafana: dict[str, Any
     assert used <= METRIC_NAMES | HISTOGRAM_SERIES, used - METRIC_NAMES - HISTOGRAM_SERIES
     # every metric the processes serve is on the dashboard
     assert {name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for name in used} == METRIC_NAMES
+
+
+def grafana_broker_metric_names(grafana: dict[str, Any]) -> set[str]:
+    return {name for panel in grafana["panels"] for target in panel["targets"]
+            for name in BROKER_METRIC_NAME.findall(target["expr"])}
+
+
+def test_grafana_shows_the_brokers_side(grafana: dict[str, Any]) -> None:
+    assert {"kafka_server_brokertopicmetrics_bytesin_total", "kafka_network_request_total_time_ms",
+            "kafka_server_request_handler_idle_ratio",
+            "kafka_server_replicamanager_underreplicatedpartitions"} <= grafana_broker_metric_names(grafana)
 
 
 def test_grafana_shows_latency_quantiles_by_stage_and_cpu_by_role(grafana: dict[str, Any]) -> None:
