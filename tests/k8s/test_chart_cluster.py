@@ -4,6 +4,7 @@ run): install, upgrade, `helm test`, the experiment driver scaling the chart's w
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from aitax.errors import UserError
 from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from tests.k8s.conftest import CHART, helm
+from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 
 pytestmark = pytest.mark.k8s
 
@@ -22,8 +23,6 @@ RELEASE = "exp"
 INSTALL_SETS = (
     "identify.gallery.base64=UEsDBBQAAAAAAA==",
     "elasticsearch.bundled.enabled=true",
-    # Three fake nodes: a fourth broker needs soft anti-affinity.
-    "kafka.antiAffinity=soft",
     "kafka.persistence.logDirs=2",
     "kafka.heapOpts=-Xms512m -Xmx512m",
 )
@@ -79,7 +78,7 @@ def test_install_brings_every_workload_up(release) -> None:
     assert kafka_claims == sorted(f"data-{d}-exp-aitax-kafka-{o}" for d in (0, 1) for o in range(3))
     assert {p["status"]["phase"] for p in pvcs} == {"Bound"}
     pods = _get(plane, "pods", "-l", "app.kubernetes.io/component=kafka")["items"]
-    assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one broker per node
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one broker per node (hard anti-affinity)
     assert _get(plane, "pdb", "exp-aitax-kafka")["status"]["disruptionsAllowed"] == 1
     assert _get(plane, "networkpolicy", "exp-aitax-kafka")["spec"]["podSelector"]
     # The topics hook ran to completion (and was deleted, as its delete policy says).
@@ -110,6 +109,46 @@ def test_helm_test_runs_the_probe_pod(release) -> None:
     assert pod["status"]["phase"] == "Succeeded"
     assert pod["spec"]["containers"][0]["args"][:2] == ["--bootstrap", ",".join(
         f"exp-aitax-kafka-{o}.exp-aitax-kafka-headless.{NAMESPACE}.svc.cluster.local:9092" for o in range(3))]
+
+
+def _contains(stored: object, rendered: object) -> bool:
+    """Everything rendered is stored unchanged (the API server may add defaults, never drop or alter fields)."""
+    if isinstance(rendered, dict):
+        return isinstance(stored, dict) and all(k in stored and _contains(stored[k], v) for k, v in rendered.items())
+    if isinstance(rendered, list):
+        return isinstance(stored, list) and len(stored) == len(rendered) and all(map(_contains, stored, rendered))
+    return stored == rendered
+
+
+def test_operator_monitors_are_accepted_and_find_stages_and_brokers(release) -> None:
+    """With prometheus-operator's CRDs installed, the ServiceMonitor and PodMonitor pass the API server's own
+    schema validation untouched, and the metrics Service's endpoints are the stage pods and the brokers."""
+    plane = release
+    for crd in operator_crd_files():
+        plane.kubectl("apply", "--server-side", "-f", str(crd))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  "crd/podmonitors.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+    monitors = ("metrics.podMonitor.enabled=true", "metrics.serviceMonitor.enabled=true")
+    helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s", *_sets(*monitors),
+         kubeconfig=plane.kubeconfig)
+    rendered = [d for d in render(sets=(*INSTALL_SETS, *monitors), release=RELEASE, namespace=NAMESPACE)
+                if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    assert sorted(d["kind"] for d in rendered) == ["PodMonitor", "ServiceMonitor"]
+    for doc in rendered:
+        stored = _get(plane, doc["kind"].lower(), doc["metadata"]["name"])
+        assert _contains(stored["spec"], doc["spec"]), (doc["spec"], stored["spec"])
+
+    expected = {"exp-aitax-kafka": 9404, "exp-aitax-ingest-detect": 9400, "exp-aitax-identify": 9400}
+    deadline = time.monotonic() + 60
+    while True:  # the endpoint slice controller catches up with the new Service
+        slices = _get(plane, "endpointslices", "-l", "kubernetes.io/service-name=exp-aitax-metrics")["items"]
+        # Pod name -> its workload's name: brokers end in -<ordinal>, Deployment pods in -<hash>-<suffix>.
+        ports = {re.sub(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$|-\d+$", "", endpoint["targetRef"]["name"]): port["port"]
+                 for item in slices for port in item.get("ports") or [] for endpoint in item.get("endpoints") or []}
+        if ports == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert ports == expected
 
 
 def test_invalid_values_are_refused_by_install(control_plane) -> None:

@@ -14,12 +14,12 @@ import yaml
 from aitax.paths import PROJECT_ROOT
 from aitax.stack.config import StackConfig
 from aitax.stack.kafka import Broker
-from tests.k8s.conftest import CHART, CI_VALUES, helm, render, tool_path
+from tests.k8s.conftest import CHART, CI_VALUES, helm, render, tool_path, validate_custom_resource
 
 pytestmark = pytest.mark.k8s
 
 KUBERNETES_VERSIONS = ("1.30.0", "1.33.0", "1.36.0")
-# prometheus-operator's kinds have no schema in kubernetes-validate: checked field by field below.
+# prometheus-operator's kinds have no schema in kubernetes-validate: checked against the operator's CRDs instead.
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
 STAGES = ("ingest-detect", "identify", "emulate-producers", "emulate-consumers")
 DOCKERFILES = sorted((PROJECT_ROOT / "containers").glob("*/Dockerfile"))
@@ -58,6 +58,7 @@ def test_rendered_manifests_validate_strictly_offline(values: Path) -> None:
     for version in KUBERNETES_VERSIONS:
         for doc in docs:
             if doc["kind"] in OPERATOR_KINDS:
+                validate_custom_resource(doc)
                 continue
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -74,6 +75,16 @@ def test_strict_validation_catches_a_misspelled_field() -> None:
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError, match="imagePullPolicyy"):
         kubernetes_validate.validate(deployment, "1.36.0", strict=True)
+
+
+def test_operator_crd_validation_catches_a_misspelled_field() -> None:
+    import jsonschema
+
+    pod_monitor = _by_kind(render(CHART / "ci" / "production-values.yaml"), "PodMonitor")[0]
+    validate_custom_resource(pod_monitor)
+    pod_monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "15s"
+    with pytest.raises(jsonschema.ValidationError, match="intervall"):
+        validate_custom_resource(pod_monitor)
 
 
 def test_operator_monitors_select_the_stage_pods() -> None:
