@@ -18,6 +18,7 @@ from aitax.stack.procs import ManagedProcess, require_free_port
 MAVEN_DIR = PROJECT_ROOT / "aitax" / "stack" / "maven"
 POM = MAVEN_DIR / "kafka-pom.xml"
 LOG4J2_CONFIG = MAVEN_DIR / "kafka-log4j2.yaml"
+TOOLS_LOG4J2_CONFIG = MAVEN_DIR / "kafka-tools-log4j2.yaml"
 # The Prometheus JMX exporter: a Java agent in each broker serving the rules' metrics on its metrics port.
 METRICS_AGENT = "jmx_prometheus_javaagent"
 METRICS_CONFIG = MAVEN_DIR / "kafka-metrics.yaml"
@@ -192,7 +193,7 @@ def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
     argv = [
         require_java(),
         f"-Xmx{heap_mb}m",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        f"-Dlog4j2.configurationFile={TOOLS_LOG4J2_CONFIG}",
         "-cp",
         f"{libs_dir()}/*",
         main_class,

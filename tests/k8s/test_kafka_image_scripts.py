@@ -1,6 +1,7 @@
-"""The Kafka image's scripts, run for real: three `kafka-broker` entrypoints fed the chart's rendered ConfigMap and
-StatefulSet environment form a KRaft cluster (each on its own loopback address, as pods on their own IPs), the
-topics Job's `kafka-ensure-topics` creates the chart's topics, and the `helm test` probe passes against them.
+"""The Kafka image's scripts, run for real: four `kafka-broker` entrypoints fed the chart's rendered ConfigMap and
+StatefulSet environment form a KRaft cluster (three controllers and one broker-only pod, each on its own loopback
+address, as pods on their own IPs), the topics Job's `kafka-ensure-topics` creates the chart's topics, the `helm
+test` probe passes against them, and `kafka-rebalance-topics` moves replicas off a leaving broker and back.
 
 No container runtime runs here, so this is how the image's logic is exercised: same scripts, same jars (the local
 stack's pinned Kafka 4.3.1), same settings the chart renders."""
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.k8s
 BIN = PROJECT_ROOT / "containers" / "kafka" / "bin"
 PORT_BASE = int(os.environ.get("AITAX_PORT_BASE", "19000"))
 PORT, CONTROLLER_PORT, METRICS_PORT = PORT_BASE + 692, PORT_BASE + 693, PORT_BASE + 694
+BROKERS = 4  # the chart's three controllers plus a broker-only pod, as after `kubectl scale --replicas=4`
 
 
 def _host(ordinal: int) -> str:
@@ -33,7 +35,7 @@ def _host(ordinal: int) -> str:
 
 @pytest.fixture(scope="module")
 def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from aitax.stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, agents_dir, libs_dir
+    from aitax.stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, TOOLS_LOG4J2_CONFIG, agents_dir, libs_dir
 
     if not (libs_dir() / ".complete").exists() or not (agents_dir() / ".complete").exists() \
             or shutil.which("java") is None:
@@ -45,6 +47,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     (home / "agents").symlink_to(agents_dir())
     (home / "bin").symlink_to(BIN)
     shutil.copy(LOG4J2_CONFIG, home / "config" / "log4j2.yaml")
+    shutil.copy(TOOLS_LOG4J2_CONFIG, home / "config" / "tools-log4j2.yaml")
     shutil.copy(METRICS_CONFIG, home / "config" / "kafka-metrics.yaml")
     docs = render(CI_VALUES[0], release="img", namespace="ns")
     configmap = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "img-aitax-kafka")
@@ -56,7 +59,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-topics"))
     bootstrap = ",".join(f"{_host(o)}:{PORT}" for o in range(3))
     processes = []
-    for ordinal in range(3):
+    for ordinal in range(BROKERS):
         node = root / f"broker-{ordinal}"
         env = {
             **os.environ,
@@ -95,7 +98,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 def test_entrypoint_generates_per_pod_settings(image_cluster: dict) -> None:
     deadline = time.monotonic() + 30
-    while not all((image_cluster["root"] / f"broker-{o}" / "server.properties").exists() for o in range(3)):
+    while not all((image_cluster["root"] / f"broker-{o}" / "server.properties").exists() for o in range(BROKERS)):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     props = dict(line.split("=", 1) for line in
@@ -120,7 +123,7 @@ def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: di
     print(f"cluster formed and topics created in {time.monotonic() - started:.1f} s")
     admin = AdminClient({"bootstrap.servers": image_cluster["bootstrap"], "log_level": 0})
     metadata = admin.list_topics(timeout=10)
-    assert sorted(metadata.brokers) == [0, 1, 2]
+    assert sorted(metadata.brokers) == [0, 1, 2, 3]
     faces = metadata.topics["faces"]
     assert len(faces.partitions) == 12 and {len(p.replicas) for p in faces.partitions.values()} == {3}
     resource = ConfigResource(ConfigResource.Type.TOPIC, "faces")
@@ -159,3 +162,38 @@ def test_every_broker_serves_its_metrics(image_cluster: dict) -> None:
         assert "kafka_server_brokertopicmetrics_bytesin_total" in samples
         active_controllers += samples["kafka_controller_activecontrollercount"]
     assert active_controllers == 1  # one KRaft leader among the three controllers
+
+
+def _replica_brokers(bootstrap: str) -> dict[str, set[int]]:
+    """The brokers holding replicas of each topic, and every partition's replica count (must stay 3)."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    holders = {}
+    for name, topic in metadata.topics.items():
+        assert {len(p.replicas) for p in topic.partitions.values()} == {3}, name
+        holders[name] = {broker for p in topic.partitions.values() for broker in p.replicas}
+    return holders
+
+
+def test_rebalance_moves_replicas_off_a_leaving_broker_and_onto_a_new_one(image_cluster: dict) -> None:
+    env = {**os.environ, "KAFKA_HOME": str(image_cluster["home"]), "KAFKA_BOOTSTRAP": image_cluster["bootstrap"],
+           "KAFKA_WAIT_TIMEOUT_S": "120"}
+
+    def rebalance(brokers: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "kafka-rebalance-topics"), brokers], env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    assert 3 in _replica_brokers(image_cluster["bootstrap"])["faces"]
+    # Before `kubectl scale --replicas=3`: nothing may stay on broker 3.
+    result = rebalance("3")
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert "spread over brokers 0,1,2" in result.stdout
+    holders = _replica_brokers(image_cluster["bootstrap"])
+    assert all(brokers <= {0, 1, 2} for brokers in holders.values()), holders
+    # After scaling back up: the new broker takes its share of every pipeline topic.
+    result = rebalance("4")
+    assert result.returncode == 0, result.stderr[-1500:]
+    holders = _replica_brokers(image_cluster["bootstrap"])
+    assert all(holders[topic] == {0, 1, 2, 3} for topic in ("faces", "identities", "faces.dlq")), holders
+    assert rebalance("x").returncode == 2
