@@ -5,6 +5,11 @@ Workloads are found by the chart's labels (`app.kubernetes.io/instance=<release>
 stage's replicas (and, on pipeline stages, AITAX_RUN_ID and AITAX_ACCELERATION_FACTOR in the pod template: the
 events of each phase carry their own run id) and waits until every rollout has finished. The original replica
 counts and environment are restored at the end, also after an error or Ctrl-C.
+
+A new broker holds no replicas and a removed one would take its replicas with it, so a change of the Kafka
+StatefulSet's size comes with a rebalance Job (the Kafka image's `kafka-rebalance-topics`, as Strimzi's
+add-brokers/remove-brokers rebalances): after scaling up, onto the new brokers; before scaling down, off the
+brokers that go.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from aitax.errors import UserError
 from aitax.experiment.spec import KAFKA, ExperimentSpec
 
+REBALANCE_COMPONENT = "kafka-rebalance"
+REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"
 RUN_ID_ENV = "AITAX_RUN_ID"
 FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -73,6 +80,7 @@ class KubernetesCluster:
         self.api_client = client.ApiClient()
         self.host = self.api_client.configuration.host
         self.apps = client.AppsV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
         self.version_api = client.VersionApi(self.api_client)
 
     def check_reachable(self) -> str:
@@ -150,6 +158,76 @@ class KubernetesCluster:
                                 f"(see `kubectl -n {self.namespace} get pods` and their events)")
             time.sleep(poll_s)
 
+    def rebalance_job(self, release: str, kafka: Workload, brokers: int, timeout_s: float) -> dict[str, Any]:
+        """A Job that spreads every topic over brokers 0..brokers-1, built from the broker pods' own image,
+        security settings and naming (so it passes the chart's NetworkPolicy as a Kafka client)."""
+        statefulset = self._call(f"reading {kafka}", self.apps.read_namespaced_stateful_set, kafka.name,
+                                 self.namespace)
+        pod = statefulset.spec.template.spec
+        broker = next((c for c in pod.containers if c.name == kafka.container), pod.containers[0])
+        env = {var.name: var.value for var in (broker.env or [])}
+        port = next((p.container_port for p in (broker.ports or []) if p.name == "kafka"), 9092)
+        pattern = env.get("KAFKA_HOST_PATTERN")
+        if not pattern:
+            raise UserError(f"{kafka} has no KAFKA_HOST_PATTERN: not the aitax chart's Kafka, cannot rebalance")
+        staying = min(brokers, statefulset.spec.replicas or brokers)
+        bootstrap = ",".join(f"{pattern.replace('{ordinal}', str(o))}:{port}" for o in range(staying))
+        serialize = self.api_client.sanitize_for_serialization
+        labels = {"app.kubernetes.io/instance": release, "app.kubernetes.io/component": REBALANCE_COMPONENT,
+                  "app.kubernetes.io/managed-by": "aitax-experiment", "aitax/kafka-client": release}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"generateName": f"{kafka.name}-rebalance-{brokers}-", "labels": labels},
+            "spec": {
+                "backoffLimit": 2,
+                "activeDeadlineSeconds": int(timeout_s),
+                "ttlSecondsAfterFinished": 3600,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "serviceAccountName": pod.service_account_name,
+                        "automountServiceAccountToken": False,
+                        "securityContext": serialize(pod.security_context),
+                        "imagePullSecrets": serialize(pod.image_pull_secrets),
+                        "containers": [{
+                            "name": REBALANCE_COMPONENT,
+                            "image": broker.image,
+                            "imagePullPolicy": broker.image_pull_policy,
+                            "command": [REBALANCE_COMMAND, str(brokers)],
+                            "env": [{"name": "KAFKA_BOOTSTRAP", "value": bootstrap},
+                                    {"name": "KAFKA_WAIT_TIMEOUT_S", "value": str(int(timeout_s))},
+                                    {"name": "KAFKA_HEAP_OPTS", "value": "-Xmx256m"}],
+                            "securityContext": serialize(broker.security_context),
+                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                          "limits": {"cpu": "1", "memory": "512Mi"}},
+                            # The root filesystem is read-only: the reassignment plan goes to /tmp.
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        }],
+                        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                    },
+                },
+            },
+        }
+
+    def run_job(self, body: dict[str, Any], timeout_s: float, poll_s: float = 1.0) -> str:
+        """Create a Job and wait until it succeeds; a failed or late Job is an error naming it."""
+        job = self._call("creating a rebalance Job", self.batch.create_namespaced_job, self.namespace, body)
+        name = job.metadata.name
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self._call(f"reading job/{name}", self.batch.read_namespaced_job_status, name,
+                                self.namespace).status
+            if (status.succeeded or 0) >= 1:
+                return name
+            failed = next((c for c in status.conditions or [] if c.type == "Failed" and c.status == "True"), None)
+            if failed is not None or time.monotonic() >= deadline:
+                why = f"{failed.reason}: {failed.message}" if failed else f"not done after {timeout_s:.0f} s"
+                raise UserError(f"job/{name} in namespace {self.namespace} failed ({why}); see "
+                                f"`kubectl -n {self.namespace} logs job/{name}`")
+            time.sleep(poll_s)
+
     def _list_deployments(self, selector: str) -> list:
         return self._call("listing deployments", self.apps.list_namespaced_deployment, self.namespace,
                           label_selector=selector).items
@@ -197,9 +275,29 @@ class KubernetesBackend:
             if stage != KAFKA:
                 self.cluster.set_env(workload, {RUN_ID_ENV: run_id, FACTOR_ENV: f"{phase.factor:g}"})
             if stage in phase.changed or index == 0:
-                self.cluster.scale(workload, phase.replicas.get(stage, workload.original_replicas))
+                replicas = phase.replicas.get(stage, workload.original_replicas)
+                if stage == KAFKA:
+                    self._resize_kafka(workload, replicas)
+                else:
+                    self.cluster.scale(workload, replicas)
             ready.update(self.cluster.wait_rollouts([workload], self.rollout_timeout_s))
         return ready
+
+    def _resize_kafka(self, kafka: Workload, brokers: int) -> None:
+        """Scale the brokers with their data: replicas move off leaving brokers first, onto new ones after."""
+        current = self.cluster.rollout_state(kafka).desired
+        if brokers < current:
+            self._rebalance(kafka, brokers)
+        self.cluster.scale(kafka, brokers)
+        if brokers > current:
+            self.cluster.wait_rollouts([kafka], self.rollout_timeout_s)
+            self._rebalance(kafka, brokers)
+
+    def _rebalance(self, kafka: Workload, brokers: int) -> None:
+        started = time.monotonic()
+        body = self.cluster.rebalance_job(self.spec.release, kafka, brokers, self.rollout_timeout_s)
+        name = self.cluster.run_job(body, self.rollout_timeout_s)
+        self.log(f"job/{name}: topics spread over {brokers} brokers in {time.monotonic() - started:.0f} s")
 
     def run_phase(self, index: int, run_id: str) -> dict[str, int]:
         """Bring the phase up, then let it run for its duration (the stages work; events carry `run_id`)."""
@@ -214,7 +312,9 @@ class KubernetesBackend:
             try:
                 if workload.kind == "Deployment":
                     self.cluster.set_env(workload, workload.original_env)
-                self.cluster.scale(workload, workload.original_replicas)
+                    self.cluster.scale(workload, workload.original_replicas)
+                else:
+                    self._resize_kafka(workload, workload.original_replicas)
             except UserError as error:
                 problems.append(str(error))
         if not problems:

@@ -199,6 +199,24 @@ def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Pa
     assert json.loads(out_file.read_text())["phases"][2]["replicas"]["identify"] == 1
     # Restored: the original counts and the chart's environment.
     assert _replicas(plane) == before
+    # Kafka went 3 -> 4 (rebalance onto the new broker after its rollout) and back (rebalance off it first).
+    jobs = sorted(_get(plane, "jobs", "-l", "app.kubernetes.io/component=kafka-rebalance")["items"],
+                  key=lambda job: job["metadata"]["creationTimestamp"])
+    assert [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in jobs] == [
+        ["/opt/kafka/bin/kafka-rebalance-topics", "4"], ["/opt/kafka/bin/kafka-rebalance-topics", "3"]]
+    assert [job["status"].get("succeeded") for job in jobs] == [1, 1]
+    broker_pod = _get(plane, "statefulset", "exp-aitax-kafka")["spec"]["template"]["spec"]
+    job_pod = jobs[0]["spec"]["template"]
+    assert job_pod["metadata"]["labels"]["aitax/kafka-client"] == RELEASE  # admitted by the NetworkPolicy
+    container = job_pod["spec"]["containers"][0]
+    assert container["image"] == broker_pod["containers"][0]["image"]
+    assert container["securityContext"] == broker_pod["containers"][0]["securityContext"]
+    assert job_pod["spec"]["securityContext"] == broker_pod["securityContext"]
+    # Bootstrap: the brokers that stay (all four after scaling up; before scaling down, not the leaving one).
+    for job, brokers in zip(jobs, (4, 3), strict=True):
+        env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["KAFKA_BOOTSTRAP"].split(",") == [
+            f"exp-aitax-kafka-{o}.exp-aitax-kafka-headless.{NAMESPACE}.svc.cluster.local:9092" for o in range(brokers)]
     assert _env(plane, "exp-aitax-identify")["AITAX_RUN_ID"] == "helm"
     assert _env(plane, "exp-aitax-identify")["AITAX_ACCELERATION_FACTOR"] == "1"
 
