@@ -39,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "what saturated first.")
     sweep.add_argument("--factors", type=_factors, default=[1, 2, 4, 8, 16, 32], help="default 1,2,4,8,16,32")
     sweep.add_argument("--duration", type=float, default=30.0, help="seconds of load per factor (default 30)")
+    sweep.add_argument("--warmup", type=float, default=15.0,
+                       help="seconds of unmeasured 1x load first, so cold brokers do not skew 1x (default 15; 0: none)")
     sweep.add_argument("--producers", type=int, default=4, help="emulated ingest/detect instances (default 4)")
     sweep.add_argument("--consumers", type=int, default=8, help="emulated identify instances (default 8)")
     sweep.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2: two cores)")
@@ -60,6 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--values", type=_factors, required=True, help="e.g. 3,4,6,8 or 1,0.5,0.25,0.125")
     scaling.add_argument("--factors", type=_factors, default=[1, 2, 4, 8, 16, 32], help="default 1,2,4,8,16,32")
     scaling.add_argument("--duration", type=float, default=20.0, help="seconds per factor (default 20)")
+    scaling.add_argument("--warmup", type=float, default=20.0,
+                         help="seconds of unmeasured 1x load after each Kafka restart (default 20; 0: none)")
     scaling.add_argument("--producers", type=int, default=4, help="emulated ingest/detect instances (default 4)")
     scaling.add_argument("--consumers", type=int, default=8, help="emulated identify instances (default 8)")
     scaling.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2)")
@@ -124,7 +128,7 @@ def _emulate(args: argparse.Namespace) -> int:
         profile_path.write_text(profile.to_yaml())
         profile_name = str(profile_path)
     spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes, profile,
-                     profile_name, args.kafka_client, args.disk_write_mbps * 1e6)
+                     profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup)
     document = run_sweep(spec, config)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +149,7 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
     if bad:
         raise UserError(f"--values {bad[0]:g}: {args.dimension} must be between {limits[0]:g} and {limits[1]:g}")
     spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes,
-                     load_profile(args.profile), args.profile)
+                     load_profile(args.profile), args.profile, warmup_s=args.warmup)
     document = run_scaling(args.dimension, args.values, spec)
     print(f"\n{'configuration':<22}{'highest stable':>15}{'paper (Fig. 15)':>17}")
     for row in document["rows"]:

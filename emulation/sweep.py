@@ -41,10 +41,15 @@ class SweepSpec:
     kafka_client: str = "confluent-kafka"
     disk_write_capacity: float = 2.2e9  # bytes/s; this machine's sequential write measured with fio
     events: str = "none"
+    # Seconds of discarded 1x load before the first factor: freshly started brokers spend their first half
+    # minute JIT-compiling on the same cores, which would be charged to the first factors.
+    warmup_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
             raise UserError(f"--factors {self.factors}: every factor must be > 0")
+        if self.warmup_s and self.warmup_s < 5:
+            raise UserError(f"--warmup {self.warmup_s:g}: 0 (none) or at least 5 s")
         if self.duration_s < 5:
             raise UserError(f"--duration {self.duration_s}: at least 5 s per factor")
         if self.producers < 1 or self.consumers < 1 or self.processes < 1:
@@ -249,6 +254,9 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print) -> dict:
     workdir = aitax_home() / "emulation" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
+    if spec.warmup_s:
+        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured")
+        run_factor(replace(spec, duration_s=spec.warmup_s), config, 1.0, f"{run_id}-warmup", workdir)
     for factor in spec.factors:
         progress(f"{factor:g}x: {spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
         result = run_factor(spec, config, factor, run_id, workdir)

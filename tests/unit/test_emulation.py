@@ -122,3 +122,17 @@ def test_saturated_resource_names_the_busiest() -> None:
     assert saturated_resource(0.97, 1e6, 2.2e9, None) == "cpu (machine) at 97%"
     assert saturated_resource(0.30, 2.0e9, 2.2e9, None).startswith("broker storage writes at 91%")
     assert "none above" in saturated_resource(0.3, 1e6, 2.2e9, None)
+
+
+@pytest.mark.parametrize(("warmup_s", "accepted"), [(0.0, True), (5.0, True), (3.0, False)])
+def test_a_warm_up_is_none_or_long_enough_to_matter(warmup_s: float, accepted: bool) -> None:
+    from emulation.sweep import SweepSpec
+
+    def make() -> SweepSpec:
+        return SweepSpec([1.0], 10, 1, 1, 1, paper_profile(), "paper", warmup_s=warmup_s)
+
+    if accepted:
+        assert make().warmup_s == warmup_s
+    else:
+        with pytest.raises(UserError, match=r"--warmup 3: 0 \(none\) or at least 5 s"):
+            make()
