@@ -101,6 +101,11 @@ class Broker:
     def metrics_port(self) -> int:
         return self.config.broker_metrics_port(self.node_id)
 
+    @property
+    def metrics_target(self) -> str:
+        """Its name in Prometheus's file service discovery."""
+        return f"kafka-{self.node_id}"
+
     def require_free_ports(self) -> None:
         require_free_port(self.port, f"kafka broker {self.node_id}")
         require_free_port(self.metrics_port, f"kafka broker {self.node_id} metrics")
@@ -180,7 +185,7 @@ class Broker:
             str(self.properties_file),
         ]
         self.process.start(argv, cwd=self.home)
-        prometheus.register_target(f"kafka-{self.node_id}", self.metrics_port,
+        prometheus.register_target(self.metrics_target, self.metrics_port,
                                    {"role": "kafka-broker", "broker": str(self.node_id)})
 
 

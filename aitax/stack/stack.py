@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from aitax.errors import UserError
 from aitax.paths import stack_dir
@@ -27,6 +31,36 @@ def current_config() -> StackConfig | None:
     return StackConfig.load(path) if path.exists() else None
 
 
+_lock_depth = 0  # up() inside reshape_kafka() already holds the lock
+
+
+def _one_at_a_time(change: Callable) -> Callable:
+    """Stack-changing commands take turns per state folder: a second `up`, `down` or Kafka reshape waits for
+    the first (two at once corrupted a broker's storage format mid-restart)."""
+
+    @functools.wraps(change)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        global _lock_depth
+        if _lock_depth:
+            return change(*args, **kwargs)
+        stack_dir().mkdir(parents=True, exist_ok=True)
+        with open(stack_dir() / ".lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                kwargs.get("progress", print)(f"another aitax command is changing the stack in {stack_dir()}; "
+                                              "waiting for it ...")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            _lock_depth += 1
+            try:
+                return change(*args, **kwargs)
+            finally:
+                _lock_depth -= 1
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    return locked
+
+
 def install(config: StackConfig) -> None:
     kafka.install()
     if config.elasticsearch:
@@ -35,6 +69,7 @@ def install(config: StackConfig) -> None:
         prometheus.binary()
 
 
+@_one_at_a_time
 def up(config: StackConfig, progress=print) -> StackConfig:
     """Start whatever is not running yet and wait until every component is healthy."""
     running = current_config()
@@ -141,6 +176,7 @@ def processes(config: StackConfig) -> list[ManagedProcess]:
     return [b.process for b in kafka.brokers(config)] + [elasticsearch.process(), prometheus.process()]
 
 
+@_one_at_a_time
 def down(progress=print) -> int:
     """Stop the processes the stack started (PID files); returns how many were stopped."""
     config = current_config()
@@ -257,6 +293,7 @@ def resolve_bootstrap(explicit: str | None) -> str:
     return config.bootstrap_servers
 
 
+@_one_at_a_time
 def reshape_kafka(config: StackConfig, brokers: int, log_dirs_per_broker: int, progress=print) -> StackConfig:
     """Restart Kafka alone with another broker count or log dirs per broker, on fresh storage (experiments
     like the paper's Fig. 15); Elasticsearch and Prometheus keep running."""
@@ -264,6 +301,7 @@ def reshape_kafka(config: StackConfig, brokers: int, log_dirs_per_broker: int, p
 
     for broker in kafka.brokers(config):
         broker.process.stop()
+        prometheus.unregister_target(broker.metrics_target)  # a broker that is not coming back is not "down"
     shutil.rmtree(stack_dir() / "kafka", ignore_errors=True)
     reshaped = replace(config, brokers=brokers, log_dirs_per_broker=log_dirs_per_broker)
     reshaped.save(description_file())
