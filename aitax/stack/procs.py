@@ -14,7 +14,8 @@ import psutil
 
 from aitax.errors import UserError
 
-# How long an empty command line (a process still inside execve) is waited out before the PID counts as foreign.
+# Up to what age an empty command line (a process still inside execve) is waited out before the PID counts as
+# foreign.
 EXEC_GRACE_S = 10.0
 
 
@@ -37,14 +38,15 @@ class ManagedProcess:
             return None
         try:
             process = psutil.Process(pid)
-            deadline = time.monotonic() + EXEC_GRACE_S
+            # Mid-exec (a large binary paging in from a busy disk) the kernel reports an empty command line for
+            # a moment: a process that young is ours starting, not a stranger. An older one with no command line
+            # (a kernel thread that reused the PID) is refused at once.
+            deadline = process.create_time() + EXEC_GRACE_S
             while True:
                 if process.status() == psutil.STATUS_ZOMBIE:
                     return None
                 cmdline = process.cmdline()
-                # Mid-exec (a large binary paging in from a busy disk) the kernel reports an empty command line
-                # for a moment: that is our process starting, not a stranger.
-                if cmdline or time.monotonic() > deadline:
+                if cmdline or time.time() > deadline:
                     break
                 time.sleep(0.05)
             if self.cmdline_marker not in " ".join(cmdline):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -31,8 +32,14 @@ class _ExecingProcess:
 
     empty_reads = 3
 
+    age_s = 0.0
+
     def __init__(self, pid: int) -> None:
         self.reads = 0
+        self.started = time.time() - self.age_s
+
+    def create_time(self) -> float:
+        return self.started
 
     def status(self) -> str:
         return psutil.STATUS_DISK_SLEEP
@@ -54,3 +61,15 @@ def test_a_command_line_that_stays_empty_is_not_ours(tmp_path: Path, monkeypatch
     monkeypatch.setattr(procs.psutil, "Process", _ExecingProcess)
     monkeypatch.setattr(procs, "EXEC_GRACE_S", 0.2)
     assert _managed(tmp_path, "/state/k8s").pid() is None
+
+
+def test_an_old_process_without_a_command_line_is_refused_at_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel thread that reused a stale PID: no waiting, it is not ours."""
+    (tmp_path / "t.pid").write_text("4242\n")
+    monkeypatch.setattr(_ExecingProcess, "empty_reads", 10**9)
+    monkeypatch.setattr(_ExecingProcess, "age_s", 3600.0)
+    monkeypatch.setattr(procs.psutil, "Process", _ExecingProcess)
+    started = time.monotonic()
+    assert _managed(tmp_path, "/state/k8s").pid() is None
+    assert time.monotonic() - started < procs.EXEC_GRACE_S / 2
