@@ -107,14 +107,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _emulate(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import current_config
+    from aitax.stack.stack import running_config
     from emulation.plots import print_table, write_plots
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_sweep
 
-    config = current_config()
-    if config is None:
-        raise UserError("no local stack: run `aitax stack up` first")
+    config = running_config()
     if args.brokers is not None and args.brokers != config.brokers:
         raise UserError(f"--brokers {args.brokers}: the running stack has {config.brokers}; "
                         f"`aitax stack down && aitax stack up --brokers {args.brokers}` first")

@@ -298,11 +298,9 @@ PAPER_FIG15 = {"brokers": {3: 6, 4: 8, 6: 16, 8: 32}, "drives": {1: 6, 2: 12, 3:
 
 def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> dict:
     """One sweep per configuration along `dimension`; the table of highest stable factors (Fig. 15)."""
-    from aitax.stack.stack import current_config, reshape_kafka
+    from aitax.stack.stack import current_config, reshape_kafka, running_config
 
-    original = current_config()
-    if original is None:
-        raise UserError("no local stack: run `aitax stack up` first")
+    original = running_config()
     rows = []
     try:
         for value in values:

@@ -61,6 +61,14 @@ def _one_at_a_time(change: Callable) -> Callable:
     return locked
 
 
+def running_config() -> StackConfig:
+    """The local stack's configuration, for commands that need it started."""
+    config = current_config()
+    if config is None:
+        raise UserError("no local stack: run `aitax stack up` first")
+    return config
+
+
 def install(config: StackConfig) -> None:
     kafka.install()
     if config.elasticsearch:

@@ -87,3 +87,11 @@ def test_cluster_id_never_starts_with_a_dash(tmp_path, monkeypatch) -> None:
     assert not cluster.startswith("-")
     assert len(cluster) == 22
     assert kafka.cluster_id() == cluster  # made once, then read back
+
+
+def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path, monkeypatch) -> None:
+    from aitax.stack.stack import running_config
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    with pytest.raises(UserError, match=r"^no local stack: run `aitax stack up` first$"):
+        running_config()
