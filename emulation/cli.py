@@ -31,6 +31,8 @@ def _stage_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pipeline.cli import add_keying
+
     sweep = subparsers.add_parser(
         "emulate", help="sweep AI acceleration factors with emulated stages; find where the brokers break",
         description="For each factor: the real stage loops and Kafka code with compute replaced by sleeps "
@@ -86,8 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _stage_options(producers)
     producers.add_argument("--stream-prefix", default="stream", help="stream ids are PREFIX-0 .. PREFIX-(N-1)")
     producers.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
-    producers.add_argument("--key-by-stream", action="store_true",
-                           help="key records by stream (one consumer per stream) instead of spreading faces")
+    add_keying(producers)
     producers.set_defaults(func=_emulate_producers)
 
     consumers = subparsers.add_parser("emulate-consumers", help="emulated identify instances (one process)",
@@ -203,7 +204,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
-                                       key_by_face=not args.key_by_stream)
+                                       keying=args.keying)
     finally:
         sink.close()
         metrics.close()
@@ -217,20 +218,21 @@ def _emulate_producers(args: argparse.Namespace) -> int:
 def _emulate_consumers(args: argparse.Namespace) -> int:
     from emulation.workers import run_consumer_instances
     from pipeline.cli import stop_flag, telemetry_for
+    from pipeline.identify import RESULTS_LINGER_MS
     from pipeline.transport import make_consumer, make_producer
 
     profile, bootstrap, topics = _stage_setup(args)
     consumers = [make_consumer(args.kafka_client, bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
-    producers = [make_producer(args.kafka_client, bootstrap) for _ in range(args.instances)]
+    producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)  # shared by the instances
     sink, metrics = telemetry_for(args, "emulator", f"emulate-consumers-{os.getpid()}")
     stop = stop_flag()
     print("emulate-consumers: ready", flush=True)
     try:
-        stats = run_consumer_instances(consumers, producers, profile, args.factor, sink, topics, lambda: stop[0],
+        stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
                                        max_batch=args.max_batch)
     finally:
-        for client in (*consumers, *producers):
+        for client in (*consumers, producer):
             client.close()
         sink.close()
         metrics.close()

@@ -25,7 +25,7 @@ from emulation.profile import Profile
 from pipeline.frames import Frame
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
-from pipeline.schema import FaceMessage, Topics
+from pipeline.schema import DEFAULT_KEYING, FaceMessage, Topics
 from pipeline.transport import Consumer, Producer
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -114,7 +114,7 @@ def _drain(frames: queue.Queue) -> Iterator[Frame]:
 
 def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
-                           key_by_face: bool = True, seed: int = 0) -> list[DetectStats]:
+                           keying: str = DEFAULT_KEYING, seed: int = 0) -> list[DetectStats]:
     """Run `instances` emulated ingest/detect instances until `should_stop()`, then drain and flush."""
     stats = [DetectStats() for _ in range(instances)]
     threads = []
@@ -127,7 +127,7 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
             args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
-                  producer, sink, run_id, factor, stats[i], topics, key_by_face)))
+                  producer, sink, run_id, factor, stats[i], topics, keying)))
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -136,10 +136,11 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
     return stats
 
 
-def run_consumer_instances(consumers: list[Consumer], producers: list[Producer], profile: Profile, factor: float,
+def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool], max_batch: int = 1,
                            seed: int = 0) -> list[IdentifyStats]:
-    """One emulated identify instance per (consumer, producer) pair, each in its own thread, until stopped.
+    """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
+    until stopped.
 
     `max_batch` 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
     larger batch makes every face wait for the batch's summed time."""
@@ -148,7 +149,7 @@ def run_consumer_instances(consumers: list[Consumer], producers: list[Producer],
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
               should_stop, max_batch, 0.2, factor, stats[i], topics))
-        for i, (consumer, producer) in enumerate(zip(consumers, producers, strict=True))]
+        for i, consumer in enumerate(consumers)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -41,6 +41,14 @@ def add_kafka_options(parser: argparse.ArgumentParser) -> None:
                         help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
 
 
+def add_keying(parser: argparse.ArgumentParser) -> None:
+    from pipeline.schema import DEFAULT_KEYING, KEYINGS
+
+    parser.add_argument("--keying", choices=KEYINGS, default=DEFAULT_KEYING,
+                        help="what keys a `faces` record, so which identify consumer gets it: stream (a camera on "
+                             "one consumer), frame, or face (default: spreads faces over every consumer)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     video = subparsers.add_parser("make-video", help="compose a test video of real faces, with ground truth",
                                   description="Real face photos (never enrolled ones) moving over a 1920x1080 "
@@ -64,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                "resizes frames; detection runs MTCNN and publishes one record per "
                                                "face (acks=all, idempotent).")
     ingest.add_argument("--video", required=True, help="video file or stream URL (rtsp://, http://, ...)")
-    ingest.add_argument("--stream-id", default="cam-1", help="camera id: the record key (default cam-1)")
+    ingest.add_argument("--stream-id", default="cam-1", help="camera id (default cam-1)")
     ingest.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
     ingest.add_argument("--pace", choices=("native", "max"), default="native",
                         help="native: the source's frame rate; max: as fast as detection goes")
@@ -79,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--encoding", choices=("png", "jpeg"), default="png",
                         help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)")
     ingest.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
+    add_keying(ingest)
     ingest.add_argument("--queue-size", type=int, default=8, help="frames between ingest and detect (default 8)")
     ingest.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)")
     add_kafka_options(ingest)
@@ -105,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--run-id", help="experiment run id (default: generated)")
     run.add_argument("--events-dir", type=Path, help="event JSONL folder (default .aitax/runs/RUN_ID)")
     run.add_argument("--pace", choices=("native", "max"), default="native", help="ingestion pace")
+    add_keying(run)
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
 
@@ -116,6 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
     demo.add_argument("--consumers", type=int, default=2, help="identify processes (default 2)")
     demo.add_argument("--out", type=Path, help="folder for the gallery, video and events (default .aitax/demo)")
+    add_keying(demo)
     demo.set_defaults(func=_demo)
 
     evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
@@ -232,7 +243,7 @@ def _ingest_detect(args: argparse.Namespace) -> int:
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
                                   queue_size=args.queue_size, metrics=metrics, checkpoint=checkpoint,
-                                  start_frame=start_frame)
+                                  start_frame=start_frame, keying=args.keying)
     finally:
         sink.close()
         metrics.close()
@@ -254,13 +265,13 @@ def _identify(args: argparse.Namespace) -> int:
     bootstrap = resolve_bootstrap(args.bootstrap)
     require_brokers(bootstrap)
     from pipeline.facenet import FaceEmbedder
-    from pipeline.identify import FaceNetIdentifier, identify_loop
+    from pipeline.identify import RESULTS_LINGER_MS, FaceNetIdentifier, identify_loop
     from pipeline.schema import FACES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads)
     stop = stop_flag()
     consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
-    producer = make_producer(args.kafka_client, bootstrap)
+    producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)
     sink, metrics = telemetry_for(args, "identify", f"identify-{os.getpid()}")
     print(READY_LINE, flush=True)  # `aitax run` starts producers once every consumer is ready
     try:
@@ -298,7 +309,8 @@ def _demo(args: argparse.Namespace) -> int:
     events_dir = out / "runs" / run_id
     status = run_local(argparse.Namespace(video=video, gallery=gallery, producers=args.producers,
                                           consumers=args.consumers, duration=args.seconds, run_id=run_id,
-                                          events_dir=events_dir, pace="native", bootstrap=None))
+                                          events_dir=events_dir, pace="native", bootstrap=None,
+                                          keying=args.keying))
     print("== 4/4 score against ground truth")
     evaluation = evaluate_run(video, run_id, resolve_bootstrap(None), events_dir)
     print_evaluation(evaluation)

@@ -1,5 +1,12 @@
 """The identify container: consume thumbnails, embed them with FaceNet in one batched call, classify with
-the gallery's SVM, publish identities, and only then commit offsets (at-least-once: nothing is lost).
+the gallery's SVM, publish identities, and commit offsets only past faces whose results are durable.
+
+Consume-transform-produce is pipelined, at-least-once: results are sent without waiting, their acknowledgements
+arrive as delivery reports, and a commit position per partition advances only past a contiguous run of offsets
+whose identity (or dead letter) the brokers acknowledged. Positions are committed asynchronously every
+`COMMIT_INTERVAL_S`, and synchronously when partitions are revoked and at the end, so no face is lost and no
+broker round trip is spent per face. A face redelivered after a crash or rebalance is recognised by its key
+and skipped (counted as a duplicate).
 
 The loop takes its compute as a function (`IdentifyFaces`): the real one runs FaceNet + SVM, the emulator's
 sleeps. Malformed records go to the dead-letter topic with the reason, and the loop goes on.
@@ -8,7 +15,7 @@ sleeps. Malformed records go to the dead-letter topic with the reason, and the l
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +34,7 @@ from pipeline.schema import (
     encode_identity,
 )
 from pipeline.transport import CommitRejectedError, Consumer, DeliveryReport, Producer, Record
+from pipeline.transport.base import Partition
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
 from telemetry.sinks import EventSink
@@ -37,6 +45,12 @@ IdentifyResult = tuple[str, float] | MalformedRecordError
 # The identify compute: one result per face, its time recorded into the Stopwatch by sub-step.
 IdentifyFaces = Callable[[Sequence[FaceMessage], Stopwatch], list[IdentifyResult]]
 RECENT_KEYS = 100_000  # faces remembered for duplicate detection after a rebalance
+# How often finished positions are committed: a crash redoes at most this much work (plus what was in flight).
+COMMIT_INTERVAL_S = 0.2
+# Identities are time-stamped before they are sent, so lingering costs no measured latency; it fills batches
+# (fewer produce requests for the brokers: each identity is a few hundred bytes).
+RESULTS_LINGER_MS = 20.0
+FINAL_FLUSH_S = 300.0  # results still in flight at the end or at a revocation: wait out a broker fail-over
 
 
 class FaceNetIdentifier:
@@ -77,14 +91,58 @@ def decode_thumbnail(face: FaceMessage) -> np.ndarray | MalformedRecordError:
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
+class OffsetTracker:
+    """Commit positions that never pass a record whose results are not yet durable.
+
+    Per partition, the offsets taken in the order polled (a partition's records arrive in offset order) and the
+    ones finished out of order; the position is the first unfinished offset, or one past the last taken once
+    every taken offset is finished."""
+
+    def __init__(self) -> None:
+        self._taken: dict[Partition, deque[int]] = {}
+        self._finished: dict[Partition, set[int]] = {}
+        self._positions: dict[Partition, int] = {}
+        self._committed: dict[Partition, int] = {}
+
+    def take(self, partition: Partition, offset: int) -> None:
+        self._taken.setdefault(partition, deque()).append(offset)
+
+    def finish(self, partition: Partition, offset: int) -> None:
+        taken = self._taken.get(partition)
+        if taken is None:
+            return  # revoked meanwhile: its new owner redoes the face
+        finished = self._finished.setdefault(partition, set())
+        finished.add(offset)
+        while taken and taken[0] in finished:
+            done = taken.popleft()
+            finished.discard(done)
+            self._positions[partition] = done + 1
+
+    def due(self, partitions: Sequence[Partition] | None = None) -> dict[Partition, int]:
+        """Positions that moved since they were last committed (of `partitions`, or all)."""
+        return {p: position for p, position in self._positions.items()
+                if (partitions is None or p in partitions) and self._committed.get(p) != position}
+
+    def committed(self, positions: dict[Partition, int]) -> None:
+        self._committed.update(positions)
+
+    def forget(self, partitions: Sequence[Partition]) -> None:
+        for partition in partitions:
+            for state in (self._taken, self._finished, self._positions, self._committed):
+                state.pop(partition, None)
+
+    def in_flight(self, partitions: Sequence[Partition] | None = None) -> int:
+        return sum(len(taken) for p, taken in self._taken.items() if partitions is None or p in partitions)
+
+
 @dataclass
 class IdentifyStats:
     batches: int = 0
-    faces: int = 0
+    faces: int = 0  # identities acknowledged by the brokers
     duplicates: int = 0
     dead_letters: int = 0
     identities: dict[str, int] = field(default_factory=dict)
-    logging_ms: float = 0.0  # the last batch's event logging, reported with the next batch
+    commits: int = 0
     commits_rejected: int = 0
 
 
@@ -92,113 +150,207 @@ class DeliveryFailedError(RuntimeError):
     """A result could not be made durable: offsets stay uncommitted so the faces are processed again."""
 
 
-def identify_batch(records: Sequence[Record], identify_faces: IdentifyFaces, producer: Producer, consumer: Consumer,
-                   sink: EventSink, stats: IdentifyStats, recent: OrderedDict, acceleration_factor: float = 1.0,
-                   topics: Topics = DEFAULT_TOPICS) -> None:
-    """One poll's worth: decode, identify, publish results and dead letters, wait for acks, commit, then log.
+@dataclass(frozen=True)
+class _Batch:
+    """What the faces of one identify call share, for their events."""
 
-    Events are logged only once the batch is committed: a batch that fails is redelivered and logged then."""
-    identify_start_ns = time.time_ns()
-    started = time.perf_counter()
-    watch = Stopwatch()
-    watch.add("events", stats.logging_ms)
-    fresh: list[tuple[Record, FaceMessage]] = []
-    dead: list[tuple[Record, str]] = []
-    with watch.time("decode"):
-        for record in records:
-            try:
-                face = decode_face(record.value, record.headers)
-            except MalformedRecordError as error:
-                dead.append((record, str(error)))
-                continue
-            if face.key in recent:
-                stats.duplicates += 1  # redelivered after a rebalance: already identified and published
-                continue
-            fresh.append((record, face))
-    results = identify_faces([face for _, face in fresh], watch) if fresh else []
-    identified_ns = time.time_ns()
-    compute_ms = (time.perf_counter() - started) * 1000
+    identify_start_ns: int
+    identified_ns: int
+    compute_ms_per_face: float
+    faces: int
+    substeps_ms: dict[str, float]
 
-    failures: list[str] = []
 
-    def on_delivery(report: DeliveryReport) -> None:
-        if report.error is not None:
-            failures.append(report.error)
+@dataclass(frozen=True)
+class _Sent:
+    """A result in flight: the record it answers and, for an identity, the face and its batch."""
 
-    identified: list[tuple[Record, FaceMessage]] = []
-    with watch.time("kafka"):
-        for (record, face), result in zip(fresh, results, strict=True):
-            if isinstance(result, MalformedRecordError):
-                dead.append((record, str(result)))
-                continue
-            identity, score = result
-            meta = face.meta
-            message = IdentityMessage(meta.run_id, meta.stream_id, meta.frame_index, meta.face_index, identity,
-                                      round(score, 4), meta.box, meta.scheduled_ns, meta.captured_ns,
-                                      meta.ingested_ns, meta.detect_start_ns, meta.detected_ns, identify_start_ns,
-                                      identified_ns)
-            key, value = encode_identity(message)
-            producer.send(topics.identities, value, key=key, on_delivery=on_delivery)
-            stats.identities[identity] = stats.identities.get(identity, 0) + 1
-            identified.append((record, face))
+    record: Record
+    face: FaceMessage | None = None
+    identity: str = ""
+    batch: _Batch | None = None
+
+
+class IdentifyWorker:
+    """One identify consumer's pipeline: `handle` a poll's records, `settle` acknowledgements and commits.
+
+    The producer may be shared by several workers in one process (fewer clients, fuller batches): whichever
+    thread polls it runs every worker's delivery callbacks, so a callback only queues the report, and each
+    worker acts on its own reports in its own thread."""
+
+    def __init__(self, consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
+                 acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
+                 topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None,
+                 commit_interval_s: float = COMMIT_INTERVAL_S) -> None:
+        self.consumer, self.producer, self.identify_faces, self.sink = consumer, producer, identify_faces, sink
+        self.acceleration_factor, self.topics, self.metrics = acceleration_factor, topics, metrics
+        self.stats = stats or IdentifyStats()
+        self.commit_interval_s = commit_interval_s
+        self.offsets = OffsetTracker()
+        self.recent: OrderedDict = OrderedDict()
+        self.failures: list[str] = []
+        self._reports: deque[DeliveryReport] = deque()  # appended by any thread, taken by this worker's
+        self._where = identity_of_process()
+        # Work done after a batch's sub-steps were fixed (its Kafka sends, event logging in delivery reports),
+        # reported with the next batch: its events may be logged while it is still being sent.
+        self._carried_ms: dict[str, float] = {}
+        self._next_commit = time.monotonic() + commit_interval_s
+        consumer.on_revoke(self.partitions_revoked)
+
+    def handle(self, records: Sequence[Record]) -> None:
+        """Decode, identify and send the results of one poll; nothing here waits for a broker."""
+        identify_start_ns = time.time_ns()
+        started = time.perf_counter()
+        watch = Stopwatch()
+        for name, ms in self._carried_ms.items():
+            watch.add(name, ms)
+        self._carried_ms = {}
+        fresh: list[tuple[Record, FaceMessage]] = []
+        dead: list[tuple[Record, str]] = []
+        with watch.time("decode"):
+            for record in records:
+                self.offsets.take((record.topic, record.partition), record.offset)
+                try:
+                    face = decode_face(record.value, record.headers)
+                except MalformedRecordError as error:
+                    dead.append((record, str(error)))
+                    continue
+                if face.key in self.recent:
+                    self._duplicate(record)  # redelivered after a rebalance: already identified and published
+                    continue
+                self.recent[face.key] = None
+                fresh.append((record, face))
+        while len(self.recent) > RECENT_KEYS:
+            self.recent.popitem(last=False)
+        results = self.identify_faces([face for _, face in fresh], watch) if fresh else []
+        identified_ns = time.time_ns()
+        compute_ms = (time.perf_counter() - started) * 1000
+        named = [(record, face, result) for (record, face), result in zip(fresh, results, strict=True)
+                 if not isinstance(result, MalformedRecordError)]
+        dead += [(record, str(result)) for (record, _), result in zip(fresh, results, strict=True)
+                 if isinstance(result, MalformedRecordError)]
+        share = 1 / max(1, len(named))
+        substeps = {k: round(v * share, 3) for k, v in watch.with_other((time.perf_counter() - started) * 1000).items()}
+        batch = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named), substeps)
+        sending_started = time.perf_counter()
+        for record, face, (identity, score) in named:
+            key, value = encode_identity(IdentityMessage.answering(face.meta, identity, round(score, 4),
+                                                                   identify_start_ns, identified_ns))
+            self.producer.send(self.topics.identities, value, key=key, on_delivery=self._reports.append,
+                               opaque=_Sent(record, face, identity, batch))
         for record, reason in dead:
             headers = dead_letter_headers(record.headers, reason, record.topic, record.partition, record.offset)
-            producer.send(topics.dlq, record.value or b"", key=record.key, headers=headers, on_delivery=on_delivery)
-        if producer.flush(300) or failures:
-            raise DeliveryFailedError(f"{len(failures)} result(s) not acknowledged: {failures[:1]}")
-        try:
-            consumer.commit(records)  # only now: every result and dead letter is durable
-        except CommitRejectedError:
-            stats.commits_rejected += 1  # the partitions moved: their new owner redoes these, we drop duplicates
-    for _, face in fresh:
-        recent[face.key] = None
-        if len(recent) > RECENT_KEYS:
-            recent.popitem(last=False)
-    stats.batches += 1
-    stats.faces += len(identified)
-    stats.dead_letters += len(dead)
+            self.producer.send(self.topics.dlq, record.value or b"", key=record.key, headers=headers,
+                               on_delivery=self._reports.append, opaque=_Sent(record))
+        self._carry("kafka", (time.perf_counter() - sending_started) * 1000)
+        self.stats.batches += 1
 
-    logging_started = time.perf_counter()
-    share = 1 / max(1, len(identified))
-    substeps = {k: round(v * share, 3) for k, v in watch.with_other((time.perf_counter() - started) * 1000).items()}
-    where = identity_of_process()
-    for record, face in identified:
+    def _carry(self, name: str, ms: float) -> None:
+        self._carried_ms[name] = self._carried_ms.get(name, 0.0) + ms
+
+    def settle(self) -> None:
+        """Act on the acknowledgements that arrived (logging each identified face) and commit when due."""
+        self._acknowledged()
+        if self.failures:
+            raise DeliveryFailedError(f"{len(self.failures)} result(s) not acknowledged: {self.failures[:1]}")
+        if time.monotonic() >= self._next_commit:
+            self._commit(asynchronous=True)
+            self._next_commit = time.monotonic() + self.commit_interval_s
+
+    def finish(self) -> None:
+        """Wait for every result in flight and commit what is finished, synchronously."""
+        self._wait_acknowledged(None)
+        if self.failures:
+            raise DeliveryFailedError(f"{len(self.failures)} result(s) not acknowledged: {self.failures[:1]}")
+        self._commit(asynchronous=False)
+
+    def partitions_revoked(self, partitions: list[Partition]) -> None:
+        """The group is moving these partitions: make their results durable and commit them while still owned."""
+        self._wait_acknowledged(partitions)
+        self._commit(asynchronous=False, partitions=partitions)
+        self.offsets.forget(partitions)
+
+    def _wait_acknowledged(self, partitions: Sequence[Partition] | None) -> None:
+        """Until this worker's results on `partitions` (all: None) are acknowledged or failed: not a flush, which
+        on a producer shared with busy workers could wait for theirs forever."""
+        deadline = time.monotonic() + FINAL_FLUSH_S
+        self._acknowledged()
+        while (self.offsets.in_flight(partitions) > len(self.failures) and time.monotonic() < deadline):
+            self.producer.poll(0.05)
+            self._acknowledged()
+
+    def _commit(self, asynchronous: bool, partitions: Sequence[Partition] | None = None) -> None:
+        positions = self.offsets.due(partitions)
+        if not positions:
+            return
+        try:
+            self.consumer.commit(positions, asynchronous=asynchronous)
+        except CommitRejectedError:
+            self.stats.commits_rejected += 1  # the partitions moved: their new owner redoes these, we drop duplicates
+            return
+        self.offsets.committed(positions)
+        self.stats.commits += 1
+
+    def _duplicate(self, record: Record) -> None:
+        self.stats.duplicates += 1
+        if self.metrics is not None:
+            self.metrics.duplicates.inc()
+        self.offsets.finish((record.topic, record.partition), record.offset)
+
+    def _acknowledged(self) -> None:
+        self.producer.poll(0)
+        while self._reports:
+            self._delivered(self._reports.popleft())
+
+    def _delivered(self, report: DeliveryReport) -> None:
+        sent: _Sent = report.opaque
+        if report.error is not None:
+            self.failures.append(report.error)
+            if self.metrics is not None:
+                self.metrics.delivery_failures.inc()
+            return
+        record = sent.record
+        self.offsets.finish((record.topic, record.partition), record.offset)
+        if sent.face is None:
+            self.stats.dead_letters += 1
+            if self.metrics is not None:
+                self.metrics.dead_letters.inc()
+            return
+        logging_started = time.perf_counter()
+        self.stats.faces += 1
+        self.stats.identities[sent.identity] = self.stats.identities.get(sent.identity, 0) + 1
+        self._log_identified(sent.record, sent.face, sent.batch)
+        self._carry("events", (time.perf_counter() - logging_started) * 1000)
+
+    def _log_identified(self, record: Record, face: FaceMessage, batch: _Batch) -> None:
+        """The face's broker wait and identify events, once its identity is durable."""
         meta = face.meta
         common = dict(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
-                      face_index=meta.face_index, acceleration_factor=acceleration_factor,
-                      kafka_client=producer.client_name, partition=record.partition, offset=record.offset, **where)
+                      face_index=meta.face_index, acceleration_factor=self.acceleration_factor,
+                      kafka_client=self.producer.client_name, partition=record.partition, offset=record.offset,
+                      **self._where)
         append_ns = record.timestamp_ms * 1_000_000 if record.timestamp_is_broker_append else None
         split = None if append_ns is None else {
             "producer_to_broker": round((append_ns - meta.detected_ns) / 1e6, 3),
-            "broker_to_consumer": round((identify_start_ns - append_ns) / 1e6, 3)}
-        sink.emit(Event(stage="broker_wait", wall_start_ns=meta.detected_ns, wall_end_ns=identify_start_ns,
-                        compute_time_ms=0.0, broker_append_ns=append_ns, consumer_lag=consumer.lag(record),
-                        substeps_ms=split, **common))
-        sink.emit(Event(stage="identify", wall_start_ns=identify_start_ns, wall_end_ns=identified_ns,
-                        compute_time_ms=round(compute_ms * share, 3), face_count=len(identified),
-                        data_size_bytes=len(face.thumbnail), substeps_ms=substeps, **common))
-    stats.logging_ms = (time.perf_counter() - logging_started) * 1000
+            "broker_to_consumer": round((batch.identify_start_ns - append_ns) / 1e6, 3)}
+        self.sink.emit(Event(stage="broker_wait", wall_start_ns=meta.detected_ns, wall_end_ns=batch.identify_start_ns,
+                             compute_time_ms=0.0, broker_append_ns=append_ns, consumer_lag=self.consumer.lag(record),
+                             substeps_ms=split, **common))
+        self.sink.emit(Event(stage="identify", wall_start_ns=batch.identify_start_ns, wall_end_ns=batch.identified_ns,
+                             compute_time_ms=batch.compute_ms_per_face, face_count=batch.faces,
+                             data_size_bytes=len(face.thumbnail), substeps_ms=batch.substeps_ms, **common))
 
 
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
                   should_stop: Callable[[], bool], max_batch: int = 8, poll_timeout_s: float = 0.5,
                   acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
                   topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None) -> IdentifyStats:
-    """Poll up to `max_batch` faces at a time until `should_stop()`; each batch is committed after its results."""
-    stats = stats or IdentifyStats()
-    recent: OrderedDict = OrderedDict()
+    """Poll up to `max_batch` faces at a time until `should_stop()`, then wait for the results and commit."""
+    worker = IdentifyWorker(consumer, producer, identify_faces, sink, acceleration_factor, stats, topics, metrics)
     while not should_stop():
         records = consumer.poll_batch(max_batch, poll_timeout_s)
         if records:
-            before = (stats.dead_letters, stats.duplicates)
-            try:
-                identify_batch(records, identify_faces, producer, consumer, sink, stats, recent, acceleration_factor,
-                               topics)
-            except DeliveryFailedError:
-                if metrics is not None:
-                    metrics.delivery_failures.inc()
-                raise
-            if metrics is not None:
-                metrics.dead_letters.inc(stats.dead_letters - before[0])
-                metrics.duplicates.inc(stats.duplicates - before[1])
-    return stats
+            worker.handle(records)
+        worker.settle()
+    worker.finish()
+    return worker.stats

@@ -23,7 +23,7 @@ import numpy as np
 
 from aitax.errors import UserError
 from pipeline.frames import Frame
-from pipeline.schema import DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
+from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
@@ -151,12 +151,11 @@ def identity_of_process() -> dict[str, str]:
 
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
                 acceleration_factor: float = 1.0, stats: DetectStats | None = None,
-                topics: Topics = DEFAULT_TOPICS, key_by_face: bool = False,
+                topics: Topics = DEFAULT_TOPICS, keying: str = DEFAULT_KEYING,
                 checkpoint: Checkpoint | None = None) -> DetectStats:
     """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events.
 
-    Records are keyed by stream (a camera stays on one partition and one consumer); `key_by_face` spreads one
-    stream's faces over every partition instead, as a stream that outpaces one consumer needs.
+    `keying` (pipeline.schema.KEYINGS) decides which partition, and so which identify consumer, a face goes to.
 
     The detect event's wall window is the paper's (detection only: sending counts as broker wait); its
     sub-steps cover all the process did for the frame, Kafka sends and event logging included."""
@@ -182,9 +181,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                                 scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
                                 ingested_ns=frame.ingested_ns,
                                 detect_start_ns=detect_start_ns, detected_ns=detected_ns, produced_ns=time.time_ns())
-                key, value, headers = encode_face(FaceMessage(meta, face.thumbnail))
-                if key_by_face:
-                    key = f"{frame.stream_id}/{frame.index}/{face_index}".encode()
+                key, value, headers = encode_face(FaceMessage(meta, face.thumbnail), keying)
                 producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery,
                               opaque=frame.index)
                 payload += len(value)
@@ -272,7 +269,7 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
                       max_frames: int | None = None, queue_size: int = 8,
                       acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
                       metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
-                      start_frame: int = 0) -> DetectStats:
+                      start_frame: int = 0, keying: str = DEFAULT_KEYING) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
@@ -291,7 +288,7 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     try:
         stats = detect_loop(frames_from_queue(frames, ingest, metrics), find_faces, producer, sink, run_id,
                             acceleration_factor, DetectStats(done_through=start_frame - 1), topics,
-                            checkpoint=checkpoint)
+                            keying=keying, checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))
         return stats

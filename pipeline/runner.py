@@ -106,7 +106,7 @@ def run_local(args: argparse.Namespace) -> int:
     _wait_ready(consumers)
     producers = [_spawn(f"ingest-detect-{i}", ["ingest-detect", "--video", str(args.video), "--stream-id",
                                                f"cam-{i}", "--run-id", run_id, "--loop", "--pace", args.pace,
-                                               *common], logs)
+                                               "--keying", args.keying, *common], logs)
                  for i in range(1, args.producers + 1)]
     interrupted = False
     try:

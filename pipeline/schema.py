@@ -1,7 +1,7 @@
 """The message schema between stages, defined once and versioned.
 
-`faces` records: key = stream id (one camera stays on one partition, so one consumer sees its frames in order),
-value = the encoded thumbnail, headers = the schema version and the face's metadata as compact JSON.
+`faces` records: key = what spreads faces over partitions (see KEYINGS), value = the encoded thumbnail,
+headers = the schema version and the face's metadata as compact JSON.
 `identities` records: key = stream id, value = JSON. Anything that does not decode is a `MalformedRecordError`
 and goes to the dead-letter topic with the reason; it never stops a consumer.
 """
@@ -9,7 +9,7 @@ and goes to the dead-letter topic with the reason; it never stops a consumer.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -22,6 +22,12 @@ IDENTITIES_TOPIC = "identities"
 DLQ_TOPIC = "faces.dlq"
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
 MAX_THUMBNAIL_BYTES = 1024 * 1024
+# How `faces` records are keyed, so which partition (and so which identify consumer) a face goes to:
+#   stream: one camera on one partition and one consumer (affinity; a busy camera can leave consumers idle)
+#   frame:  a frame's faces together, frames spread over every partition
+#   face:   every face on its own (the default: it keeps every identify consumer busy)
+KEYINGS = ("stream", "frame", "face")
+DEFAULT_KEYING = "face"
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,24 @@ class FaceMessage:
         return (self.meta.run_id, self.meta.stream_id, self.meta.frame_index, self.meta.face_index)
 
 
-def encode_face(message: FaceMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
+def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes:
+    if keying == "face":
+        return f"{meta.stream_id}/{meta.frame_index}/{meta.face_index}".encode()
+    if keying == "frame":
+        return f"{meta.stream_id}/{meta.frame_index}".encode()
+    if keying == "stream":
+        return meta.stream_id.encode()
+    raise ValueError(f"keying {keying!r}: expected one of {', '.join(KEYINGS)}")
+
+
+_VERSION_BYTES = str(SCHEMA_VERSION).encode()
+
+
+def encode_face(message: FaceMessage, keying: str = DEFAULT_KEYING) -> tuple[bytes, bytes, dict[str, bytes]]:
     """(key, value, headers) of the Kafka record."""
     meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()  # vars: asdict deep-copies, 10x slower
-    headers = {SCHEMA_HEADER: str(SCHEMA_VERSION).encode(), META_HEADER: meta}
-    return message.meta.stream_id.encode(), message.thumbnail, headers
+    headers = {SCHEMA_HEADER: _VERSION_BYTES, META_HEADER: meta}
+    return face_key(message.meta, keying), message.thumbnail, headers
 
 
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -94,7 +113,7 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
     version = headers.get(SCHEMA_HEADER)
     if version is None:
         raise MalformedRecordError(f"missing header {SCHEMA_HEADER}")
-    if version != str(SCHEMA_VERSION).encode():
+    if version != _VERSION_BYTES:
         raise MalformedRecordError(f"schema version {version[:16]!r}, expected {SCHEMA_VERSION}")
     try:
         raw = json.loads(headers[META_HEADER])
@@ -144,9 +163,17 @@ class IdentityMessage:
     def key(self) -> tuple[str, str, int, int]:
         return (self.run_id, self.stream_id, self.frame_index, self.face_index)
 
+    @classmethod
+    def answering(cls, meta: FaceMeta, identity: str, score: float, identify_start_ns: int,
+                  identified_ns: int) -> IdentityMessage:
+        """The identity of the face `meta` describes, carrying its timestamps on."""
+        return cls(meta.run_id, meta.stream_id, meta.frame_index, meta.face_index, identity, score, meta.box,
+                   meta.scheduled_ns, meta.captured_ns, meta.ingested_ns, meta.detect_start_ns, meta.detected_ns,
+                   identify_start_ns, identified_ns)
+
 
 def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:
-    return message.stream_id.encode(), json.dumps(asdict(message), separators=(",", ":")).encode()
+    return message.stream_id.encode(), json.dumps(vars(message), separators=(",", ":")).encode()
 
 
 def decode_identity(value: bytes) -> IdentityMessage:

@@ -124,12 +124,14 @@ class LocalBackend:
 
     def _run_real(self, index: int, run_id: str) -> dict[str, int]:
         from pipeline.runner import run_local
+        from pipeline.schema import DEFAULT_KEYING
 
         phase = self.spec.phases[index]
         producers, consumers = phase.replicas["ingest-detect"], phase.replicas["identify"]
         status = run_local(argparse.Namespace(
             video=self.spec.video, gallery=self.spec.gallery, producers=producers, consumers=consumers,
-            duration=phase.duration_s, run_id=run_id, events_dir=None, pace="native", bootstrap=self.bootstrap))
+            duration=phase.duration_s, run_id=run_id, events_dir=None, pace="native", bootstrap=self.bootstrap,
+            keying=DEFAULT_KEYING))
         if status != 0:
             raise UserError(f"phase {phase.name} ended with status {status}")
         return {"identify": consumers, "ingest-detect": producers}

@@ -193,9 +193,9 @@ def brokers(config: StackConfig) -> list[Broker]:
     return [Broker(node_id, config) for node_id in config.node_ids]
 
 
-def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
-    """Run one of Kafka's command-line tools (same jars as the brokers) and return its output."""
-    argv = [
+def tool_command(main_class: str, args: list[str], heap_mb: int = 256) -> list[str]:
+    """The command line of one of Kafka's command-line tools (same jars as the brokers)."""
+    return [
         require_java(),
         f"-Xmx{heap_mb}m",
         f"-Dlog4j2.configurationFile={TOOLS_LOG4J2_CONFIG}",
@@ -204,7 +204,11 @@ def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
         main_class,
         *args,
     ]
-    result = subprocess.run(argv, capture_output=True, text=True)
+
+
+def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
+    """Run one of Kafka's command-line tools and return its output."""
+    result = subprocess.run(tool_command(main_class, args, heap_mb), capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"{main_class} {' '.join(args[:2])} failed: {result.stderr.strip().splitlines()[-1:]}")
     return result.stdout

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from aitax.errors import UserError
 
 KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
-
-# Durability is not optional here: every producer waits for all in-sync replicas and is idempotent.
-DURABLE_PRODUCER = {"acks": "all", "idempotence": True}
 
 
 class CommitRejectedError(RuntimeError):
@@ -40,6 +37,9 @@ class DeliveryReport:
 
 
 DeliveryCallback = Callable[[DeliveryReport], None]
+Partition = tuple[str, int]  # (topic, partition)
+# Called inside `poll_batch` just before the group takes partitions away: the last moment to commit them.
+RevokeHandler = Callable[[list[Partition]], None]
 
 
 class Producer(Protocol):
@@ -71,8 +71,13 @@ class Consumer(Protocol):
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to `max_records` records (possibly none) within `timeout_s`."""
 
-    def commit(self, records: Sequence[Record]) -> None:
-        """Synchronously commit past these records: call only after their results are durable."""
+    def commit(self, positions: Mapping[Partition, int], asynchronous: bool = False) -> None:
+        """Commit these positions (the next offset to read, per partition): only past records whose results are
+        durable. Synchronous by default; `asynchronous` sends it without waiting (a failure is counted in
+        `commit_failures` and the next commit covers it)."""
+
+    def on_revoke(self, handler: RevokeHandler) -> None:
+        """Call `handler` before partitions are revoked or lost in a rebalance."""
 
     def lag(self, record: Record) -> int | None:
         """Records after this one in its partition, from the client's cached high watermark (no round trip)."""
@@ -80,9 +85,9 @@ class Consumer(Protocol):
     def close(self) -> None: ...
 
 
-def next_offsets(records: Sequence[Record]) -> dict[tuple[str, int], int]:
-    """The offset to commit per partition: one past the highest record processed."""
-    offsets: dict[tuple[str, int], int] = {}
+def next_offsets(records: Sequence[Record]) -> dict[Partition, int]:
+    """The position to commit per partition once all these records are processed: one past the highest."""
+    offsets: dict[Partition, int] = {}
     for record in records:
         key = (record.topic, record.partition)
         offsets[key] = max(offsets.get(key, -1), record.offset + 1)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import Producer as _Producer
 
-from pipeline.transport.base import CommitRejectedError, DeliveryCallback, DeliveryReport, Record, next_offsets
+from pipeline.transport.base import (
+    CommitRejectedError,
+    DeliveryCallback,
+    DeliveryReport,
+    Partition,
+    Record,
+    RevokeHandler,
+)
 
 COMMIT_RETRY_S = 120.0  # a coordinator moves within seconds; give a starved machine much longer
 COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -78,16 +85,30 @@ class ConfluentConsumer:
     client_name = "confluent-kafka"
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object) -> None:
+        self.commit_failures = 0
+        self._revoke_handler: RevokeHandler | None = None
         self._consumer = _Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "on_commit": self._committed,
                 **settings,
             }
         )
-        self._consumer.subscribe(list(topics))
+        self._consumer.subscribe(list(topics), on_revoke=self._revoked, on_lost=self._revoked)
+
+    def on_revoke(self, handler: RevokeHandler) -> None:
+        self._revoke_handler = handler
+
+    def _revoked(self, _consumer: _Consumer, partitions: list[TopicPartition]) -> None:
+        if self._revoke_handler is not None and partitions:
+            self._revoke_handler([(p.topic, p.partition) for p in partitions])
+
+    def _committed(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+        if error is not None and error.code() != KafkaError._NO_OFFSET:
+            self.commit_failures += 1
 
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
         records = []
@@ -112,13 +133,19 @@ class ConfluentConsumer:
             )
         return records
 
-    def commit(self, records: Sequence[Record]) -> None:
-        """Synchronous commit that rides out a moving group coordinator (a broker failing over) by retrying;
+    def commit(self, positions: Mapping[Partition, int], asynchronous: bool = False) -> None:
+        """A synchronous commit rides out a moving group coordinator (a broker failing over) by retrying;
         if the group has rebalanced the partitions away, raises CommitRejectedError: the new owner
         reprocesses those records (at-least-once; identify drops the duplicates)."""
-        if not records:
+        if not positions:
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets(records).items()]
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        if asynchronous:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException:
+                self.commit_failures += 1  # no coordinator yet: the next commit carries these positions
+            return
         deadline = time.monotonic() + COMMIT_RETRY_S
         while True:
             try:

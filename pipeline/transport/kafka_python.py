@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from pipeline.transport.base import CommitRejectedError, DeliveryCallback, DeliveryReport, Record, next_offsets
+from pipeline.transport.base import (
+    CommitRejectedError,
+    DeliveryCallback,
+    DeliveryReport,
+    Partition,
+    Record,
+    RevokeHandler,
+)
 
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
@@ -92,18 +99,35 @@ class KafkaPythonProducer:
         self._producer.close()
 
 
+class _Revocations(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.handler: RevokeHandler | None = None
+
+    def on_partitions_revoked(self, revoked) -> None:
+        if self.handler is not None and revoked:
+            self.handler([(p.topic, p.partition) for p in revoked])
+
+    def on_partitions_assigned(self, assigned) -> None:
+        pass
+
+
 class KafkaPythonConsumer:
     client_name = "kafka-python"
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object) -> None:
+        self.commit_failures = 0
+        self._revocations = _Revocations()
         self._consumer = KafkaConsumer(
-            *topics,
             bootstrap_servers=bootstrap_servers.split(","),
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             **settings,
         )
+        self._consumer.subscribe(list(topics), listener=self._revocations)
+
+    def on_revoke(self, handler: RevokeHandler) -> None:
+        self._revocations.handler = handler
 
     def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
         batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
@@ -122,15 +146,22 @@ class KafkaPythonConsumer:
             for r in records
         ]
 
-    def commit(self, records: Sequence[Record]) -> None:
+    def commit(self, positions: Mapping[Partition, int], asynchronous: bool = False) -> None:
         """kafka-python retries coordinator moves itself; a rebalance surfaces as CommitFailedError."""
-        if records:
-            try:
-                self._consumer.commit(
-                    {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in next_offsets(records).items()}
-                )
-            except CommitFailedError as error:
-                raise CommitRejectedError(str(error)) from None
+        if not positions:
+            return
+        offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in positions.items()}
+        if asynchronous:
+            self._consumer.commit_async(offsets, callback=self._committed)
+            return
+        try:
+            self._consumer.commit(offsets)
+        except CommitFailedError as error:
+            raise CommitRejectedError(str(error)) from None
+
+    def _committed(self, _offsets, response) -> None:
+        if isinstance(response, Exception):
+            self.commit_failures += 1
 
     def lag(self, record: Record) -> int | None:
         high = self._consumer.highwater(TopicPartition(record.topic, record.partition))

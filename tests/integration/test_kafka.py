@@ -11,6 +11,7 @@ from aitax.stack import kafka
 from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig, TopicSpec
 from pipeline.transport import KAFKA_CLIENTS, DeliveryReport, make_consumer, make_producer
+from pipeline.transport.base import next_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,7 @@ def _round_trip(stack: StackConfig, topic: str, producer_client: str, consumer_c
     deadline = time.monotonic() + 60
     while len(received) < count and time.monotonic() < deadline:
         received += consumer.poll_batch(100, 1.0)
-    consumer.commit(received)
+    consumer.commit(next_offsets(received))
     consumer.close()
     assert sorted(int(r.headers["frame"]) for r in received) == list(range(count))
     for record in received:
@@ -104,7 +105,7 @@ def test_uncommitted_records_are_delivered_again(stack: StackConfig, unique_name
         records, deadline = [], time.monotonic() + 30
         while len(records) < expected and time.monotonic() < deadline:
             records += consumer.poll_batch(10, 1.0)
-        consumer.commit(records[:4])  # only the first four were "processed"
+        consumer.commit(next_offsets(records[:4]))  # only the first four were "processed"
         consumer.close()
         return [r.value for r in records]
 

@@ -29,11 +29,22 @@ def _face() -> FaceMessage:
     return FaceMessage(meta, b"\xff\xd8thumbnail")
 
 
-def test_face_round_trip_keys_by_stream() -> None:
+def test_face_round_trip_and_keying() -> None:
     key, value, headers = encode_face(_face())
-    assert key == b"cam-2"
+    assert key == b"cam-2/41/1"  # the default spreads every face on its own
     assert value == b"\xff\xd8thumbnail"
     assert decode_face(value, headers) == _face()
+    assert encode_face(_face(), "frame")[0] == b"cam-2/41"
+    assert encode_face(_face(), "stream")[0] == b"cam-2"
+    with pytest.raises(ValueError, match="keying 'camera'"):
+        encode_face(_face(), "camera")
+
+
+def test_identity_answers_its_face() -> None:
+    identity = IdentityMessage.answering(_face().meta, "alice", 0.9, 10, 11)
+    assert identity.key == _face().key
+    assert (identity.box, identity.detected_ns, identity.identify_start_ns, identity.identified_ns) == \
+        ((10, 20, 64, 80), 4, 10, 11)
 
 
 @pytest.mark.parametrize(("mutate", "reason"), [

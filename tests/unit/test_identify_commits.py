@@ -1,0 +1,156 @@
+"""The pipelined identify path: commit positions never pass a face whose result is not durable.
+
+Kafka is faked here (a unit test of the commit logic); tests/integration and the fault scenarios run it on brokers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
+from pipeline.schema import FaceMessage, FaceMeta, encode_face
+from pipeline.transport import DeliveryReport, Record
+from telemetry.sinks import NullSink
+from telemetry.timing import Stopwatch
+
+P0, P1 = ("faces", 0), ("faces", 1)
+
+
+def test_position_stops_at_the_first_unfinished_offset() -> None:
+    tracker = OffsetTracker()
+    for offset in range(5):
+        tracker.take(P0, offset)
+    tracker.finish(P0, 1)
+    tracker.finish(P0, 2)
+    assert tracker.due() == {}  # offset 0 is still in flight
+    tracker.finish(P0, 0)
+    assert tracker.due() == {P0: 3}
+    tracker.committed({P0: 3})
+    tracker.finish(P0, 4)
+    assert tracker.due() == {}
+    tracker.finish(P0, 3)
+    assert tracker.due() == {P0: 5}
+    assert tracker.in_flight() == 0
+
+
+def test_partitions_are_independent_and_forgotten_on_revoke() -> None:
+    tracker = OffsetTracker()
+    tracker.take(P0, 10)
+    tracker.take(P1, 7)
+    tracker.finish(P1, 7)
+    assert tracker.due() == {P1: 8}
+    assert tracker.due([P0]) == {}
+    tracker.forget([P0])
+    tracker.finish(P0, 10)  # a late acknowledgement for a partition no longer owned
+    assert tracker.due() == {P1: 8}
+
+
+class FakeProducer:
+    """Holds sends until `poll`, then reports them in the order (and with the errors) the test chooses."""
+
+    client_name = "fake"
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, bytes, object, object]] = []
+        self.errors: dict[int, str] = {}  # send index -> error
+        self.sent = 0
+        self.reverse = False
+
+    def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+        self.pending.append((topic, value, on_delivery, (self.sent, opaque)))
+        self.sent += 1
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        pending, self.pending = self.pending, []
+        for topic, _value, on_delivery, (index, opaque) in (reversed(pending) if self.reverse else pending):
+            on_delivery(DeliveryReport(topic, 0, index, self.errors.get(index), opaque))
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        self.poll()
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class FakeConsumer:
+    client_name = "fake"
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[dict, bool]] = []
+        self.revoke = None
+
+    def commit(self, positions, asynchronous: bool = False) -> None:
+        self.commits.append((dict(positions), asynchronous))
+
+    def on_revoke(self, handler) -> None:
+        self.revoke = handler
+
+    def lag(self, record: Record) -> int | None:
+        return 0
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _record(partition: int, offset: int, frame: int) -> Record:
+    now = time.time_ns()
+    meta = FaceMeta("run", "cam-1", frame, 0, 1, (0, 0, 160, 160), 1.0, "synthetic", now, now, now, now, now, now)
+    _, value, headers = encode_face(FaceMessage(meta, b"thumbnail"))
+    return Record("faces", partition, offset, None, value, headers)
+
+
+def _name_all(faces: Sequence[FaceMessage], watch: Stopwatch):
+    return [("alice", 1.0) for _ in faces]
+
+
+def _worker(producer: FakeProducer, consumer: FakeConsumer) -> IdentifyWorker:
+    return IdentifyWorker(consumer, producer, _name_all, NullSink(), stats=IdentifyStats(), commit_interval_s=0.0)
+
+
+def test_nothing_is_committed_before_its_result_is_acknowledged() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer)
+    worker.handle([_record(0, offset, offset) for offset in range(4)])
+    assert consumer.commits == [] and len(producer.pending) == 4  # sent, not waited for
+    producer.reverse = True  # acknowledgements may arrive in any order
+    worker.settle()
+    assert consumer.commits == [({P0: 4}, True)]  # one asynchronous commit for the four faces
+    assert worker.stats.faces == 4 and worker.stats.identities == {"alice": 4}
+
+
+def test_a_failed_result_holds_its_offset_back_and_stops_the_loop() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer)
+    producer.errors = {1: "broker gone"}
+    worker.handle([_record(0, offset, offset) for offset in range(3)])
+    with pytest.raises(DeliveryFailedError, match="broker gone"):
+        worker.settle()
+    assert all(positions.get(P0, 0) <= 1 for positions, _ in consumer.commits)
+    assert worker.offsets.due() == {P0: 1}  # the face at offset 1 is processed again after a restart
+
+
+def test_revocation_commits_the_revoked_partitions_synchronously() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer)
+    worker.handle([_record(0, 5, 1), _record(1, 9, 2)])
+    consumer.revoke([P1])  # inside poll: the results are flushed first, then committed while still owned
+    assert consumer.commits == [({P1: 10}, False)]
+    assert worker.offsets.due() == {P0: 6}
+
+
+def test_redelivered_faces_are_skipped_as_duplicates_and_committed() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer)
+    worker.handle([_record(0, 0, 1)])
+    worker.settle()
+    worker.handle([_record(0, 1, 1)])  # the same face again (a producer retry or a rebalance)
+    worker.finish()
+    assert worker.stats.duplicates == 1 and worker.stats.faces == 1 and producer.sent == 1
+    assert consumer.commits[-1] == ({P0: 2}, False)
