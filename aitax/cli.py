@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # The Elasticsearch client logs every failed attempt (about 150 lines for one unreachable URL); the
+        # command's own one-line error says what is missing.
+        logging.getLogger("elastic_transport").setLevel(logging.CRITICAL)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from emulation.resources import Usage
 from pipeline.schema import IdentityMessage
 
 # The stages of one face's life, as consecutive timestamps of its identity record.
@@ -79,15 +80,39 @@ def judge(identities: list[IdentityMessage], offered_faces: int, produced_faces:
     return verdict
 
 
-def saturated_resource(machine_cpu_busy: float, broker_write_bytes_per_s: float, disk_write_capacity: float,
-                       latency: LatencySummary | None) -> str:
-    """Which resource ran out first, from utilisation and where faces waited."""
-    utilisation = {"cpu (machine)": machine_cpu_busy,
-                   "broker storage writes": broker_write_bytes_per_s / disk_write_capacity}
+def saturated_resource(usage: Usage, disk_write_capacity: float, latency: LatencySummary | None) -> str:
+    """Which resource ran out first, from the brokers' own meters, utilisation, and where faces waited.
+
+    A saturated machine CPU is attributed to whoever burnt the most of it: the brokers, or the emulator's own
+    producers or consumers (then the verdict is about the emulator, not about Kafka)."""
+    writes = usage.broker_write_bytes_per_s
+    handlers = max(usage.broker_handler_busy.values(), default=0.0)
+    network = max(usage.broker_network_busy.values(), default=0.0)
+    utilisation = {
+        "the brokers' request handlers": handlers,
+        "the brokers' network threads": network,
+        "broker storage writes": (sum(writes.values()) / len(writes) if writes else 0.0) / disk_write_capacity,
+        "cpu (machine)": usage.machine_cpu_busy,
+    }
     name, busiest = max(utilisation.items(), key=lambda item: item[1])
+    under_min_isr = (f", {usage.under_min_isr_partitions} partition(s) under min ISR"
+                     if usage.under_min_isr_partitions else "")
+    signals = (f"[broker handlers {handlers:.0%} busy, network {network:.0%}, produce p99 {usage.produce_p99_ms:.0f} "
+               f"ms, fetch p99 {usage.fetch_p99_ms:.0f} ms{under_min_isr}]")
     if busiest >= SATURATION:
-        return f"{name} at {busiest:.0%}"
+        verdict = f"{name} at {busiest:.0%}"
+        if name == "cpu (machine)":
+            verdict += ", " + cpu_owner(usage)
+        return f"{verdict} {signals}"
     if latency is not None:
         stage = max(latency.breakdown_ms, key=lambda s: latency.breakdown_ms[s])
-        return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}); faces waited most in {stage}"
-    return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%})"
+        return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}); faces waited most in {stage} {signals}"
+    return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}) {signals}"
+
+
+def cpu_owner(usage: Usage) -> str:
+    """'mostly the brokers (1.10 cores; ...)': who used the CPU, in cores."""
+    cores = {"the brokers": sum(usage.broker_cpu_cores.values()), **usage.role_cpu_cores}
+    owner = max(cores, key=lambda role: cores[role])
+    others = "; ".join(f"{role} {used:.2f}" for role, used in cores.items() if role != owner)
+    return f"mostly {owner} ({cores[owner]:.2f} cores{'; ' + others if others else ''})"

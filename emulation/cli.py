@@ -140,9 +140,11 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _emulate_scaling(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import running_config
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_scaling
 
+    running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
     limits = {"brokers": (3, 8), "drives": (1, 4), "face-size": (0.01, 1)}[args.dimension]
     bad = [v for v in args.values if not limits[0] <= v <= limits[1]]
     if bad:
@@ -166,7 +168,7 @@ def _faults(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from aitax.paths import aitax_home
-    from aitax.stack.stack import current_config
+    from aitax.stack.stack import running_config
     from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
 
     every = [*SCENARIOS, "broker-disk-full"]
@@ -174,9 +176,9 @@ def _faults(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in every]
     if unknown:
         raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(every)}")
-    config = current_config()
-    if config is None or (not config.elasticsearch and "elasticsearch-outage" in names):
-        raise UserError("the fault scenarios need the local stack (with Elasticsearch): `aitax stack up`")
+    config = running_config()
+    if not config.elasticsearch and "elasticsearch-outage" in names:
+        raise UserError("the elasticsearch-outage scenario needs the local stack with Elasticsearch")
     results = []
     for name in names:
         print(f"== {name}", flush=True)

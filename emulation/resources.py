@@ -1,7 +1,10 @@
 """What the brokers and the machine spend during an emulated run, sampled once a second.
 
 Per broker process: CPU seconds and block-layer write/read bytes (psutil's I/O counters: what the kernel
-accounts to the process for storage, page-cache reads excluded) — the paper's Fig. 11b. Machine-wide: CPU busy
+accounts to the process for storage, page-cache reads excluded) — the paper's Fig. 11b. Per broker, from its
+own exported meters: the request-handler busy share (from the cumulative idle time, so exact per window), the
+network threads' busy share, under-min-ISR partitions, and produce / consumer-fetch p99 as the broker sees
+them. Per watched client process (the emulator's producers and consumers): CPU seconds. Machine-wide: CPU busy
 share and loopback bytes (all brokers and clients here talk over 127.0.0.1; the paper's Fig. 11a network).
 """
 
@@ -9,12 +12,22 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import psutil
 
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
+
+# The broker meters read (names from aitax/stack/maven/kafka-metrics.yaml), each line's name up to its value.
+BROKER_METERS = {
+    "kafka_server_request_handler_idle_ns_total": "handler_idle_ns",
+    "kafka_network_processor_idle_ratio": "network_idle",
+    "kafka_server_replicamanager_underminisrpartitioncount": "under_min_isr",
+    'kafka_network_request_total_time_ms{quantile="0.99",request="Produce"}': "produce_p99_ms",
+    'kafka_network_request_total_time_ms{quantile="0.99",request="FetchConsumer"}': "fetch_p99_ms",
+}
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,8 @@ class Sample:
     cpu_busy_s: float
     cpu_total_s: float
     loopback_bytes: int
+    broker_meters: dict[int, dict[str, float]] = field(default_factory=dict)
+    role_cpu_s: dict[str, float] = field(default_factory=dict)  # watched client processes, summed by role
 
 
 @dataclass
@@ -36,6 +51,12 @@ class Usage:
     broker_read_bytes_per_s: dict[int, float] = field(default_factory=dict)
     machine_cpu_busy: float = 0.0  # share of all cores
     loopback_bytes_per_s: float = 0.0
+    broker_handler_busy: dict[int, float] = field(default_factory=dict)  # request handlers' busy share
+    broker_network_busy: dict[int, float] = field(default_factory=dict)  # network threads' busy share (1-min mean)
+    under_min_isr_partitions: int = 0  # the most seen at once in the window: acks=all writes fail there
+    produce_p99_ms: float = 0.0  # the slowest broker's, at the window's end (the broker's recent reservoir)
+    fetch_p99_ms: float = 0.0
+    role_cpu_cores: dict[str, float] = field(default_factory=dict)
 
 
 def loopback_bytes() -> int:
@@ -47,8 +68,35 @@ def loopback_bytes() -> int:
     return 0
 
 
-def take_sample(config: StackConfig) -> Sample:
-    cpu, writes, reads = {}, {}, {}
+def broker_meters(port: int, timeout_s: float = 0.5) -> dict[str, float]:
+    """The BROKER_METERS of one broker's metrics endpoint (empty if it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    meters = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in BROKER_METERS:
+            meters[BROKER_METERS[name]] = float(value)
+    return meters
+
+
+def _cpu_seconds(pids: list[int], last_seen: dict[int, float]) -> float:
+    """CPU seconds of these processes; one that has exited counts with what it had used when last seen."""
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        last_seen[pid] = times.user + times.system
+    return sum(last_seen.get(pid, 0.0) for pid in pids)
+
+
+def take_sample(config: StackConfig, watched: dict[str, list[int]] | None = None,
+                last_seen: dict[int, float] | None = None) -> Sample:
+    cpu, writes, reads, meters = {}, {}, {}, {}
     for broker in kafka.brokers(config):
         pid = broker.process.pid()
         if pid is None:
@@ -61,10 +109,12 @@ def take_sample(config: StackConfig) -> Sample:
         cpu[broker.node_id] = times.user + times.system
         writes[broker.node_id] = io.write_bytes
         reads[broker.node_id] = io.read_bytes
+        meters[broker.node_id] = broker_meters(config.broker_metrics_port(broker.node_id))
     machine = psutil.cpu_times()
     idle = machine.idle + getattr(machine, "iowait", 0.0)
     total = sum(machine)
-    return Sample(time.monotonic(), cpu, writes, reads, total - idle, total, loopback_bytes())
+    roles = {role: _cpu_seconds(pids, {} if last_seen is None else last_seen) for role, pids in (watched or {}).items()}
+    return Sample(time.monotonic(), cpu, writes, reads, total - idle, total, loopback_bytes(), meters, roles)
 
 
 def usage_between(first: Sample, last: Sample) -> Usage:
@@ -78,6 +128,17 @@ def usage_between(first: Sample, last: Sample) -> Usage:
     total = last.cpu_total_s - first.cpu_total_s
     usage.machine_cpu_busy = (last.cpu_busy_s - first.cpu_busy_s) / total if total > 0 else 0.0
     usage.loopback_bytes_per_s = (last.loopback_bytes - first.loopback_bytes) / seconds
+    for node, meters in last.broker_meters.items():
+        before = first.broker_meters.get(node, {})
+        if "handler_idle_ns" in meters and "handler_idle_ns" in before:
+            idle_share = (meters["handler_idle_ns"] - before["handler_idle_ns"]) / (seconds * 1e9)
+            usage.broker_handler_busy[node] = min(1.0, max(0.0, 1 - idle_share))
+        if "network_idle" in meters:
+            usage.broker_network_busy[node] = min(1.0, max(0.0, 1 - meters["network_idle"]))
+        usage.produce_p99_ms = max(usage.produce_p99_ms, meters.get("produce_p99_ms", 0.0))
+        usage.fetch_p99_ms = max(usage.fetch_p99_ms, meters.get("fetch_p99_ms", 0.0))
+    usage.role_cpu_cores = {role: (last.role_cpu_s[role] - first.role_cpu_s.get(role, 0.0)) / seconds
+                            for role in last.role_cpu_s}
     return usage
 
 
@@ -87,6 +148,8 @@ class Sampler:
     def __init__(self, config: StackConfig, interval_s: float = 1.0) -> None:
         self.config = config
         self.interval_s = interval_s
+        self.watched: dict[str, list[int]] = {}
+        self._last_seen: dict[int, float] = {}  # pid -> CPU seconds when last sampled
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
@@ -99,13 +162,23 @@ class Sampler:
         self._stop.set()
         self._thread.join(5)
 
+    def watch(self, role: str, pids: list[int]) -> None:
+        """Also account the CPU of these client processes, as `role` (before the window starts)."""
+        self.watched = {**self.watched, role: [*self.watched.get(role, []), *pids]}
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(take_sample(self.config))
+            self.samples.append(take_sample(self.config, self.watched, self._last_seen))
             self._stop.wait(self.interval_s)
 
     def usage(self, start: float, end: float) -> Usage:
         window = [s for s in self.samples if start <= s.at <= end]
         if len(window) < 2:
             window = self.samples[-2:]
-        return usage_between(window[0], window[-1]) if len(window) >= 2 else Usage(0.0)
+        if len(window) < 2:
+            return Usage(0.0)
+        usage = usage_between(window[0], window[-1])
+        usage.under_min_isr_partitions = int(max(m.get("under_min_isr", 0.0) for s in window
+                                                 for m in s.broker_meters.values()) if window[-1].broker_meters
+                                             else 0)
+        return usage

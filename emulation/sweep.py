@@ -25,6 +25,7 @@ from emulation.profile import Profile
 from emulation.resources import Sampler
 from pipeline.schema import Topics
 
+PRODUCERS_ROLE, CONSUMERS_ROLE = "the emulator's producers", "the emulator's consumers"
 DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
 READY_TIMEOUT_S = 60.0
 
@@ -80,6 +81,13 @@ class FactorResult:
     broker_cpu_cores: dict[int, float] = field(default_factory=dict)
     machine_cpu_busy: float = 0.0
     loopback_bytes_per_s: float = 0.0
+    # The brokers' own saturation signals over the window, and the CPU the emulator itself used.
+    broker_handler_busy: dict[int, float] = field(default_factory=dict)
+    broker_network_busy: dict[int, float] = field(default_factory=dict)
+    under_min_isr_partitions: int = 0
+    produce_p99_ms: float = 0.0
+    fetch_p99_ms: float = 0.0
+    emulator_cpu_cores: dict[str, float] = field(default_factory=dict)
     saturated: str = ""
 
 
@@ -148,6 +156,11 @@ class EmulatedLoad:
             self.producers.append((_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
                                            "--duration", str(self.spec.duration_s), *self.common], log), log))
 
+    def watch(self, sampler: Sampler) -> None:
+        """Have `sampler` account the CPU of this load's own processes."""
+        sampler.watch(PRODUCERS_ROLE, [process.pid for process, _ in self.producers])
+        sampler.watch(CONSUMERS_ROLE, [process.pid for process, _ in self.consumers])
+
     def wait_producers(self, timeout_s: float) -> None:
         for process, _ in self.producers:
             process.wait(timeout_s)
@@ -180,7 +193,7 @@ class EmulatedLoad:
         return read_identities(self.config.bootstrap_servers, self.run_name, topic=self.topics.identities)
 
     def delete_topics(self) -> None:
-        _delete_topics(self.config, self.topics)
+        delete_topics(self.config, self.topics)
 
 
 def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path) -> FactorResult:
@@ -188,6 +201,7 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     try:
         with Sampler(config) as sampler:
             load.start()
+            load.watch(sampler)
             window_start, window_start_ns = time.monotonic(), time.time_ns()
             load.wait_producers(spec.duration_s + 120)
             window_end, window_end_ns = time.monotonic(), time.time_ns()
@@ -217,9 +231,11 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
         second_half_ms=verdict.second_half_ms, broker_disk_write_bytes_per_s=write_per_broker,
         broker_disk_read_bytes_per_s=_mean(usage.broker_read_bytes_per_s),
         broker_write_bytes_per_s=usage.broker_write_bytes_per_s, broker_cpu_cores=usage.broker_cpu_cores,
-        machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s)
-    result.saturated = saturated_resource(usage.machine_cpu_busy, write_per_broker, spec.disk_write_capacity,
-                                          latency)
+        machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s,
+        broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
+        under_min_isr_partitions=usage.under_min_isr_partitions, produce_p99_ms=usage.produce_p99_ms,
+        fetch_p99_ms=usage.fetch_p99_ms, emulator_cpu_cores=usage.role_cpu_cores)
+    result.saturated = saturated_resource(usage, spec.disk_write_capacity, latency)
     load.delete_topics()
     return result
 
@@ -240,7 +256,7 @@ def _produced(logs: Path) -> tuple[int, float]:
     return faces, total_bytes / faces if faces else 0.0
 
 
-def _delete_topics(config: StackConfig, topics: Topics) -> None:
+def delete_topics(config: StackConfig, topics: Topics) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})

@@ -138,13 +138,15 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
 
 def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool], max_batch: int = 1,
-                           seed: int = 0) -> list[IdentifyStats]:
+                           seed: int = 0, stats_out: list[IdentifyStats] | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped.
 
     `max_batch` 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
-    larger batch makes every face wait for the batch's summed time."""
+    larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run."""
     stats = [IdentifyStats() for _ in consumers]
+    if stats_out is not None:
+        stats_out.extend(stats)
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,

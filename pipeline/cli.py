@@ -190,14 +190,16 @@ def default_events() -> str:
 
 
 def telemetry_for(args: argparse.Namespace, role: str, process_name: str):
-    """The process's event sink, wrapped so every event also feeds its Prometheus metrics."""
+    """The process's event sink, wrapped so every event also feeds its Prometheus metrics when they are served."""
     from telemetry.metrics import MetricsSink, StageMetrics
     from telemetry.sinks import open_sink
 
     metrics = StageMetrics(role)
-    if args.metrics_port >= 0:
-        metrics.serve(process_name, args.metrics_port, host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"))
-    return MetricsSink(open_sink(args.events or default_events(), process_name), metrics), metrics
+    sink = open_sink(args.events or default_events(), process_name)
+    if args.metrics_port < 0:
+        return sink, metrics
+    metrics.serve(process_name, args.metrics_port, host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"))
+    return MetricsSink(sink, metrics), metrics
 
 
 def stop_flag() -> list[bool]:

@@ -316,11 +316,12 @@ class IdentifyWorker:
             if self.metrics is not None:
                 self.metrics.dead_letters.inc()
             return
-        logging_started = time.perf_counter()
         self.stats.faces += 1
         self.stats.identities[sent.identity] = self.stats.identities.get(sent.identity, 0) + 1
-        self._log_identified(sent.record, sent.face, sent.batch)
-        self._carry("events", (time.perf_counter() - logging_started) * 1000)
+        if self.sink.enabled:
+            logging_started = time.perf_counter()
+            self._log_identified(sent.record, sent.face, sent.batch)
+            self._carry("events", (time.perf_counter() - logging_started) * 1000)
 
     def _log_identified(self, record: Record, face: FaceMessage, batch: _Batch) -> None:
         """The face's broker wait and identify events, once its identity is durable."""

@@ -190,6 +190,11 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         stats.frames += 1
         stats.faces += len(faces)
         stats.bytes_sent += payload
+        if checkpoint is not None and time.monotonic() >= next_checkpoint:
+            checkpoint.save(stats.done_through + 1)
+            next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
+        if not sink.enabled:
+            continue
         logging_started = time.perf_counter()
         common = dict(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
                       acceleration_factor=acceleration_factor, kafka_client=producer.client_name, **where)
@@ -203,9 +208,6 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                         compute_time_ms=compute_ms, face_count=len(faces), data_size_bytes=payload,
                         substeps_ms=substeps, **common))
         logging_ms = (time.perf_counter() - logging_started) * 1000
-        if checkpoint is not None and time.monotonic() >= next_checkpoint:
-            checkpoint.save(stats.done_through + 1)
-            next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
     producer.flush(300)
     producer.poll(0)
     if checkpoint is not None:

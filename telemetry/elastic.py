@@ -43,6 +43,8 @@ def index_for(document: dict[str, Any]) -> str:
 
 
 class ElasticsearchSink:
+    enabled = True
+
     def __init__(self, url: str, spool: Path, batch_size: int = 500, flush_interval_s: float = 1.0,
                  buffer_limit: int = 50_000) -> None:
         from elasticsearch import Elasticsearch

@@ -85,6 +85,8 @@ class StageMetrics:
 class MetricsSink:
     """Passes events on and counts them into the metrics."""
 
+    enabled = True
+
     def __init__(self, inner: EventSink, metrics: StageMetrics) -> None:
         self.inner = inner
         self.metrics = metrics

@@ -67,9 +67,15 @@ def _from_jsonl(run_id: str, path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _from_elasticsearch(run_id: str, url: str) -> list[dict[str, Any]]:
-    from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
+    from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError, helpers
 
     client = Elasticsearch(url, request_timeout=60)
+    try:
+        client.info()  # one quick question first: an unreachable URL is one line, not a scroll's retries
+    except ConnectionError:
+        client.close()
+        raise UserError(f"run {run_id!r}: Elasticsearch at {url} unreachable (the local stack's starts with "
+                        "`aitax stack up`; or pass --events DIR)") from None
     try:
         # A scroll over every matching document; sorted locally, since a sorted scroll costs the cluster more.
         hits = helpers.scan(client, index=f"{INDEX_PREFIX}-*", query={"query": {"term": {"run_id": run_id}}},

@@ -12,12 +12,16 @@ from telemetry.events import Event
 
 
 class EventSink(Protocol):
+    enabled: bool  # False: events go nowhere, so a stage may skip building them (hot paths of the emulator)
+
     def emit(self, event: Event) -> None: ...
 
     def close(self) -> None: ...
 
 
 class NullSink:
+    enabled = False
+
     def emit(self, event: Event) -> None:
         pass
 
@@ -27,6 +31,8 @@ class NullSink:
 
 class JsonlSink:
     """One JSON document per line, appended; each process writes its own file (appends never interleave)."""
+
+    enabled = True
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,6 +52,8 @@ class JsonlSink:
 
 class TeeSink:
     """The same events to several sinks (a JSONL file for `aitax evaluate`, Elasticsearch for Kibana)."""
+
+    enabled = True
 
     def __init__(self, sinks: list[EventSink]) -> None:
         self.sinks = sinks

@@ -62,10 +62,15 @@ def _one_at_a_time(change: Callable) -> Callable:
 
 
 def running_config() -> StackConfig:
-    """The local stack's configuration, for commands that need it started."""
+    """The local stack's configuration, for commands that need it running: a stack that was started once but
+    whose brokers are gone (stopped, crashed, a rebooted machine) is a one-line error, not a client timeout."""
     config = current_config()
     if config is None:
         raise UserError("no local stack: run `aitax stack up` first")
+    down = [broker.node_id for broker in kafka.brokers(config) if not broker.process.is_running()]
+    if down:
+        raise UserError(f"the local stack is not running (Kafka broker(s) {', '.join(map(str, down))} down): "
+                        f"`aitax stack up` first")
     return config
 
 

@@ -118,10 +118,42 @@ def test_missing_throughput_is_unstable() -> None:
     assert not verdict.stable and "50 of 100" in verdict.reasons[0]
 
 
-def test_saturated_resource_names_the_busiest() -> None:
-    assert saturated_resource(0.97, 1e6, 2.2e9, None) == "cpu (machine) at 97%"
-    assert saturated_resource(0.30, 2.0e9, 2.2e9, None).startswith("broker storage writes at 91%")
-    assert "none above" in saturated_resource(0.3, 1e6, 2.2e9, None)
+def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
+           consumers_cores: float = 0.2, under_min_isr: int = 0):
+    from emulation.resources import Usage
+
+    return Usage(20.0, broker_cpu_cores={1: 0.3, 2: 0.3, 3: 0.3}, broker_write_bytes_per_s={1: write, 2: write},
+                 machine_cpu_busy=cpu, broker_handler_busy={1: handlers, 2: handlers / 2},
+                 broker_network_busy={1: network}, under_min_isr_partitions=under_min_isr, produce_p99_ms=40,
+                 fetch_p99_ms=500, role_cpu_cores={"the emulator's consumers": consumers_cores,
+                                                   "the emulator's producers": 0.1})
+
+
+def test_saturated_resource_names_the_busiest_and_who_burnt_the_cpu() -> None:
+    brokers_busy = saturated_resource(_usage(cpu=0.97), 2.2e9, None)
+    assert brokers_busy.startswith("cpu (machine) at 97%, mostly the brokers (0.90 cores;")
+    emulator_busy = saturated_resource(_usage(cpu=0.97, consumers_cores=1.2), 2.2e9, None)
+    assert emulator_busy.startswith("cpu (machine) at 97%, mostly the emulator's consumers (1.20 cores;")
+    assert saturated_resource(_usage(write=2.0e9), 2.2e9, None).startswith("broker storage writes at 91%")
+    handlers = saturated_resource(_usage(handlers=0.92, cpu=0.8, under_min_isr=2), 2.2e9, None)
+    assert handlers.startswith("the brokers' request handlers at 92%")
+    assert "2 partition(s) under min ISR" in handlers and "fetch p99 500 ms" in handlers
+    assert "none above" in saturated_resource(_usage(), 2.2e9, None)
+
+
+def test_broker_signals_per_window() -> None:
+    from emulation.resources import Sample, usage_between
+
+    def sample(at: float, idle_ns: float, network_idle: float) -> Sample:
+        return Sample(at, {1: at}, {1: 0}, {1: 0}, at, 2 * at, 0,
+                      {1: {"handler_idle_ns": idle_ns, "network_idle": network_idle, "produce_p99_ms": 12.0}},
+                      {"the emulator's consumers": at / 4})
+
+    usage = usage_between(sample(10.0, 4e9, 0.9), sample(20.0, 6e9, 0.4))
+    assert usage.broker_handler_busy[1] == pytest.approx(0.8)  # idle 2 s of 10 s
+    assert usage.broker_network_busy[1] == pytest.approx(0.6)
+    assert usage.produce_p99_ms == 12.0
+    assert usage.role_cpu_cores == {"the emulator's consumers": pytest.approx(0.25)}
 
 
 @pytest.mark.parametrize(("warmup_s", "accepted"), [(0.0, True), (5.0, True), (3.0, False)])
