@@ -46,10 +46,10 @@ IdentifyResult = tuple[str, float] | MalformedRecordError
 IdentifyFaces = Callable[[Sequence[FaceMessage], Stopwatch], list[IdentifyResult]]
 RECENT_KEYS = 100_000  # faces remembered for duplicate detection after a rebalance
 # How often finished positions are committed: a crash redoes at most this much work (plus what was in flight).
-COMMIT_INTERVAL_S = 0.2
+COMMIT_INTERVAL_S = 1.0
 # Identities are time-stamped before they are sent, so lingering costs no measured latency; it fills batches
 # (fewer produce requests for the brokers: each identity is a few hundred bytes).
-RESULTS_LINGER_MS = 20.0
+RESULTS_LINGER_MS = 100.0
 FINAL_FLUSH_S = 300.0  # results still in flight at the end or at a revocation: wait out a broker fail-over
 
 

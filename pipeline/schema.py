@@ -23,11 +23,14 @@ DLQ_TOPIC = "faces.dlq"
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
 MAX_THUMBNAIL_BYTES = 1024 * 1024
 # How `faces` records are keyed, so which partition (and so which identify consumer) a face goes to:
-#   stream: one camera on one partition and one consumer (affinity; a busy camera can leave consumers idle)
+#   none:   no key: the producer's sticky partitioner fills one partition's batch, then moves to another, so
+#           faces spread over every partition in the fewest, fullest produce requests (the default: it keeps
+#           every identify consumer busy and costs the brokers least)
+#   face:   each face hashed on its own (balanced too, but a batch per partition per linger window)
 #   frame:  a frame's faces together, frames spread over every partition
-#   face:   every face on its own (the default: it keeps every identify consumer busy)
-KEYINGS = ("stream", "frame", "face")
-DEFAULT_KEYING = "face"
+#   stream: one camera on one partition and one consumer (affinity; a busy camera can leave consumers idle)
+KEYINGS = ("none", "face", "frame", "stream")
+DEFAULT_KEYING = "none"
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ class FaceMessage:
         return (self.meta.run_id, self.meta.stream_id, self.meta.frame_index, self.meta.face_index)
 
 
-def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes:
+def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes | None:
+    if keying == "none":
+        return None
     if keying == "face":
         return f"{meta.stream_id}/{meta.frame_index}/{meta.face_index}".encode()
     if keying == "frame":
@@ -92,7 +97,7 @@ def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes:
 _VERSION_BYTES = str(SCHEMA_VERSION).encode()
 
 
-def encode_face(message: FaceMessage, keying: str = DEFAULT_KEYING) -> tuple[bytes, bytes, dict[str, bytes]]:
+def encode_face(message: FaceMessage, keying: str = DEFAULT_KEYING) -> tuple[bytes | None, bytes, dict[str, bytes]]:
     """(key, value, headers) of the Kafka record."""
     meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()  # vars: asdict deep-copies, 10x slower
     headers = {SCHEMA_HEADER: _VERSION_BYTES, META_HEADER: meta}
