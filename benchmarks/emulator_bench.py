@@ -60,14 +60,14 @@ def kafka_tools(config, topic: str, records: int) -> dict:
             "usage": usage}
 
 
-def emulator(config, seconds: float, producers: int, consumers: int, processes: int) -> dict:
+def emulator(config, seconds: float, producers: int, consumers: int, processes: int, keying: str) -> dict:
     """The sweep's own emulated load at NO_SLEEP; the rate is identities per second once every process runs."""
     from aitax.paths import aitax_home
     from emulation.profile import paper_profile
     from emulation.resources import Sampler
     from emulation.sweep import EmulatedLoad, SweepSpec
 
-    spec = SweepSpec([NO_SLEEP], seconds, producers, consumers, processes, paper_profile(), "paper")
+    spec = SweepSpec([NO_SLEEP], seconds, producers, consumers, processes, paper_profile(), "paper", keying=keying)
     load = EmulatedLoad(spec, config, NO_SLEEP, f"bench-{time.time_ns()}", aitax_home() / "bench")
     try:
         with Sampler(config) as sampler:
@@ -95,14 +95,15 @@ def _saturation(usage) -> str:
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"
 
 
-def end_to_end(config, seconds: float, repeats: int, producers: int, consumers: int, processes: int) -> None:
+def end_to_end(config, seconds: float, repeats: int, producers: int, consumers: int, processes: int,
+               keying: str) -> None:
     from aitax.stack import kafka
     from aitax.stack.config import TopicSpec
 
     print(f"1. end to end: Kafka's tools vs the emulator ({producers} producers, {consumers} identify consumers in "
-          f"{processes}+{processes} processes, factor {NO_SLEEP:g})")
+          f"{processes}+{processes} processes, factor {NO_SLEEP:g}, faces keyed by {keying})")
     print("   warm-up (JIT of fresh brokers) ...", flush=True)
-    emulator(config, 10, producers, consumers, processes)
+    emulator(config, 10, producers, consumers, processes, keying)
     tool_rates, emulator_rates = [], []
     for run in range(1, repeats + 1):
         topic = f"bench-perf-{time.time_ns()}"
@@ -111,7 +112,7 @@ def end_to_end(config, seconds: float, repeats: int, producers: int, consumers: 
             tools = kafka_tools(config, topic, records=int(2200 * seconds))
         finally:
             _delete(config, topic)
-        emulated = emulator(config, seconds, producers, consumers, processes)
+        emulated = emulator(config, seconds, producers, consumers, processes, keying)
         tool_rates.append(tools["rate"])
         emulator_rates.append(emulated["rate"])
         print(f"   run {run}: Kafka tools {tools['rate']:7.0f} records/s (client CPU {tools['client_cpu_us']:.0f} "
@@ -255,6 +256,7 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=4, help="emulated producer instances (default 4)")
     parser.add_argument("--consumers", type=int, default=4, help="emulated identify instances (default 4)")
     parser.add_argument("--processes", type=int, default=1, help="OS processes per side (default 1)")
+    parser.add_argument("--keying", default="face", help="faces keyed by face (the default) or none (sticky)")
     parser.add_argument("--only", choices=("end-to-end", "costs"), help="run one part only")
     args = parser.parse_args()
 
@@ -266,7 +268,7 @@ def main() -> int:
     print(f"load {os.getloadavg()[0]:.2f}; {config.brokers} brokers, RF {config.replication_factor}, "
           f"37.3 kB faces\n")
     if args.only in (None, "end-to-end"):
-        end_to_end(config, args.seconds, args.repeats, args.producers, args.consumers, args.processes)
+        end_to_end(config, args.seconds, args.repeats, args.producers, args.consumers, args.processes, args.keying)
     if args.only in (None, "costs"):
         own_costs(config, min(args.seconds, 8))
         instances_per_process(config, min(args.seconds, 8))

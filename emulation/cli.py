@@ -54,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--out", type=Path, help="results JSON (default .aitax/emulation/RUN/results.json)")
     sweep.add_argument("--plots", type=Path, help="folder for the Fig. 10/11 plots")
     sweep.add_argument("--kafka-client", default="confluent-kafka", choices=("confluent-kafka", "kafka-python"))
+    add_keying(sweep)
     sweep.set_defaults(func=_emulate)
 
     scaling = subparsers.add_parser(
@@ -127,7 +128,8 @@ def _emulate(args: argparse.Namespace) -> int:
         profile_path.write_text(profile.to_yaml())
         profile_name = str(profile_path)
     spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes, profile,
-                     profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup)
+                     profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
+                     keying=args.keying)
     document = run_sweep(spec, config)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,10 +231,11 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)  # shared by the instances
     sink, metrics = telemetry_for(args, "emulator", f"emulate-consumers-{os.getpid()}")
     stop = stop_flag()
-    print("emulate-consumers: ready", flush=True)
     try:
+        # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
-                                       max_batch=args.max_batch)
+                                       max_batch=args.max_batch,
+                                       on_ready=lambda: print("emulate-consumers: ready", flush=True))
     finally:
         for client in (*consumers, producer):
             client.close()

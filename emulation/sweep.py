@@ -23,7 +23,7 @@ from aitax.stack.config import StackConfig
 from emulation.analysis import LatencySummary, Verdict, judge, saturated_resource, summarize
 from emulation.profile import Profile
 from emulation.resources import Sampler
-from pipeline.schema import Topics
+from pipeline.schema import DEFAULT_KEYING, Topics
 
 PRODUCERS_ROLE, CONSUMERS_ROLE = "the emulator's producers", "the emulator's consumers"
 DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
@@ -45,6 +45,7 @@ class SweepSpec:
     # Seconds of discarded 1x load before the first factor: freshly started brokers spend their first half
     # minute JIT-compiling on the same cores, which would be charged to the first factors.
     warmup_s: float = 0.0
+    keying: str = DEFAULT_KEYING  # of the `faces` records (pipeline.schema.KEYINGS)
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -154,7 +155,8 @@ class EmulatedLoad:
         for i, n in enumerate(_split(self.spec.producers, self.spec.processes)):
             log = self.logs / f"producers-{i}.log"
             self.producers.append((_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
-                                           "--duration", str(self.spec.duration_s), *self.common], log), log))
+                                           "--duration", str(self.spec.duration_s), "--keying", self.spec.keying,
+                                           *self.common], log), log))
 
     def watch(self, sampler: Sampler) -> None:
         """Have `sampler` account the CPU of this load's own processes."""

@@ -138,19 +138,31 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
 
 def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool], max_batch: int = 1,
-                           seed: int = 0, stats_out: list[IdentifyStats] | None = None) -> list[IdentifyStats]:
+                           seed: int = 0, stats_out: list[IdentifyStats] | None = None,
+                           on_ready: Callable[[], None] | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped.
 
     `max_batch` 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
-    larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run."""
+    larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
+    `on_ready` is called once every instance has partitions."""
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
+    not_ready = [len(consumers)]
+    lock = threading.Lock()
+
+    def instance_ready() -> None:
+        with lock:
+            not_ready[0] -= 1
+            if not not_ready[0] and on_ready is not None:
+                on_ready()
+
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
-              should_stop, max_batch, 0.2, factor, stats[i], topics))
+              should_stop, max_batch, 0.2, factor, stats[i], topics),
+        kwargs={"on_ready": instance_ready})
         for i, consumer in enumerate(consumers)]
     for thread in threads:
         thread.start()

@@ -275,10 +275,11 @@ def _identify(args: argparse.Namespace) -> int:
     consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)
     sink, metrics = telemetry_for(args, "identify", f"identify-{os.getpid()}")
-    print(READY_LINE, flush=True)  # `aitax run` starts producers once every consumer is ready
     try:
+        # `aitax run` starts the producers once every identify process has its partitions.
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
-                              max_batch=args.max_batch, metrics=metrics)
+                              max_batch=args.max_batch, metrics=metrics,
+                              on_ready=lambda: print(READY_LINE, flush=True))
     finally:
         consumer.close()
         producer.close()

@@ -345,11 +345,18 @@ class IdentifyWorker:
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
                   should_stop: Callable[[], bool], max_batch: int = 8, poll_timeout_s: float = 0.5,
                   acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
-                  topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None) -> IdentifyStats:
-    """Poll up to `max_batch` faces at a time until `should_stop()`, then wait for the results and commit."""
+                  topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None,
+                  on_ready: Callable[[], None] | None = None) -> IdentifyStats:
+    """Poll up to `max_batch` faces at a time until `should_stop()`, then wait for the results and commit.
+
+    `on_ready` is called once the group has given this consumer partitions: whoever starts the producers waits
+    for it, so the group's formation is not measured as broker wait."""
     worker = IdentifyWorker(consumer, producer, identify_faces, sink, acceleration_factor, stats, topics, metrics)
     while not should_stop():
         records = consumer.poll_batch(max_batch, poll_timeout_s)
+        if on_ready is not None and (records or consumer.assigned()):
+            on_ready()
+            on_ready = None
         if records:
             worker.handle(records)
         worker.settle()

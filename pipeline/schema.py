@@ -23,14 +23,15 @@ DLQ_TOPIC = "faces.dlq"
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
 MAX_THUMBNAIL_BYTES = 1024 * 1024
 # How `faces` records are keyed, so which partition (and so which identify consumer) a face goes to:
-#   none:   no key: the producer's sticky partitioner fills one partition's batch, then moves to another, so
-#           faces spread over every partition in the fewest, fullest produce requests (the default: it keeps
-#           every identify consumer busy and costs the brokers least)
-#   face:   each face hashed on its own (balanced too, but a batch per partition per linger window)
+#   face:   each face hashed on its own (the default: faces detected together, in one frame or in streams on
+#           the same schedule, go to different consumers, which keeps every identify consumer busy)
+#   none:   no key: the producer's sticky partitioner fills one partition's batch before moving on (the
+#           fewest, fullest produce requests, so the least broker work at high rates; but faces produced
+#           together queue behind each other at one consumer)
 #   frame:  a frame's faces together, frames spread over every partition
 #   stream: one camera on one partition and one consumer (affinity; a busy camera can leave consumers idle)
-KEYINGS = ("none", "face", "frame", "stream")
-DEFAULT_KEYING = "none"
+KEYINGS = ("face", "none", "frame", "stream")
+DEFAULT_KEYING = "face"
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,9 @@ class Consumer(Protocol):
     def on_revoke(self, handler: RevokeHandler) -> None:
         """Call `handler` before partitions are revoked or lost in a rebalance."""
 
+    def assigned(self) -> bool:
+        """Whether the group has given this consumer partitions (it joins while `poll_batch` is called)."""
+
     def lag(self, record: Record) -> int | None:
         """Records after this one in its partition, from the client's cached high watermark (no round trip)."""
 

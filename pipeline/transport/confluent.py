@@ -160,6 +160,9 @@ class ConfluentConsumer:
                     continue
                 raise
 
+    def assigned(self) -> bool:
+        return bool(self._consumer.assignment())
+
     def lag(self, record: Record) -> int | None:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(record.topic, record.partition), cached=True)
         return None if high < 0 else max(0, high - record.offset - 1)

@@ -163,6 +163,9 @@ class KafkaPythonConsumer:
         if isinstance(response, Exception):
             self.commit_failures += 1
 
+    def assigned(self) -> bool:
+        return bool(self._consumer.assignment())
+
     def lag(self, record: Record) -> int | None:
         high = self._consumer.highwater(TopicPartition(record.topic, record.partition))
         return None if high is None else max(0, high - record.offset - 1)

@@ -31,10 +31,10 @@ def _face() -> FaceMessage:
 
 def test_face_round_trip_and_keying() -> None:
     key, value, headers = encode_face(_face())
-    assert key is None  # the default: the producer's sticky partitioner spreads faces in full batches
+    assert key == b"cam-2/41/1"  # the default: every face on its own
     assert value == b"\xff\xd8thumbnail"
     assert decode_face(value, headers) == _face()
-    assert encode_face(_face(), "face")[0] == b"cam-2/41/1"
+    assert encode_face(_face(), "none")[0] is None
     assert encode_face(_face(), "frame")[0] == b"cam-2/41"
     assert encode_face(_face(), "stream")[0] == b"cam-2"
     with pytest.raises(ValueError, match="keying 'camera'"):
