@@ -80,7 +80,7 @@ def run_local(args: argparse.Namespace) -> int:
     from pipeline.frames import open_video
     from pipeline.gallery import load_gallery
     from pipeline.schema import FACES_TOPIC
-    from pipeline.transport.admin import group_lag, require_brokers
+    from pipeline.transport.admin import group_lag, partition_count, require_brokers
 
     if args.producers < 1 or args.consumers < 1:
         raise UserError(f"--producers {args.producers} --consumers {args.consumers}: need at least one of each")
@@ -90,6 +90,11 @@ def run_local(args: argparse.Namespace) -> int:
     load_gallery(args.gallery)
     bootstrap = resolve_bootstrap(args.bootstrap)
     require_brokers(bootstrap)
+    partitions = partition_count(bootstrap, FACES_TOPIC)
+    if args.consumers > partitions:
+        # An identify process beyond the partition count gets none: it would never report ready.
+        raise UserError(f"--consumers {args.consumers}: the {FACES_TOPIC} topic has {partitions} partitions, so at "
+                        f"most {partitions} identify processes can share its faces")
     run_id = args.run_id or new_run_id()
     events_dir = args.events_dir or aitax_home() / "runs" / run_id
     logs = events_dir / "logs"

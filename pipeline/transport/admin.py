@@ -17,6 +17,15 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0) -> None:
         raise UserError(f"Kafka brokers at {bootstrap_servers} unreachable (is `aitax stack up` running?)") from None
 
 
+def partition_count(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> int:
+    """Partitions of `topic` (0 if it does not exist)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    metadata = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    return 0 if metadata is None or metadata.error is not None else len(metadata.partitions)
+
+
 def group_lag(bootstrap_servers: str, group_id: str, topic: str, timeout_s: float = 10.0) -> int:
     """Records in `topic` not yet committed by `group_id` (a partition it never committed counts whole)."""
     from confluent_kafka import Consumer, TopicPartition
