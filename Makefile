@@ -6,14 +6,16 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup demo test test-k8s test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup setup-k8s demo test test-k8s test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-setup: $(STAMP)  ## install everything: Debian packages, the venv, Kafka and Elasticsearch (cached)
+setup: $(STAMP)  ## install what the local stack needs: Debian packages, the venv, Kafka and Elasticsearch (cached)
 	@bash scripts/install-system-packages.sh
 	@$(AITAX) stack install
+
+setup-k8s: setup  ## also the Kubernetes tools the chart tests use (helm, kubeconform, kwok, etcd, kube-*; cached)
 	@bash scripts/install-k8s-tools.sh
 
 $(STAMP): pyproject.toml
@@ -32,14 +34,14 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
 
-test: setup lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
+test: setup-k8s lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
 	@# The chart, images and experiment driver (a real kube-apiserver) first, then everything on the local stack.
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit/test_experiment_spec.py; status=$$?; \
 	  if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
 	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --deselect tests/unit/test_experiment_spec.py; \
 	  status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
 
-test-k8s: setup  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
+test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
 	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py
 
 test-unit: $(STAMP)  ## unit tests only (no stack)
