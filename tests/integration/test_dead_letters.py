@@ -112,3 +112,54 @@ def test_poison_records_are_dead_lettered_and_good_ones_identified(stack: StackC
     assert any("exceeds" in r for r in reasons)
     assert any("does not decode" in r for r in reasons)
     assert all(r.headers[DLQ_SOURCE_HEADER].startswith(f"{topics.faces}/".encode()) for r in dead)
+
+
+def test_a_rebalance_mid_stream_loses_nothing_and_duplicates_nothing(stack: StackConfig, unique_name: str) -> None:
+    """A second identify consumer joins while the first is busy: the first commits what it finished in the
+    revoke callback, so the newcomer starts exactly there (no face lost, none identified twice)."""
+    import threading
+    from dataclasses import replace
+
+    from pipeline.evaluate import read_identities
+
+    topics = Topics.with_prefix(f"{unique_name}-")
+    kafka.ensure_topics(stack, replace(stack, faces_partitions=4).topics(topics))
+    producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    faces = 300
+    for frame in range(faces):
+        key, value, headers = encode_face(_face(unique_name, frame, b"thumbnail"))
+        producer.send(topics.faces, value, key=key, headers=headers)
+    assert producer.flush(30) == 0
+
+    def slow_identify(batch, watch):
+        time.sleep(0.03 * len(batch))
+        return [("someone", 1.0) for _ in batch]
+
+    stats = [IdentifyStats(), IdentifyStats()]
+    deadline = time.monotonic() + 90
+
+    def done() -> bool:
+        return sum(s.faces for s in stats) >= faces or time.monotonic() > deadline
+
+    def identify(index: int) -> None:
+        consumer = make_consumer("confluent-kafka", stack.bootstrap_servers, f"{unique_name}-g", [topics.faces])
+        results = make_producer("confluent-kafka", stack.bootstrap_servers)
+        try:
+            identify_loop(consumer, results, slow_identify, NullSink(), done, max_batch=4, poll_timeout_s=0.2,
+                          stats=stats[index], topics=topics)
+        finally:
+            consumer.close()
+            results.close()
+
+    first = threading.Thread(target=identify, args=(0,))
+    first.start()
+    while stats[0].faces < 40 and time.monotonic() < deadline:  # the first is well into the stream
+        time.sleep(0.05)
+    second = threading.Thread(target=identify, args=(1,))
+    second.start()
+    first.join()
+    second.join()
+    identities, duplicates = read_identities(stack.bootstrap_servers, unique_name, topic=topics.identities)
+    assert len(identities) == faces, (len(identities), stats)
+    assert duplicates == 0 and stats[0].duplicates + stats[1].duplicates == 0
+    assert stats[0].faces >= 40 and stats[1].faces > 0  # both worked: the group really was rebalanced
