@@ -118,10 +118,11 @@ class OffsetTracker:
             finished.discard(done)
             self._positions[partition] = done + 1
 
-    def due(self, partitions: Sequence[Partition] | None = None) -> dict[Partition, int]:
-        """Positions that moved since they were last committed (of `partitions`, or all)."""
+    def due(self, partitions: Sequence[Partition] | None = None, moved_only: bool = True) -> dict[Partition, int]:
+        """Positions (of `partitions`, or all) that moved since they were last sent to be committed; every one
+        with `moved_only` False (an asynchronous commit may have failed after it was sent)."""
         return {p: position for p, position in self._positions.items()
-                if (partitions is None or p in partitions) and self._committed.get(p) != position}
+                if (partitions is None or p in partitions) and not (moved_only and self._committed.get(p) == position)}
 
     def committed(self, positions: dict[Partition, int]) -> None:
         self._committed.update(positions)
@@ -280,7 +281,9 @@ class IdentifyWorker:
             self._acknowledged()
 
     def _commit(self, asynchronous: bool, partitions: Sequence[Partition] | None = None) -> None:
-        positions = self.offsets.due(partitions)
+        # A synchronous commit (revocation, the end) repeats every position: the last asynchronous one may have
+        # failed, and the group's lag must reach zero.
+        positions = self.offsets.due(partitions, moved_only=asynchronous)
         if not positions:
             return
         try:

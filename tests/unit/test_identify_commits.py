@@ -154,3 +154,13 @@ def test_redelivered_faces_are_skipped_as_duplicates_and_committed() -> None:
     worker.finish()
     assert worker.stats.duplicates == 1 and worker.stats.faces == 1 and producer.sent == 1
     assert consumer.commits[-1] == ({P0: 2}, False)
+
+
+def test_the_final_commit_repeats_positions_an_asynchronous_commit_may_have_lost() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer)
+    worker.handle([_record(0, 0, 1), _record(0, 1, 2)])
+    worker.settle()
+    assert consumer.commits == [({P0: 2}, True)]  # sent asynchronously; suppose it failed at the broker
+    worker.finish()
+    assert consumer.commits[-1] == ({P0: 2}, False)
