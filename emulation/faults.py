@@ -203,7 +203,7 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
         health = kafka.cluster_health(config)
     failed = load.failures(ignore=context.killed_pids)
     if failed:
-        context.notes.append(f"process failed: see {failed[0]}")
+        context.notes.append(_failure_note(failed))
     acknowledged, _ = load.produced()
     in_topic, stall_s = read_face_topic(config, load.topics.faces)
     identities, duplicates = load.identities()
@@ -225,6 +225,12 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
         result.notes.append(f"events in Elasticsearch after replay: {result.events_in_elasticsearch}")
     load.delete_topics()
     return result
+
+
+def _failure_note(failed_logs: list[Path]) -> str:
+    """The first failed process's log and its last lines: a CI run's work folder is gone when the note is read."""
+    last_lines = " | ".join(failed_logs[0].read_text(errors="replace").strip().splitlines()[-3:])
+    return f"{len(failed_logs)} process(es) failed; {failed_logs[0]}: {last_lines}"
 
 
 def _events_in_elasticsearch(config: StackConfig, run_name: str, frames: int, faces: int) -> dict[str, int]:
@@ -322,7 +328,7 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
         identified = {i.key for i in identities}
         failed = load.failures()
         if failed:
-            notes.append(f"process failed: see {failed[0]}")
+            notes.append(_failure_note(failed))
         return FaultResult("broker-disk-full", 2 * 10 * factor, acknowledged, len(in_topic),
                            len(identified & in_topic), duplicates, len(in_topic - identified), round(stall_s, 2),
                            kafka.cluster_health(config).healthy(config.node_ids), process_failures=len(failed),

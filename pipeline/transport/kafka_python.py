@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
+from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
@@ -25,6 +25,7 @@ from pipeline.transport.base import (
 
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
+REVOKE_YIELD_S = 0.005
 
 
 class KafkaPythonProducer:
@@ -99,15 +100,35 @@ class KafkaPythonProducer:
         self._producer.close()
 
 
-class _Revocations(ConsumerRebalanceListener):
+class _Revocations(AsyncConsumerRebalanceListener):
+    """kafka-python calls rebalance listeners on its I/O thread, where a blocking commit raises (it would wait on
+    its own loop). So the handler runs on a helper thread, free to commit synchronously, while the listener yields
+    to the loop that carries those commits."""
+
     def __init__(self) -> None:
         self.handler: RevokeHandler | None = None
+        self.sleep: Callable[[float], Awaitable[None]] | None = None  # the consumer's own loop's sleep
 
-    def on_partitions_revoked(self, revoked) -> None:
-        if self.handler is not None and revoked:
-            self.handler([(p.topic, p.partition) for p in revoked])
+    async def on_partitions_revoked(self, revoked) -> None:
+        if self.handler is None or not revoked:
+            return
+        partitions = [(p.topic, p.partition) for p in revoked]
+        failure: list[BaseException] = []
 
-    def on_partitions_assigned(self, assigned) -> None:
+        def run_handler() -> None:
+            try:
+                self.handler(partitions)
+            except BaseException as error:  # re-raised on the loop, where kafka-python reports listener errors
+                failure.append(error)
+
+        helper = threading.Thread(target=run_handler, name="aitax-revoke", daemon=True)
+        helper.start()
+        while helper.is_alive():
+            await self.sleep(REVOKE_YIELD_S)
+        if failure:
+            raise failure[0]
+
+    async def on_partitions_assigned(self, assigned) -> None:
         pass
 
 
@@ -124,6 +145,7 @@ class KafkaPythonConsumer:
             auto_offset_reset="earliest",
             **settings,
         )
+        self._revocations.sleep = self._consumer._net.sleep  # kafka-python has no public handle on its loop
         self._consumer.subscribe(list(topics), listener=self._revocations)
 
     def on_revoke(self, handler: RevokeHandler) -> None:
