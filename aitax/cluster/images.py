@@ -1,0 +1,225 @@
+"""Container images built here, with no registry: Debian bases from Debian's own packages (mmdebstrap), the
+Dockerfiles in containers/ built by buildah against those bases (`--pull=never`), and the results loaded into the
+local cluster's containerd.
+
+Caching: a base is rebuilt only when its package list changes (its tag carries BASE_REVISION); buildah's layer
+cache makes a rebuild with nothing changed a matter of seconds; an image is loaded into containerd only when its ID
+differs from the one loaded last (a stamp in the cluster's state folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aitax.errors import UserError
+from aitax.paths import PROJECT_ROOT, aitax_home
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRRORS = (f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
+                  f"deb http://deb.debian.org/debian {DEBIAN_SUITE}-updates main",
+                  f"deb http://deb.debian.org/debian-security {DEBIAN_SUITE}-security main")
+BASE_REVISION = 1  # bump with any change to BASES: the Dockerfiles name bases by this tag
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """A Debian root filesystem as an image. Build bases also carry this machine's CA bundle (package indexes and
+    Maven Central may sit behind a TLS-inspecting proxy); runtime bases carry only Debian's."""
+
+    name: str
+    packages: tuple[str, ...]
+    for_builds: bool = False
+
+    @property
+    def reference(self) -> str:
+        return f"aitax/{self.name}:{DEBIAN_SUITE}-{BASE_REVISION}"
+
+
+BASES = (
+    BaseImage("debian-python", ("python3", "python3-venv", "ca-certificates", "passwd")),
+    BaseImage("debian-python-build", ("python3", "python3-venv", "ca-certificates", "passwd"), for_builds=True),
+    BaseImage("debian-java", ("openjdk-17-jre-headless", "ca-certificates", "passwd")),
+    BaseImage("debian-java-build", ("openjdk-17-jdk-headless", "maven", "unzip", "ca-certificates", "passwd"),
+              for_builds=True),
+)
+
+
+@dataclass(frozen=True)
+class AppImage:
+    """An image from containers/<folder>/Dockerfile; `reference` is what the chart's values name."""
+
+    folder: str
+    reference: str
+
+    @property
+    def dockerfile(self) -> Path:
+        return PROJECT_ROOT / "containers" / self.folder / "Dockerfile"
+
+
+APP_VERSION = "0.1.0"
+IMAGES = (
+    AppImage("kafka", f"aitax/kafka:{APP_VERSION}"),
+    AppImage("elasticsearch", "aitax/elasticsearch:8.19.21"),
+    AppImage("emulator", f"aitax/emulator:{APP_VERSION}"),
+    AppImage("pipeline", f"aitax/pipeline:{APP_VERSION}"),
+)
+# The pod sandbox image kubelet asks containerd for; its binary is built from Kubernetes' own source.
+PAUSE_REFERENCE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass
+class BuildReport:
+    reference: str
+    seconds: float
+    size_bytes: int
+    image_id: str
+
+
+def images_home() -> Path:
+    return aitax_home() / "images"
+
+
+def _require(command: str, package: str) -> str:
+    path = shutil.which(command)
+    if path is None:
+        raise UserError(f"`{command}` not found: run `make setup-cluster` (installs the Debian package {package})")
+    return path
+
+
+def buildah(*args: str, capture: bool = False, quiet: bool = False) -> str:
+    """buildah on aitax's own image store (not the machine's /var/lib/containers)."""
+    home = images_home()
+    argv = [_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot", str(home / "run"),
+            "--storage-driver", "overlay", *args]
+    result = subprocess.run(argv, capture_output=capture or quiet, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or "").strip().splitlines()[-3:] if (capture or quiet) else []
+        raise UserError(f"buildah {' '.join(args[:3])} ... failed (exit {result.returncode}) {' | '.join(detail)}")
+    return result.stdout if capture else ""
+
+
+def image_id(reference: str) -> str | None:
+    home = images_home()
+    if not (home / "storage").exists():
+        return None
+    result = subprocess.run([_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot",
+                             str(home / "run"), "--storage-driver", "overlay", "inspect", "--type", "image",
+                             "--format", "{{.FromImageID}}", reference], capture_output=True, text=True)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def image_size(reference: str) -> int:
+    """Bytes of the image's layers (uncompressed, as stored) from its manifest."""
+    manifest = json.loads(buildah("inspect", "--type", "image", "--format", "{{.Manifest}}", reference, capture=True))
+    return sum(int(layer["size"]) for layer in manifest.get("layers", []))
+
+
+def build_base(base: BaseImage, log: Callable[[str], None] = print) -> BuildReport | None:
+    """mmdebstrap a minimal Debian with the base's packages and commit it as an image; None when it exists."""
+    if image_id(base.reference):
+        return None
+    mmdebstrap = _require("mmdebstrap", "mmdebstrap")
+    started = time.monotonic()
+    log(f"building base {base.reference} from Debian {DEBIAN_SUITE} ({', '.join(base.packages)}) ...")
+    with tempfile.TemporaryDirectory(prefix="aitax-base-", dir=images_home()) as work:
+        rootfs = Path(work) / "rootfs.tar"
+        hooks = ["--customize-hook=rm -rf $1/var/cache/apt/archives/*.deb $1/var/lib/apt/lists/*"]
+        if base.for_builds and HOST_CA_BUNDLE.exists():
+            hooks.append(f"--customize-hook=cp {HOST_CA_BUNDLE} $1/etc/ssl/certs/ca-certificates.crt")
+        # Reproducible timestamps; the package versions are whatever the mirror serves (recorded in a label).
+        result = subprocess.run(
+            [mmdebstrap, "--variant=minbase", f"--include={','.join(base.packages)}", "--mode=root",
+             "--aptopt=Acquire::Retries=3", *hooks, DEBIAN_SUITE, str(rootfs), *DEBIAN_MIRRORS],
+            capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SOURCE_DATE_EPOCH": "0"})
+        if result.returncode != 0:
+            raise UserError(f"mmdebstrap for {base.reference} failed: {result.stderr.strip()[-300:]}")
+        container = buildah("from", "scratch", capture=True).strip()
+        try:
+            buildah("add", container, str(rootfs), "/", quiet=True)
+            buildah("config", "--env", "LANG=C.UTF-8", "--env", "PATH=/usr/local/bin:/usr/bin:/bin",
+                    "--label", f"org.opencontainers.image.title=aitax-{base.name}",
+                    "--label", f"org.opencontainers.image.base.name=debian:{DEBIAN_SUITE}", container)
+            buildah("commit", "--rm", "-q", container, base.reference, quiet=True)
+        except BaseException:
+            buildah("rm", container, quiet=True)
+            raise
+    return BuildReport(base.reference, time.monotonic() - started, image_size(base.reference),
+                       image_id(base.reference) or "")
+
+
+def build_pause(pause_binary: Path) -> BuildReport | None:
+    if image_id(PAUSE_REFERENCE):
+        return None
+    started = time.monotonic()
+    container = buildah("from", "scratch", capture=True).strip()
+    buildah("copy", container, str(pause_binary), "/pause", quiet=True)
+    buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
+    buildah("commit", "--rm", "-q", container, PAUSE_REFERENCE, quiet=True)
+    return BuildReport(PAUSE_REFERENCE, time.monotonic() - started, image_size(PAUSE_REFERENCE),
+                       image_id(PAUSE_REFERENCE) or "")
+
+
+def build_image(image: AppImage) -> BuildReport:
+    """buildah bud of the image's Dockerfile from the repository root; its .dockerignore limits the context."""
+    started = time.monotonic()
+    ignore = image.dockerfile.with_name("Dockerfile.dockerignore")
+    buildah("bud", "--pull=never", "--layers", "--isolation=chroot", "--network=host", "-q",
+            "--ignorefile", str(ignore), "-f", str(image.dockerfile), "-t", image.reference, str(PROJECT_ROOT),
+            quiet=True)
+    return BuildReport(image.reference, time.monotonic() - started, image_size(image.reference),
+                       image_id(image.reference) or "")
+
+
+def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[[str], None] = print
+              ) -> list[BuildReport]:
+    """Bases (when missing), the pause image, then the app images named (all by default)."""
+    wanted = [i for i in IMAGES if not names or i.folder in names]
+    unknown = set(names or ()) - {i.folder for i in IMAGES}
+    if unknown:
+        raise UserError(f"unknown image(s) {sorted(unknown)}: choose from {[i.folder for i in IMAGES]}")
+    images_home().mkdir(parents=True, exist_ok=True)
+    reports = [r for r in (build_base(b, log) for b in BASES) if r]
+    if pause_binary is not None:
+        reports += [r for r in [build_pause(pause_binary)] if r]
+    for image in wanted:
+        log(f"building {image.reference} from {image.dockerfile.relative_to(PROJECT_ROOT)} ...")
+        reports.append(build_image(image))
+        log(f"  {image.reference}: {reports[-1].seconds:.1f} s, {reports[-1].size_bytes / 1e6:.0f} MB")
+    return reports
+
+
+def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, references: list[str],
+              log: Callable[[str], None] = print) -> list[str]:
+    """Import each image into containerd's k8s.io namespace unless the same ID was imported last time."""
+    stamps.mkdir(parents=True, exist_ok=True)
+    loaded = []
+    for reference in references:
+        current = image_id(reference)
+        if current is None:
+            raise UserError(f"image {reference} is not built: run `aitax images build`")
+        stamp = stamps / hashlib.sha256(reference.encode()).hexdigest()[:16]
+        if stamp.exists() and stamp.read_text() == current:
+            continue
+        with tempfile.TemporaryDirectory(prefix="aitax-load-", dir=images_home()) as work:
+            archive = Path(work) / "image.tar"
+            buildah("push", "-q", reference, f"docker-archive:{archive}:{_qualified(reference)}", quiet=True)
+            ctr("images", "import", str(archive))
+        stamp.write_text(current)
+        loaded.append(reference)
+        log(f"loaded {reference} into the cluster's containerd")
+    return loaded
+
+
+def _qualified(reference: str) -> str:
+    """The name containerd records: Kubernetes normalises `aitax/x:t` to `docker.io/aitax/x:t`."""
+    first = reference.split("/", 1)[0]
+    return reference if "." in first or ":" in first else f"docker.io/{reference}"
