@@ -26,14 +26,14 @@ DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRRORS = (f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
                   f"deb http://deb.debian.org/debian {DEBIAN_SUITE}-updates main",
                   f"deb http://deb.debian.org/debian-security {DEBIAN_SUITE}-security main")
-BASE_REVISION = 1  # bump with any change to BASES: the Dockerfiles name bases by this tag
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+BASE_REVISION = 2  # bump with any change to BASES: the Dockerfiles name bases by this tag
+HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
 
 
 @dataclass(frozen=True)
 class BaseImage:
-    """A Debian root filesystem as an image. Build bases also carry this machine's CA bundle (package indexes and
-    Maven Central may sit behind a TLS-inspecting proxy); runtime bases carry only Debian's."""
+    """A Debian root filesystem as an image. Build bases also trust this machine's extra CAs (PyPI and Maven
+    Central may sit behind a TLS-inspecting proxy); runtime bases trust only Debian's."""
 
     name: str
     packages: tuple[str, ...]
@@ -133,8 +133,13 @@ def build_base(base: BaseImage, log: Callable[[str], None] = print) -> BuildRepo
     with tempfile.TemporaryDirectory(prefix="aitax-base-", dir=images_home()) as work:
         rootfs = Path(work) / "rootfs.tar"
         hooks = ["--customize-hook=rm -rf $1/var/cache/apt/archives/*.deb $1/var/lib/apt/lists/*"]
-        if base.for_builds and HOST_CA_BUNDLE.exists():
-            hooks.append(f"--customize-hook=cp {HOST_CA_BUNDLE} $1/etc/ssl/certs/ca-certificates.crt")
+        if base.for_builds:
+            # This machine's extra CAs into the PEM bundle and Java's keystore (update-ca-certificates runs the
+            # ca-certificates-java hook); pip reads the bundle only when pip.conf says so, as the host's does.
+            hooks += [f"--customize-hook=cp -r {HOST_EXTRA_CAS}/. $1/usr/local/share/ca-certificates/",
+                      "--customize-hook=chroot $1 update-ca-certificates",
+                      "--customize-hook=printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n' "
+                      "> $1/etc/pip.conf"]
         # Reproducible timestamps; the package versions are whatever the mirror serves (recorded in a label).
         result = subprocess.run(
             [mmdebstrap, "--variant=minbase", f"--include={','.join(base.packages)}", "--mode=root",

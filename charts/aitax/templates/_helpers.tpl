@@ -301,12 +301,12 @@ spec:
 {{- $g := .Values.identify.gallery }}
 {{- $given := 0 }}
 {{- range (list $g.base64 $g.existingConfigMap $g.existingSecret) }}{{ if . }}{{ $given = add1 $given }}{{ end }}{{ end }}
-{{- if ne (int $given) 1 }}
-{{- fail "identify.gallery: set exactly one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (mode: real needs the enrolled gallery)" }}
+{{- if gt (int $given) 1 }}
+{{- fail "identify.gallery: set at most one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (none: the demo gallery in the pipeline image)" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.elasticsearch.bundled.enabled (or .Values.elasticsearch.external.url .Values.elasticsearch.external.existingSecret) }}
-{{- fail "elasticsearch: use either elasticsearch.external (url or existingSecret) or elasticsearch.bundled.enabled, not both" }}
+{{- fail "elasticsearch: elasticsearch.external is given, so set elasticsearch.bundled.enabled=false (the bundled lab node is on by default)" }}
 {{- end }}
 {{- if and (eq .Values.mode "emulated") (not .Values.emulator.profile) (not .Values.emulator.profileYaml) }}
 {{- fail "emulator.profile: give a built-in profile name (e.g. paper) or emulator.profileYaml" }}
