@@ -6,10 +6,10 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup setup-k8s demo test test-k8s test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup setup-k8s setup-cluster cluster cluster-down images k8s-demo demo test test-k8s test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 setup: $(STAMP)  ## install what the local stack needs: Debian packages, the venv, Kafka and Elasticsearch (cached)
 	@bash scripts/install-system-packages.sh
@@ -17,6 +17,9 @@ setup: $(STAMP)  ## install what the local stack needs: Debian packages, the ven
 
 setup-k8s: setup  ## also the Kubernetes tools the chart tests use (helm, kubeconform, kwok, etcd, kube-*; cached)
 	@bash scripts/install-k8s-tools.sh
+
+setup-cluster: setup-k8s  ## also a real node: containerd, runc, CNI, kubelet, kube-proxy, CoreDNS, mmdebstrap, buildah
+	@bash scripts/install-k8s-tools.sh --node
 
 $(STAMP): pyproject.toml
 	@bash scripts/install-system-packages.sh
@@ -33,6 +36,18 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	@$(AITAX) stack up
 	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
+
+cluster: setup-cluster  ## a real single-node Kubernetes here (root): pods are containers; prints the kubeconfig
+	@$(AITAX) cluster up
+
+cluster-down:  ## stop the cluster; removes its pods, bridge, mounts and iptables rules
+	@test -x $(AITAX) && $(AITAX) cluster down || true
+
+images: setup-cluster  ## build the images without a registry (Debian bases, buildah); load them when the cluster runs
+	@$(AITAX) images build
+
+k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
+	@$(AITAX) cluster demo
 
 test: setup-k8s lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
 	@# The chart, images and experiment driver (a real kube-apiserver) first, then everything on the local stack.

@@ -132,7 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
     evaluate.add_argument("--video", type=Path, required=True, help="the video whose .truth.json to compare with")
     evaluate.add_argument("--run-id", required=True, help="the run to evaluate")
-    evaluate.add_argument("--events-dir", type=Path, help="event JSONL folder for the latency summary")
+    evaluate.add_argument("--events", "--events-dir", dest="events",
+                          help="event JSONL folder or Elasticsearch URL, for the latency breakdown (default: the "
+                               "run's folder under .aitax/runs)")
     evaluate.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     evaluate.set_defaults(func=_evaluate)
 
@@ -324,6 +326,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     from aitax.stack.stack import resolve_bootstrap
     from pipeline.evaluate import evaluate_run, print_evaluation
 
-    result = evaluate_run(args.video, args.run_id, resolve_bootstrap(args.bootstrap), args.events_dir)
+    result = evaluate_run(args.video, args.run_id, resolve_bootstrap(args.bootstrap), args.events)
     print_evaluation(result)
     return 0

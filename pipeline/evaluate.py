@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,19 +122,6 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
     return evaluation
 
 
-def load_events(events_dir: Path, run_id: str) -> list[dict]:
-    events = []
-    for path in sorted(events_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("run_id") == run_id:
-                events.append(event)
-    return events
-
-
 def summarize(values: list[float]) -> dict[str, float]:
     array = np.asarray(values, dtype=float)
     return {"mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
@@ -154,14 +140,18 @@ def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> 
     return result
 
 
-def evaluate_run(video: Path, run_id: str, bootstrap: str, events_dir: Path | None,
+def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | None,
                  size: tuple[int, int] = (960, 540)) -> Evaluation:
+    """`events`: a JSONL folder or an Elasticsearch URL (default: the run's folder under .aitax/runs)."""
     from aitax.paths import aitax_home
+    from telemetry.report_sources import load_events
 
     truth = load_truth(video)
     identities, duplicates = read_identities(bootstrap, run_id)
-    events_dir = events_dir or aitax_home() / "runs" / run_id
-    events = load_events(events_dir, run_id) if events_dir.is_dir() else []
+    source = events or aitax_home() / "runs" / run_id
+    local = not str(source).startswith(("http://", "https://"))
+    # A run with no event folder (events were off) is still scored, without the latency breakdown.
+    events = [] if local and not Path(source).is_dir() else load_events(run_id, source).documents
     processed: dict[str, set[int]] = {}
     for event in events:
         if event["stage"] == "detect":

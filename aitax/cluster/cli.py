@@ -18,6 +18,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.set_defaults(func=_up)
     status = actions.add_parser("status", help="what runs, the kubeconfig path, and anything `down` left behind")
     status.set_defaults(func=_status)
+    demo = actions.add_parser("demo", help="the chart with its defaults on this cluster; then accuracy and latency",
+                              description="Cluster up if needed, images built and loaded, a fresh `helm install` "
+                                          "with the chart's defaults, faces flowing for --seconds, then the same "
+                                          "accuracy and latency breakdown as `aitax demo`. The release keeps running.")
+    demo.add_argument("--seconds", type=float, default=90.0, help="identities to let flow before scoring (default 90)")
+    demo.add_argument("--namespace", default="aitax")
+    demo.set_defaults(func=_demo)
     down = actions.add_parser("down", help="stop every pod and process; remove the bridge, mounts and iptables rules")
     down.set_defaults(func=_down)
 
@@ -62,6 +69,12 @@ def _status(args: argparse.Namespace) -> int:
     for what, items in left.items():
         print(f"left behind: {what}: {', '.join(items[:5])}{' ...' if len(items) > 5 else ''}")
     return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from aitax.cluster.demo import run_demo
+
+    return run_demo(args.seconds, namespace=args.namespace)
 
 
 def _down(args: argparse.Namespace) -> int:
