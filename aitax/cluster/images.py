@@ -27,6 +27,7 @@ DEBIAN_MIRRORS = (f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
                   f"deb http://deb.debian.org/debian {DEBIAN_SUITE}-updates main",
                   f"deb http://deb.debian.org/debian-security {DEBIAN_SUITE}-security main")
 BASE_REVISION = 2  # bump with any change to BASES: the Dockerfiles name bases by this tag
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
 
 
@@ -150,7 +151,7 @@ def build_base(base: BaseImage, log: Callable[[str], None] = print) -> BuildRepo
         container = buildah("from", "scratch", capture=True).strip()
         try:
             buildah("add", container, str(rootfs), "/", quiet=True)
-            buildah("config", "--env", "LANG=C.UTF-8", "--env", "PATH=/usr/local/bin:/usr/bin:/bin",
+            buildah("config", "--env", "LANG=C.UTF-8", "--env", f"PATH={BASE_PATH}",
                     "--label", f"org.opencontainers.image.title=aitax-{base.name}",
                     "--label", f"org.opencontainers.image.base.name=debian:{DEBIAN_SUITE}", container)
             buildah("commit", "--rm", "-q", container, base.reference, quiet=True)

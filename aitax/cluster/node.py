@@ -112,6 +112,8 @@ class RealCluster(LocalControlPlane):
             f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             "--enable-priority-and-fairness=false",
+            # Logs and exec reach kubelet at the node address: the node's name resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP",
         ]
 
     def _controller_manager_args(self) -> list[str]:
@@ -253,6 +255,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             # The machine's disk is shared with other work: evict only when really short.
             "evictionHard": {"memory.available": "200Mi", "nodefs.available": "3%", "imagefs.available": "3%"},
             "serializeImagePulls": False, "maxPods": 110,
+            "podLogsDir": str(self.home / "pod-logs"),  # not /var/log/pods: `down` leaves nothing behind
         }, indent=2))
         self._start("kubelet", [
             str(tool("kubelet")), f"--config={config}", f"--kubeconfig={self.home / 'kubelet.kubeconfig'}",

@@ -1,0 +1,55 @@
+"""Fixtures of the real-cluster tests: `aitax cluster` (containerd, kubelet, kube-proxy, CoreDNS on this machine),
+the images built here and loaded into it, and one release of the chart installed with its DEFAULTS.
+
+The cluster is started for the session and stopped at its end (unless it was already running: a developer's cluster
+is left as found); the session then checks that `down` left nothing behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aitax.cluster import images
+from aitax.cluster.demo import CHART
+from aitax.cluster.demo import helm as cluster_helm
+from aitax.cluster.node import RealCluster
+from aitax.experiment.k8s_cluster import tool
+
+NAMESPACE = "aitax-test"
+RELEASE = "t"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[RealCluster]:
+    real = RealCluster()
+    was_running = real.is_running()
+    started = time.monotonic()
+    real.up()
+    print(f"cluster up in {time.monotonic() - started:.1f} s")
+    started = time.monotonic()
+    images.build_all(None, tool("pause"))
+    images.load_into(real.ctr, real.home / "loaded-images",
+                     [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
+    print(f"images built and loaded in {time.monotonic() - started:.1f} s")
+    yield real
+    if not was_running:
+        real.down()
+        left = {what: items for what, items in real.leftovers().items() if items}
+        assert not left, f"`aitax cluster down` left {left}"
+
+
+@pytest.fixture(scope="session")
+def release(cluster: RealCluster) -> Iterator[str]:
+    """The chart with no values at all, as `helm install aitax charts/aitax` does."""
+    if cluster_helm(cluster, "status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
+        cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    cluster.kubectl("delete", "pvc", "-n", NAMESPACE, "--all", "--wait=true", check=False, timeout_s=300)
+    started = time.monotonic()
+    cluster_helm(cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait",
+                 "--timeout", "20m")
+    print(f"helm install --wait with defaults: {time.monotonic() - started:.0f} s")
+    yield RELEASE
+    cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False, timeout_s=300)
