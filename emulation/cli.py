@@ -257,8 +257,9 @@ def _stage_setup(args: argparse.Namespace):
         raise UserError(f"--factor {args.factor}: must be > 0")
     profile = load_profile(args.profile)
     bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
-    return profile, bootstrap, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    require_brokers(bootstrap, topics=[topics.faces])
+    return profile, bootstrap, topics
 
 
 def _profile(args: argparse.Namespace) -> int:

@@ -219,12 +219,13 @@ def stop_flag() -> list[bool]:
 def _ingest_detect(args: argparse.Namespace) -> int:
     from aitax.stack.stack import resolve_bootstrap
     from pipeline.frames import open_video
+    from pipeline.schema import FACES_TOPIC
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
     open_video(args.video).release()
     bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
+    require_brokers(bootstrap, topics=[FACES_TOPIC])
     if not 1 <= args.jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
     from pipeline.facenet import set_tf_threads

@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+from collections.abc import Sequence
+
 from aitax.errors import UserError
 
+log = logging.getLogger(__name__)
 
-def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0) -> None:
-    """Fail fast with a one-line error instead of a client retrying silently for minutes."""
+
+def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Sequence[str] = (),
+                    wait_s: float | None = None) -> None:
+    """Fail with a one-line error instead of a client retrying silently for minutes, unless the brokers (and
+    `topics`) appear within `wait_s`: $AITAX_KAFKA_WAIT_S, which the chart sets because in a fresh release the
+    brokers and the topics Job start alongside the stages (locally 0: fail fast)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    wait_s = float(os.environ.get("AITAX_KAFKA_WAIT_S", "0")) if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException:
-        raise UserError(f"Kafka brokers at {bootstrap_servers} unreachable (is `aitax stack up` running?)") from None
+    while True:
+        try:
+            existing = admin.list_topics(timeout=timeout_s).topics
+            missing = [t for t in topics if t not in existing]
+            problem = f"topic(s) {', '.join(missing)} missing at {bootstrap_servers}" if missing else None
+        except KafkaException:
+            problem = f"Kafka brokers at {bootstrap_servers} unreachable"
+        if problem is None:
+            return
+        if time.monotonic() >= deadline:
+            hint = "" if wait_s else " (is `aitax stack up` running?)"
+            raise UserError(f"{problem}{hint}")
+        log.info("waiting for Kafka: %s", problem)
+        time.sleep(2)
 
 
 def partition_count(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -18,10 +19,15 @@ from pipeline.transport.base import (
     RevokeHandler,
 )
 
+log = logging.getLogger(__name__)
+
 COMMIT_RETRY_S = 120.0  # a coordinator moves within seconds; give a starved machine much longer
 COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
                       KafkaError._TRANSPORT, KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD}
+MISSING_TOPIC_WARNING_S = 30.0
+# A subscribed topic created after the consumer started is seen at the next metadata refresh (default 5 min).
+TOPIC_METADATA_REFRESH_MS = 10_000
 REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
               KafkaError._ASSIGNMENT_LOST}
 
@@ -87,12 +93,14 @@ class ConfluentConsumer:
     def __init__(self, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object) -> None:
         self.commit_failures = 0
         self._revoke_handler: RevokeHandler | None = None
+        self._next_missing_topic_warning = 0.0
         self._consumer = _Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": TOPIC_METADATA_REFRESH_MS,
                 "on_commit": self._committed,
                 **settings,
             }
@@ -106,6 +114,11 @@ class ConfluentConsumer:
         if self._revoke_handler is not None and partitions:
             self._revoke_handler([(p.topic, p.partition) for p in partitions])
 
+    def _topic_missing(self, error: KafkaError) -> None:
+        if time.monotonic() >= self._next_missing_topic_warning:
+            log.warning("waiting for the subscribed topics to exist: %s", error.str())
+            self._next_missing_topic_warning = time.monotonic() + MISSING_TOPIC_WARNING_S
+
     def _committed(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
         if error is not None and error.code() != KafkaError._NO_OFFSET:
             self.commit_failures += 1
@@ -116,6 +129,10 @@ class ConfluentConsumer:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # Not yet created (a chart's topics Job runs after the pods start): wait, do not crash-loop.
+                    self._topic_missing(error)
                     continue
                 raise KafkaException(error)
             timestamp_type, timestamp_ms = message.timestamp()

@@ -113,6 +113,23 @@ def test_uncommitted_records_are_delivered_again(stack: StackConfig, unique_name
     assert consume_all(6) == [str(i).encode() for i in range(4, 10)]
 
 
+def test_a_consumer_waits_for_a_topic_created_after_it_subscribed(stack: StackConfig, unique_name: str) -> None:
+    """In a cluster the topics Job runs after the identify pods start: they must wait, not crash-loop."""
+    consumer = make_consumer("confluent-kafka", stack.bootstrap_servers, unique_name, [unique_name])
+    records, deadline = [], time.monotonic() + 8
+    while time.monotonic() < deadline:
+        records += consumer.poll_batch(10, 1.0)  # raised UNKNOWN_TOPIC_OR_PART before
+    kafka.ensure_topics(stack, [TopicSpec(unique_name, 1)])
+    producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    producer.send(unique_name, value=b"late topic")
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 60  # the next metadata refresh (10 s) finds the topic
+    while not records and time.monotonic() < deadline:
+        records += consumer.poll_batch(10, 1.0)
+    consumer.close()
+    assert [r.value for r in records] == [b"late topic"]
+
+
 def test_writes_survive_a_killed_broker(stack: StackConfig, unique_name: str) -> None:
     """min.insync.replicas=2: with one of three brokers SIGKILLed, acks=all writes still succeed."""
     _create_topic(stack, unique_name)

@@ -152,6 +152,9 @@ imagePullSecrets:
   value: "0.0.0.0"
 - name: AITAX_RUN_ID
   value: {{ .Values.runId | quote }}
+# In a fresh release the brokers and the topics Job start alongside the stages: wait for them, do not crash-loop.
+- name: AITAX_KAFKA_WAIT_S
+  value: "600"
 - name: AITAX_ACCELERATION_FACTOR
   value: {{ .Values.emulator.factor | quote }}
 {{- end }}
