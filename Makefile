@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup setup-k8s setup-cluster cluster cluster-down images k8s-demo demo test test-k8s test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup setup-k8s setup-cluster cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -49,15 +49,20 @@ images: setup-cluster  ## build the images without a registry (Debian bases, bui
 k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
 	@$(AITAX) cluster demo
 
-test: setup-k8s lint  ## every test, against a real local stack (and a real kube-apiserver) the tests start and stop
-	@# The chart, images and experiment driver (a real kube-apiserver) first, then everything on the local stack.
-	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit/test_experiment_spec.py; status=$$?; \
-	  if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
-	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --deselect tests/unit/test_experiment_spec.py; \
+test: setup-cluster lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
+	@# The chart and experiment driver (a real kube-apiserver + kwok), the chart's defaults on a real cluster (images
+	@# built here), then everything on the local stack.
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/cluster tests/unit/test_experiment_spec.py; \
+	  status=$$?; if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
+	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --ignore=tests/cluster \
+	  --deselect tests/unit/test_experiment_spec.py; \
 	  status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
 
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
 	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py
+
+test-cluster: setup-cluster  ## the chart's defaults on a real single-node cluster (root; builds and loads the images)
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/cluster
 
 test-unit: $(STAMP)  ## unit tests only (no stack)
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/unit

@@ -198,13 +198,16 @@ def _emulate_producers(args: argparse.Namespace) -> int:
     from emulation.workers import run_producer_instances
     from pipeline.cli import stop_flag, telemetry_for
     from pipeline.transport import make_producer
+    from pipeline.transport.admin import require_brokers
 
     profile, bootstrap, topics = _stage_setup(args)
     producer = make_producer(args.kafka_client, bootstrap)
     sink, metrics = telemetry_for(args, "emulator", f"emulate-producers-{os.getpid()}")
     stop = stop_flag()
-    deadline = time.monotonic() + args.duration if args.duration else float("inf")
     try:
+        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
+        require_brokers(bootstrap, topics=[topics.faces])
+        deadline = time.monotonic() + args.duration if args.duration else float("inf")
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
@@ -257,9 +260,8 @@ def _stage_setup(args: argparse.Namespace):
         raise UserError(f"--factor {args.factor}: must be > 0")
     profile = load_profile(args.profile)
     bootstrap = resolve_bootstrap(args.bootstrap)
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
-    require_brokers(bootstrap, topics=[topics.faces])
-    return profile, bootstrap, topics
+    require_brokers(bootstrap)
+    return profile, bootstrap, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
 
 
 def _profile(args: argparse.Namespace) -> int:

@@ -225,7 +225,6 @@ def _ingest_detect(args: argparse.Namespace) -> int:
 
     open_video(args.video).release()
     bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap, topics=[FACES_TOPIC])
     if not 1 <= args.jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
     from pipeline.facenet import set_tf_threads
@@ -245,6 +244,8 @@ def _ingest_detect(args: argparse.Namespace) -> int:
         checkpoint = Checkpoint(args.checkpoint, args.video, args.stream_id, run_id)
     sink, metrics = telemetry_for(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
     try:
+        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
+        require_brokers(bootstrap, topics=[FACES_TOPIC])
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
                                   queue_size=args.queue_size, metrics=metrics, checkpoint=checkpoint,

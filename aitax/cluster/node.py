@@ -93,7 +93,21 @@ class RealCluster(LocalControlPlane):
             raise UserError("aitax cluster up needs root: it creates a network bridge, iptables rules and mounts")
         for name in ("kubelet", "kube-proxy", "coredns", "pause"):
             tool(name)
+        other = self._other_clusters()
+        if other:
+            raise UserError(f"another aitax cluster runs on this machine (pid {other[0].pid}: "
+                            f"{' '.join(other[0].cmdline())[:120]}); one node per machine: stop it first "
+                            "(`aitax cluster down` in its checkout)")
         super().up(fresh=fresh)
+
+    def _other_clusters(self) -> list[psutil.Process]:
+        """kubelets of other checkouts: the bridge, node address and iptables chains are machine-wide."""
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or [])
+            if "kubelet" in cmdline and f"--hostname-override={NODE_NAME}" in cmdline and str(self.home) not in cmdline:
+                found.append(process)
+        return found
 
     def _start_components(self) -> None:
         self._setup_network()
