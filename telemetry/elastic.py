@@ -42,6 +42,25 @@ def index_for(document: dict[str, Any]) -> str:
     return f"{INDEX_PREFIX}-{time.strftime('%Y.%m.%d', time.gmtime(document['wall_start_ns'] / 1e9))}"
 
 
+def install_event_template(url: str) -> None:
+    """The `aitax-events-*` template (and new fields on existing indices). Idempotent. Both the local stack's `up`
+    and every sink's first shipment run it: an Elasticsearch in a cluster gets it before its first event."""
+    import requests
+
+    from aitax.errors import UserError
+    from telemetry.events import INDEX_MAPPING, TEMPLATE_NAME, index_template
+
+    response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10)
+    if not response.ok:
+        raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
+    # Indices made before a field was added keep their old strict mapping and would reject new events: extend
+    # them (adding fields is always allowed; a changed type would need a new schema version and index).
+    response = requests.put(f"{url}/{INDEX_PREFIX}-*/_mapping", json=INDEX_MAPPING,
+                            params={"allow_no_indices": "true"}, timeout=30)
+    if not response.ok:
+        raise UserError(f"updating event index mappings failed: {response.status_code} {response.text[:200]}")
+
+
 class ElasticsearchSink:
     enabled = True
 
@@ -69,6 +88,7 @@ class ElasticsearchSink:
         self._lock = open(spool.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the sink's whole life
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         self._next_adoption = 0.0
+        self._template_installed = False
         self.adopted = 0
         self._thread = threading.Thread(target=self._run, name="es-events", daemon=True)
         self._thread.start()
@@ -129,6 +149,12 @@ class ElasticsearchSink:
         if not self._probe():
             self._append_to_spool(documents)
             return
+        if not self._template_installed:
+            try:
+                install_event_template(self.url)
+                self._template_installed = True
+            except Exception as error:  # unreachable, or an unexpected answer: the bulk below decides what to do
+                log.warning("event index template not installed at %s: %s", self.url, error)
         for start in range(0, len(documents), self.batch_size):
             batch = documents[start:start + self.batch_size]
             if not self._bulk(batch):

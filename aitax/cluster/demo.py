@@ -32,10 +32,15 @@ def helm(cluster: RealCluster, *args: str, check: bool = True, timeout_s: float 
     return result
 
 
+def fullname(release: str) -> str:
+    """The chart's name prefix (its `aitax.fullname`): the release alone when it already holds the chart's name."""
+    return release if "aitax" in release else f"{release}-aitax"
+
+
 def identified_faces(cluster: RealCluster, namespace: str, release: str) -> int:
     """Identify events of the demo run in the in-cluster Elasticsearch (0 while it is not answering)."""
     # The host resolves no cluster names: ask through the Service's ClusterIP (kube-proxy routes it here too).
-    cluster_ip = cluster.kubectl("get", "service", f"{release}-aitax-elasticsearch", "-n", namespace, "-o",
+    cluster_ip = cluster.kubectl("get", "service", f"{fullname(release)}-elasticsearch", "-n", namespace, "-o",
                                  "jsonpath={.spec.clusterIP}", check=False).stdout.strip()
     if not cluster_ip:
         return 0
@@ -84,11 +89,12 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", l
         time.sleep(5)
     if first_identity is None:
         raise UserError(f"no identities after {max(seconds, 600):.0f} s: kubectl --kubeconfig {cluster.kubeconfig} "
-                        f"logs -n {namespace} deploy/{release}-aitax-identify")
+                        f"logs -n {namespace} deploy/{fullname(release)}-identify")
     log("== 5/5 score against ground truth (in an identify pod: the in-cluster Kafka and Elasticsearch)")
     evaluation = cluster.kubectl(
-        "exec", "-n", namespace, f"deploy/{release}-aitax-identify", "--", "aitax", "evaluate", "--video", DEMO_VIDEO,
-        "--run-id", CHART_RUN_ID, "--events", f"http://{release}-aitax-elasticsearch:9200", timeout_s=600)
+        "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", "aitax", "evaluate", "--video",
+        DEMO_VIDEO, "--run-id", CHART_RUN_ID, "--events", f"http://{fullname(release)}-elasticsearch:9200",
+        timeout_s=600)
     log(evaluation.stdout.rstrip())
     log(f"k8s demo done in {time.monotonic() - started:.0f} s. The release keeps running; pods:")
     log(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip())

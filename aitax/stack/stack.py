@@ -125,7 +125,9 @@ def up(config: StackConfig, progress=print) -> StackConfig:
             "Elasticsearch",
             elasticsearch.process(),
         )
-        _put_event_template(config)
+        from telemetry.elastic import install_event_template
+
+        install_event_template(config.elasticsearch_url)
     if config.prometheus:
         wait_until(lambda: prometheus.ready(config), PROMETHEUS_START_TIMEOUT_S, "Prometheus", prometheus.process())
     progress(f"stack up in {time.monotonic() - started:.1f} s")
@@ -165,23 +167,6 @@ def _start_prometheus(config: StackConfig, progress) -> None:
     progress(f"starting prometheus on port {config.prometheus_port}")
     prometheus.start(config)
 
-
-def _put_event_template(config: StackConfig) -> None:
-    import requests
-
-    from telemetry.events import INDEX_MAPPING, INDEX_PREFIX, TEMPLATE_NAME, index_template
-
-    response = requests.put(
-        f"{config.elasticsearch_url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10
-    )
-    if not response.ok:
-        raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
-    # Indices made before a field was added keep their old strict mapping and would reject new events: extend
-    # them (adding fields is always allowed; a changed type would need a new schema version and index).
-    response = requests.put(f"{config.elasticsearch_url}/{INDEX_PREFIX}-*/_mapping", json=INDEX_MAPPING,
-                            params={"allow_no_indices": "true"}, timeout=30)
-    if not response.ok:
-        raise UserError(f"updating event index mappings failed: {response.status_code} {response.text[:200]}")
 
 
 def processes(config: StackConfig) -> list[ManagedProcess]:

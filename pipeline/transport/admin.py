@@ -23,6 +23,7 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
     wait_s = float(os.environ.get("AITAX_KAFKA_WAIT_S", "0")) if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    next_note = 0.0
     while True:
         try:
             existing = admin.list_topics(timeout=timeout_s).topics
@@ -35,7 +36,9 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
         if time.monotonic() >= deadline:
             hint = "" if wait_s else " (is `aitax stack up` running?)"
             raise UserError(f"{problem}{hint}")
-        log.info("waiting for Kafka: %s", problem)
+        if time.monotonic() >= next_note:
+            log.info("waiting for Kafka: %s", problem)
+            next_note = time.monotonic() + 30
         time.sleep(2)
 
 
