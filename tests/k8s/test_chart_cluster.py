@@ -270,7 +270,8 @@ def test_cli_runs_a_spec_file(release, tmp_path: Path) -> None:
 def test_uninstall_removes_the_release(control_plane) -> None:
     plane = control_plane
     helm("install", "gone", str(CHART), "-n", NAMESPACE, "--wait", "--timeout", "180s",
-         "--set", "identify.gallery.base64=QUJD", "--set", "mode=real", kubeconfig=plane.kubeconfig)
+         "--set", "identify.gallery.base64=QUJD", "--set", "mode=real",
+         "--set", "ingestDetect.video.createClaim.enabled=true", kubeconfig=plane.kubeconfig)
     assert _get(plane, "statefulset", "gone-aitax-kafka")["spec"]["replicas"] == 3
     helm("uninstall", "gone", "-n", NAMESPACE, "--wait", "--timeout", "120s", kubeconfig=plane.kubeconfig)
     left = [item["metadata"]["name"] for kind in ("deployments", "statefulsets", "services", "configmaps",

@@ -53,7 +53,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     configmap = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "img-aitax-kafka")
     base = root / "base-server.properties"
     base.write_text(configmap["data"]["server.properties"])
-    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-kafka"))
     chart_env = {e["name"]: e["value"] for e in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
                  if "value" in e}
     job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-topics"))
