@@ -64,6 +64,14 @@ class RealCluster(LocalControlPlane):
         return self.port_base + 679
 
     @property
+    def controller_manager_port(self) -> int:  # not the kwok test plane's: both run in one `make test`
+        return self.port_base + 657
+
+    @property
+    def scheduler_port(self) -> int:
+        return self.port_base + 659
+
+    @property
     def kubelet_port(self) -> int:
         return self.port_base + 650
 

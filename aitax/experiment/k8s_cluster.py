@@ -113,6 +113,14 @@ class LocalControlPlane:
         return self.port_base + 479
 
     @property
+    def controller_manager_port(self) -> int:
+        return self.port_base + 457
+
+    @property
+    def scheduler_port(self) -> int:
+        return self.port_base + 459
+
+    @property
     def kubeconfig(self) -> Path:
         return self.home / "admin.kubeconfig"
 
@@ -141,7 +149,9 @@ class LocalControlPlane:
         self.down()
         if fresh:
             shutil.rmtree(self.home / "etcd", ignore_errors=True)
-        for port, what in ((self.apiserver_port, "kube-apiserver"), (self.etcd_port, "etcd")):
+        for port, what in ((self.apiserver_port, "kube-apiserver"), (self.etcd_port, "etcd"),
+                           (self.controller_manager_port, "kube-controller-manager"),
+                           (self.scheduler_port, "kube-scheduler")):
             require_free_port(port, what)
         self._write_credentials()
         try:
@@ -156,7 +166,7 @@ class LocalControlPlane:
         self._start("kube-controller-manager", [
             str(tool("kube-controller-manager")), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.port_base + 457}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", f"--secure-port={self.controller_manager_port}", "--leader-elect=false",
             f"--service-account-private-key-file={self.home / 'pki' / 'sa.key'}",
             f"--root-ca-file={self.home / 'pki' / 'ca.crt'}", "--use-service-account-credentials=true",
             # Few threads: the machine has two shared cores.
@@ -166,7 +176,7 @@ class LocalControlPlane:
         self._start("kube-scheduler", [
             str(tool("kube-scheduler")), f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.port_base + 459}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}", "--leader-elect=false",
         ])
         self._start_nodes()
 
