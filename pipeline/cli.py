@@ -225,6 +225,7 @@ def _ingest_detect(args: argparse.Namespace) -> int:
 
     open_video(args.video).release()
     bootstrap = resolve_bootstrap(args.bootstrap)
+    require_brokers(bootstrap)  # before TensorFlow loads: a wrong address is one line, at once
     if not 1 <= args.jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
     from pipeline.facenet import set_tf_threads
