@@ -96,12 +96,16 @@ def _require(command: str, package: str) -> str:
     return path
 
 
-def buildah(*args: str, capture: bool = False, quiet: bool = False) -> str:
+def _buildah_run(args: tuple[str, ...], capture: bool) -> subprocess.CompletedProcess:
     """buildah on aitax's own image store (not the machine's /var/lib/containers)."""
     home = images_home()
     argv = [_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot", str(home / "run"),
             "--storage-driver", "overlay", *args]
-    result = subprocess.run(argv, capture_output=capture or quiet, text=True)
+    return subprocess.run(argv, capture_output=capture, text=True)
+
+
+def buildah(*args: str, capture: bool = False, quiet: bool = False) -> str:
+    result = _buildah_run(args, capture or quiet)
     if result.returncode != 0:
         detail = (result.stderr or "").strip().splitlines()[-3:] if (capture or quiet) else []
         raise UserError(f"buildah {' '.join(args[:3])} ... failed (exit {result.returncode}) {' | '.join(detail)}")
@@ -109,13 +113,11 @@ def buildah(*args: str, capture: bool = False, quiet: bool = False) -> str:
 
 
 def image_id(reference: str) -> str | None:
-    home = images_home()
-    if not (home / "storage").exists():
+    """The image's ID, or None when it is not built (not an error: callers build it)."""
+    if not (images_home() / "storage").exists():
         return None
-    result = subprocess.run([_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot",
-                             str(home / "run"), "--storage-driver", "overlay", "inspect", "--type", "image",
-                             "--format", "{{.FromImageID}}", reference], capture_output=True, text=True)
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    result = _buildah_run(("inspect", "--type", "image", "--format", "{{.FromImageID}}", reference), True)
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def image_size(reference: str) -> int:

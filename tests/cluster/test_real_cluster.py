@@ -83,7 +83,7 @@ def test_a_deleted_broker_pod_returns_with_every_partition_replicated(cluster: R
     assert identified_faces(cluster, NAMESPACE, release) > before, "faces stopped flowing after the broker returned"
 
 
-def test_scaling_identify_adds_real_consumers(cluster: RealCluster, release: str) -> None:
+def test_scaling_identify_runs_more_real_pods(cluster: RealCluster, release: str) -> None:
     deployment = f"deploy/{release}-aitax-identify"
     cluster.kubectl("scale", "-n", NAMESPACE, deployment, "--replicas=3")
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, deployment, "--timeout=300s", timeout_s=320)
