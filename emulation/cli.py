@@ -83,6 +83,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     faults.add_argument("--json", type=Path, help="write the results as JSON")
     faults.set_defaults(func=_faults)
 
+    audit = subparsers.add_parser(
+        "audit", help="account for a run's faces once its consumers are idle: in `faces`, identified, lost",
+        description="Reads the `faces` and `identities` topics of a run (real or emulated, local or in a cluster) "
+                    "and prints the accounting `aitax faults` uses as JSON: distinct faces the brokers hold, how "
+                    "many have an identity, duplicates, dead letters, the longest gap between appends. Exit 1 if "
+                    "a face the brokers hold was never identified.")
+    audit.add_argument("--run-id", required=True, help="the run whose faces to account for")
+    audit.add_argument("--bootstrap", help="Kafka brokers (default: $AITAX_BOOTSTRAP, else the local stack)")
+    audit.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
+    audit.set_defaults(func=_audit)
+
     producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
                                       description="N emulated ingest/detect instances, each on its own schedule, "
                                                   "sharing one Kafka producer.")
@@ -192,6 +203,22 @@ def _faults(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
     return 0 if all(r.passed for r in results) else 1
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from aitax.stack.stack import resolve_bootstrap
+    from emulation.faults import audit_topics
+    from pipeline.schema import Topics
+    from pipeline.transport.admin import require_brokers
+
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    topics = Topics.with_prefix(args.topic_prefix)
+    require_brokers(bootstrap, topics=(topics.faces, topics.identities))
+    audit = audit_topics(bootstrap, args.run_id, topics)
+    print(json.dumps(asdict(audit)))
+    return 0 if audit.passed else 1
 
 
 def _emulate_producers(args: argparse.Namespace) -> int:

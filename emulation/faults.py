@@ -25,6 +25,7 @@ from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
 from emulation.sweep import EmulatedLoad, SweepSpec
+from pipeline.schema import Topics
 
 
 @dataclass
@@ -127,14 +128,14 @@ DRAIN_S = 300.0  # after the load: generous, a consumer group recovering from tw
 BROKER_SCENARIOS = {"broker-kill", "controller-kill", "two-brokers-down"}
 
 
-def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]:
+def read_face_topic(bootstrap: str, topic: str) -> tuple[set[tuple], float]:
     """Distinct faces held by the topic, and the longest gap between consecutive broker append times (s)."""
     from confluent_kafka import Consumer, TopicPartition
 
     from pipeline.schema import MalformedRecordError, decode_face
 
     # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
-    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -162,16 +163,44 @@ def read_face_topic(config: StackConfig, topic: str) -> tuple[set[tuple], float]
         consumer.close()
 
 
-def _count_dead_letters(config: StackConfig, topic: str) -> int:
+def count_records(bootstrap: str, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"audit-{time.time_ns()}",
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{time.time_ns()}",
                          "log_level": 0})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class TopicAudit:
+    """What a run's topics hold once its consumers are idle: every face in `faces` should have an identity."""
+
+    in_topic: int  # distinct faces of the run in `faces`
+    identified: int  # of those, how many have an identity
+    duplicates: int  # identities published more than once (a redelivery after a crash or rebalance)
+    lost: int  # in `faces` (so acknowledged to a producer) but never identified
+    dead_letters: int  # records in the dead-letter topic (all runs)
+    stall_s: float  # the longest gap between consecutive appends to `faces`
+
+    @property
+    def passed(self) -> bool:
+        return self.lost == 0
+
+
+def audit_topics(bootstrap: str, run_id: str, topics: Topics) -> TopicAudit:
+    from pipeline.evaluate import read_identities
+
+    faces, stall_s = read_face_topic(bootstrap, topics.faces)
+    in_topic = {key for key in faces if key[0] == run_id}
+    identities, duplicates = read_identities(bootstrap, run_id, topic=topics.identities)
+    identified = {i.key for i in identities}
+    return TopicAudit(in_topic=len(in_topic), identified=len(identified & in_topic), duplicates=duplicates,
+                      lost=len(in_topic - identified), dead_letters=count_records(bootstrap, topics.dlq),
+                      stall_s=round(stall_s, 2))
 
 
 def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers: int = 2, consumers: int = 4,
@@ -205,23 +234,19 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
     if failed:
         context.notes.append(_failure_note(failed))
     acknowledged, _ = load.produced()
-    in_topic, stall_s = read_face_topic(config, load.topics.faces)
-    identities, duplicates = load.identities()
-    identified = {i.key for i in identities}
+    audit = audit_topics(config.bootstrap_servers, run_name, load.topics)
     result = FaultResult(
         scenario=name, offered_faces_per_s=producers * 10 * factor, acknowledged=acknowledged,
-        in_topic=len(in_topic), identified=len(identified & in_topic), duplicates=duplicates,
-        lost=len(in_topic - identified), stall_s=round(stall_s, 2),
-        isr_restored=health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None,
-        dead_letters=_count_dead_letters(config, load.topics.dlq), process_failures=len(failed),
-        notes=context.notes)
+        in_topic=audit.in_topic, identified=audit.identified, duplicates=audit.duplicates, lost=audit.lost,
+        stall_s=audit.stall_s, isr_restored=health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None,
+        dead_letters=audit.dead_letters, process_failures=len(failed), notes=context.notes)
     if name == "elasticsearch-outage":
         from telemetry.elastic import replay_spools
 
         # Processes that ended before Elasticsearch returned left spools: replay them as an operator would.
         context.notes.append(f"{replay_spools(config.elasticsearch_url, aitax_home() / 'spool')} events replayed "
                              "from the spools of ended processes")
-        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name, acknowledged, len(identified))
+        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name, acknowledged, audit.identified)
         result.notes.append(f"events in Elasticsearch after replay: {result.events_in_elasticsearch}")
     load.delete_topics()
     return result
@@ -323,16 +348,14 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
         finally:
             load.stop()
         acknowledged, _ = load.produced()
-        in_topic, stall_s = read_face_topic(config, load.topics.faces)
-        identities, duplicates = load.identities()
-        identified = {i.key for i in identities}
+        audit = audit_topics(config.bootstrap_servers, load.run_name, load.topics)
         failed = load.failures()
         if failed:
             notes.append(_failure_note(failed))
-        return FaultResult("broker-disk-full", 2 * 10 * factor, acknowledged, len(in_topic),
-                           len(identified & in_topic), duplicates, len(in_topic - identified), round(stall_s, 2),
-                           kafka.cluster_health(config).healthy(config.node_ids), process_failures=len(failed),
-                           notes=notes)
+        return FaultResult("broker-disk-full", 2 * 10 * factor, acknowledged, audit.in_topic, audit.identified,
+                           audit.duplicates, audit.lost, audit.stall_s,
+                           kafka.cluster_health(config).healthy(config.node_ids), dead_letters=audit.dead_letters,
+                           process_failures=len(failed), notes=notes)
     finally:
         aitax("stack", "down")
         for log_dir in log_dirs:

@@ -14,7 +14,7 @@
 # Go builds run one at a time with GOFLAGS=-p=2 (the machine has 2 shared cores).
 #
 # --node adds a real node for `aitax cluster` (Debian packages via install-system-packages.sh node, then kubelet,
-# kube-proxy, CoreDNS and the pause binary, cached the same way; about 5 more minutes cold).
+# kube-proxy, CoreDNS, kube-router (NetworkPolicy) and the pause binary, cached the same way; about 5 more minutes cold).
 set -euo pipefail
 
 NODE=false
@@ -34,6 +34,8 @@ ETCD_VERSION=v3.6.10
 KUBE_VERSION=v1.36.3                     # kube-apiserver, controller-manager, scheduler, kubectl (+ kubelet,
                                          # kube-proxy and the pause binary with --node)
 COREDNS_VERSION=v1.15.0                  # cluster DNS of the real node (--node)
+KUBE_ROUTER_VERSION=v2.10.0              # NetworkPolicy firewall of the real node (--node); v2.11.x: 403 here
+NETLINK_VERSION=v1.3.1                   # kube-router v2.10.0 pins a netlink pseudo-version the proxy refuses
 PROMETHEUS_OPERATOR_VERSION=v0.85.0      # the newest main module (it holds the CRDs) on the Go module proxy
 KUBE_STAGING_VERSION=v0.${KUBE_VERSION#v1.}  # k8s.io/api etc. are tagged v0.36.3 for Kubernetes v1.36.3
 HELM_K8S_MINOR=36                        # the cluster version `helm template`/`lint` assume without a cluster
@@ -219,6 +221,25 @@ EOF
   rm -rf "$work"
 }
 
+# kube-router as the node's NetworkPolicy enforcer only (iptables + ipsets; no routing, no service proxy). Its
+# main package is in the root module, which `go install` cannot reach here (the proxy answers 403 for the
+# cmd/kube-router path it probes first): a wrapper module, with netlink moved to the nearest release it serves.
+build_kube_router() {
+  local out="$1" work pkg=github.com/cloudnativelabs/kube-router/v2
+  work="$(mktemp -d)"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/kube-router"\n' "$pkg" >"$work/tools.go"
+  (
+    cd "$work"
+    "$GO" mod init aitax.local/kube-router >/dev/null 2>&1
+    "$GO" mod edit -require="$pkg@$KUBE_ROUTER_VERSION" \
+      -replace="github.com/vishvananda/netlink=github.com/vishvananda/netlink@$NETLINK_VERSION"
+    "$GO" mod tidy -e >/dev/null 2>&1 || "$GO" mod tidy
+    "$GO" build -tags tools -trimpath -o "$out/bin/kube-router" \
+      -ldflags "-s -w -X $pkg/pkg/version.Version=$KUBE_ROUTER_VERSION" "$pkg/cmd/kube-router"
+  )
+  rm -rf "$work"
+}
+
 # The pod sandbox ("pause") binary from the Kubernetes module's own C source; `aitax images` packs it.
 build_pause() {
   local out="$1" module
@@ -250,6 +271,7 @@ if $NODE; then
   provide "kubernetes-node-$KUBE_VERSION" build_node
   provide "coredns-$COREDNS_VERSION-slim2" build_coredns  # -slimN: the plugin set's revision
   provide "pause-$KUBE_VERSION" build_pause
+  provide "kube-router-$KUBE_ROUTER_VERSION-netlink-$NETLINK_VERSION" build_kube_router
 fi
 ln -sfn "versions/kwok-$KWOK_VERSION/share/kwok-stage" "$TOOLS/kwok-stage"
 ln -sfn "versions/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION/share/crds" "$TOOLS/crds"
@@ -260,6 +282,7 @@ KWOK_VERSION=$KWOK_VERSION
 ETCD_VERSION=$ETCD_VERSION
 KUBE_VERSION=$KUBE_VERSION
 COREDNS_VERSION=$COREDNS_VERSION
+KUBE_ROUTER_VERSION=$KUBE_ROUTER_VERSION
 PROMETHEUS_OPERATOR_VERSION=$PROMETHEUS_OPERATOR_VERSION
 EOF
 log "ready in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"

@@ -89,7 +89,7 @@ def _down(args: argparse.Namespace) -> int:
     if left:
         print(f"cluster down, but left behind: {left}")
         return 1
-    print("cluster down: no process, mount, network device or iptables chain left")
+    print("cluster down: no process, mount, network device, iptables chain or ipset left")
     return 0
 
 

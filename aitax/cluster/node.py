@@ -1,6 +1,7 @@
 """A real single-node Kubernetes on this machine: the control plane of `LocalControlPlane`, plus containerd + runc
-(pods are Linux containers with cgroup limits), kubelet, kube-proxy (iptables Services), CoreDNS and a host-path
-volume provisioner, all as host processes under $AITAX_HOME/cluster.
+(pods are Linux containers with cgroup limits), kubelet, kube-proxy (iptables Services), CoreDNS, kube-router as
+the NetworkPolicy firewall (iptables + ipsets; it neither routes nor proxies) and a host-path volume provisioner,
+all as host processes under $AITAX_HOME/cluster.
 
 Networking: a Linux bridge `aitax0` holds the node address 10.244.0.1 (no traffic leaves through the machine's own
 interfaces); pods get 10.244.0.0/24 from the CNI bridge plugin; the API server, kubelet and CoreDNS listen on the
@@ -8,7 +9,7 @@ node address only. Services are 10.96.0.0/16 (kube-proxy, iptables mode); cluste
 
 `down` removes every pod first (kubelet tears down their containers and networks), stops every process, then
 sweeps what a crash could leave: containerd shims, mounts, network namespaces, the bridge, iptables chains
-(KUBE-*, CNI-*) and the kubepods cgroups. `leftovers()` lists whatever is still there.
+(KUBE-*, CNI-*), kube-router's ipsets and the kubepods cgroups. `leftovers()` lists whatever is still there.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import psutil
 
 from aitax.cluster import images
 from aitax.errors import UserError
-from aitax.experiment.k8s_cluster import LocalControlPlane, tool
+from aitax.experiment.k8s_cluster import SERVICE_CIDR, LocalControlPlane, tool
 from aitax.paths import aitax_home
 from aitax.stack.procs import ManagedProcess, port_is_open, wait_until
 
@@ -40,6 +41,7 @@ CLUSTER_CIDR = "10.244.0.0/16"
 NETNS_DIR = Path("/var/run/netns")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
+IPSET_PREFIXES = ("KUBE-", "kube-router-", "TMP-", "inet6:KUBE-", "inet6:kube-router-")  # kube-router's sets
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STORAGE_CLASS = "aitax-local"
 NODE_READY_TIMEOUT_S = 180
@@ -86,8 +88,8 @@ class RealCluster(LocalControlPlane):
     @property
     def processes(self) -> list[ManagedProcess]:
         return [self._process(name) for name in ("containerd", "etcd", "kube-apiserver", "kube-controller-manager",
-                                                 "kube-scheduler", "kubelet", "kube-proxy", "coredns",
-                                                 "provisioner")]
+                                                 "kube-scheduler", "kubelet", "kube-proxy", "kube-router",
+                                                 "coredns", "provisioner")]
 
     def is_running(self) -> bool:
         return all(p.is_running() for p in self.processes) and port_is_open(self.apiserver_port, host=NODE_IP)
@@ -99,7 +101,7 @@ class RealCluster(LocalControlPlane):
         node, CoreDNS and the default StorageClass. Needs root: it creates a bridge, iptables rules, mounts."""
         if os.geteuid() != 0:
             raise UserError("aitax cluster up needs root: it creates a network bridge, iptables rules and mounts")
-        for name in ("kubelet", "kube-proxy", "coredns", "pause"):
+        for name in ("kubelet", "kube-proxy", "kube-router", "coredns", "pause"):
             tool(name)
         other = self._other_clusters()
         if other:
@@ -245,6 +247,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     def _start_nodes(self) -> None:
         self._start_kubelet()
         self._start_kube_proxy()
+        self._start_network_policy()
         self._start_coredns()
         self._start("provisioner", [sys.executable, "-m", "aitax.cluster.provisioner",
                                     f"--kubeconfig={self.kubeconfig}", f"--volumes={self.home / 'volumes'}",
@@ -296,6 +299,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "conntrack": {"maxPerCore": 0},  # leave the machine's conntrack table size alone
         }, indent=2))
         self._start("kube-proxy", [str(tool("kube-proxy")), f"--config={config}"])
+
+    def _start_network_policy(self) -> None:
+        """kube-router's firewall alone: each pod's ingress and egress rules from the NetworkPolicies that select it,
+        in iptables chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) matching ipsets of pod addresses. Bridged
+        pod-to-pod traffic passes the FORWARD chain because bridge-nf-call-iptables is on."""
+        self._start("kube-router", [
+            str(tool("kube-router")), f"--kubeconfig={self.kubeconfig}", f"--hostname-override={NODE_NAME}",
+            "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", f"--health-port={self.port_base + 646}",
+            "--metrics-port=0", "--iptables-sync-period=1m", "--v=1",
+        ])
 
     def _start_coredns(self) -> None:
         corefile = self.home / "Corefile"
@@ -383,9 +397,12 @@ volumeBindingMode: WaitForFirstConsumer
             netns.unlink(missing_ok=True)
         for link in self._links():
             subprocess.run(["ip", "link", "delete", link], capture_output=True)
-        if os.path.exists(tool("kube-proxy")):
-            subprocess.run([str(tool("kube-proxy")), "--cleanup"], capture_output=True, timeout=60)
+        for cleanup in (["kube-proxy", "--cleanup"], ["kube-router", "--cleanup-config"]):
+            if os.path.exists(tool(cleanup[0])):
+                subprocess.run([str(tool(cleanup[0])), *cleanup[1:]], capture_output=True, timeout=60)
         _remove_chains()
+        for ipset in _ipsets():  # after the rules that match them: a set in use cannot be destroyed
+            subprocess.run(["ipset", "destroy", ipset], capture_output=True)
         for cgroup in self._cgroups():
             for directory in sorted(cgroup.rglob("*"), key=lambda p: len(p.parts), reverse=True):
                 if directory.is_dir():
@@ -401,6 +418,7 @@ volumeBindingMode: WaitForFirstConsumer
             "network namespaces": [str(n) for n in self._netns()],
             "network devices": self._links(),
             "iptables chains": _chains(),
+            "ipsets": _ipsets(),
             "cgroups": [str(c) for c in self._cgroups()],
         }
 
@@ -454,6 +472,11 @@ def _chains() -> list[str]:
         found += [f"{table}/{m}" for m in re.findall(r"^-N (\S+)", listing, re.MULTILINE)
                   if m.startswith(CHAIN_PREFIXES)]
     return found
+
+
+def _ipsets() -> list[str]:
+    listing = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True).stdout
+    return [name for name in listing.split() if name.startswith(IPSET_PREFIXES)]
 
 
 def _remove_chains() -> None:

@@ -24,6 +24,7 @@ TOOLS_DIR = PROJECT_ROOT / ".aitax" / "tools"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "helm")
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 START_TIMEOUT_S = 90
+SERVICE_CIDR = "10.96.0.0/16"  # the API server's Service range (10.96.0.1 is `kubernetes.default`)
 # kwok ships stages for nodes, pods and volumes; pods of `helm test` need one more (see HELM_TEST_STAGE).
 KWOK_STAGE_FILES = (
     "node/fast/node-initialize.yaml",
@@ -297,7 +298,7 @@ current-context: aitax-local
             f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={pki / 'tokens.csv'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16", *self._apiserver_args(),
+            f"--service-cluster-ip-range={SERVICE_CIDR}", *self._apiserver_args(),
         ])
         wait_until(self._api_ready, START_TIMEOUT_S, "kube-apiserver", process)
 

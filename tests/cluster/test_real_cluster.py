@@ -1,16 +1,25 @@
 """The chart on a REAL single-node cluster (`aitax cluster`): pods are containers in containerd with cgroup limits,
-Services and DNS work, faces flow from the demo video to identities with the chart's defaults, `helm test` passes,
-a broker pod deleted under load comes back with every partition fully replicated, and nothing is left behind."""
+Services and DNS work, the NetworkPolicies are enforced, faces flow from the demo video to identities with the
+chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
+replicated, an identify container killed under load loses no face, the brokers scale out and back with their
+partitions, `helm upgrade` switches the release to the emulator, and nothing is left behind.
+
+The tests run in file order on one release: each leaves it serving faces for the next."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
 
-from aitax.cluster.demo import helm, identified_faces
+from aitax.cluster import images
+from aitax.cluster.demo import CHART, helm, identified_faces
 from aitax.cluster.node import RealCluster
+from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
+from aitax.experiment.spec import parse_spec
 from tests.cluster.conftest import NAMESPACE
 
 pytestmark = pytest.mark.cluster
@@ -23,6 +32,46 @@ def _pods(cluster: RealCluster, selector: str = "") -> list[dict]:
 
 def _exec(cluster: RealCluster, target: str, *command: str) -> str:
     return cluster.kubectl("exec", "-n", NAMESPACE, target, "--", *command).stdout.strip()
+
+
+def _wait_for(condition, timeout_s: float, what: str, poll_s: float = 3.0):
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    assert result, f"{what}: not within {timeout_s:.0f} s"
+    return result
+
+
+def _kafka_tool(cluster: RealCluster, release: str, *args: str) -> str:
+    return _exec(cluster, f"{release}-aitax-kafka-0", "/opt/kafka/bin/kafka-tool", *args,
+                 "--bootstrap-server", "localhost:9092")
+
+
+def _under_replicated(cluster: RealCluster, release: str) -> str:
+    return _kafka_tool(cluster, release, "org.apache.kafka.tools.TopicCommand", "--describe",
+                       "--under-replicated-partitions")
+
+
+def _brokers_holding(cluster: RealCluster, release: str, topic: str) -> set[int]:
+    """Broker ids in the replica lists of every partition of `topic`."""
+    described = _kafka_tool(cluster, release, "org.apache.kafka.tools.TopicCommand", "--describe", "--topic", topic)
+    held = set()
+    for line in described.splitlines():
+        if "Replicas:" in line:
+            held |= {int(b) for b in line.split("Replicas:")[1].split()[0].split(",")}
+    return held
+
+
+CONNECT = """\
+import socket, sys
+connection = socket.socket()
+connection.settimeout(3)
+try:
+    connection.connect((sys.argv[1], int(sys.argv[2])))
+    print("open")
+except OSError as error:
+    print("closed", error)
+"""
 
 
 def test_pods_are_real_containers_with_limits_and_no_root(cluster: RealCluster, release: str) -> None:
@@ -52,6 +101,35 @@ def test_services_and_cluster_dns(cluster: RealCluster, release: str) -> None:
     assert elasticsearch == service_ip
 
 
+def test_network_policies_are_enforced(cluster: RealCluster, release: str) -> None:
+    """kube-router enforces the chart's Kafka policy: the brokers' client port admits this release's pipeline pods
+    (label aitax/kafka-client) only; their metrics port is open to any pod."""
+    broker_ip = cluster.kubectl("get", "pod", "-n", NAMESPACE, f"{release}-aitax-kafka-0", "-o",
+                                "jsonpath={.status.podIP}").stdout.strip()
+    pipeline_image = next(i.reference for i in images.IMAGES if i.folder == "pipeline")
+    probes = {"client": f"aitax/kafka-client={release}", "stranger": "aitax/probe=stranger"}
+    for name, labels in probes.items():
+        cluster.kubectl("run", f"probe-{name}", "-n", NAMESPACE, f"--image={pipeline_image}",
+                        "--image-pull-policy=Never", "--restart=Never", f"--labels={labels}", "--command", "--",
+                        "sleep", "900")
+    try:
+        cluster.kubectl("wait", "-n", NAMESPACE, "pod/probe-client", "pod/probe-stranger", "--for=condition=Ready",
+                        "--timeout=120s", timeout_s=140)
+
+        def reach(probe: str, port: int) -> str:
+            return _exec(cluster, f"probe-{probe}", "python", "-c", CONNECT, broker_ip, str(port))
+
+        # A new pod joins the policy's allow-list when kube-router next syncs (on the pod's event): seconds.
+        _wait_for(lambda: reach("client", 9092) == "open", 60, "a pipeline-labelled pod reaching a broker")
+        assert reach("stranger", 9404) == "open"  # the stranger's network works: the metrics port answers it
+        refused = reach("stranger", 9092)
+        assert refused.startswith("closed"), refused
+        assert reach("client", 9092) == "open"
+    finally:
+        cluster.kubectl("delete", "pod", "-n", NAMESPACE, "probe-client", "probe-stranger", "--grace-period=0",
+                        "--force", "--wait=false", check=False)
+
+
 def test_faces_flow_with_the_defaults_and_helm_test_passes(cluster: RealCluster, release: str) -> None:
     deadline = time.monotonic() + 600
     while (faces := identified_faces(cluster, NAMESPACE, release)) < 20 and time.monotonic() < deadline:
@@ -68,19 +146,50 @@ def test_a_deleted_broker_pod_returns_with_every_partition_replicated(cluster: R
     cluster.kubectl("wait", "-n", NAMESPACE, f"pod/{broker}", "--for=condition=Ready", "--timeout=300s",
                     timeout_s=320)
     # The brokers' own view: no partition of any topic under its replication factor.
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        under = _exec(cluster, f"{release}-aitax-kafka-0", "/opt/kafka/bin/kafka-tool",
-                      "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", "localhost:9092", "--describe",
-                      "--under-replicated-partitions")
-        if not under:
-            break
-        time.sleep(5)
-    assert not under, under
+    _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
     deadline = time.monotonic() + 180
     while identified_faces(cluster, NAMESPACE, release) <= before and time.monotonic() < deadline:
         time.sleep(5)
     assert identified_faces(cluster, NAMESPACE, release) > before, "faces stopped flowing after the broker returned"
+
+
+def test_an_identify_container_killed_under_load_loses_no_face(cluster: RealCluster, release: str) -> None:
+    """SIGKILL to a running identify process (a crash: no revoke, no final commit); kubelet restarts it. Once the
+    video stops and the consumers are idle, every face the brokers hold has an identity (`aitax audit`)."""
+    pod = _pods(cluster, "app.kubernetes.io/component=identify")[0]
+    status = pod["status"]["containerStatuses"][0]
+    container = status["containerID"].removeprefix("containerd://")
+    task = next(line.split() for line in cluster.ctr("tasks", "ls").stdout.splitlines() if line.startswith(container))
+    before = identified_faces(cluster, NAMESPACE, release)
+    os.kill(int(task[1]), signal.SIGKILL)
+    name = pod["metadata"]["name"]
+
+    def restarted() -> bool:
+        restarted_status = _pods(cluster, "app.kubernetes.io/component=identify")
+        mine = [p for p in restarted_status if p["metadata"]["name"] == name]
+        return bool(mine) and mine[0]["status"]["containerStatuses"][0]["restartCount"] > status["restartCount"]
+
+    _wait_for(restarted, 120, "kubelet restarting the killed identify container")
+    cluster.kubectl("wait", "-n", NAMESPACE, f"pod/{name}", "--for=condition=Ready", "--timeout=300s", timeout_s=320)
+    _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) > before, 180, "faces identified after the kill")
+    ingest = f"deploy/{release}-aitax-ingest-detect"
+    cluster.kubectl("scale", "-n", NAMESPACE, ingest, "--replicas=0")
+    try:
+        _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component=ingest-detect"), 120,
+                  "ingest-detect stopping (it flushes its producer)")
+
+        def audit() -> dict | None:
+            result = cluster.kubectl("exec", "-n", NAMESPACE, f"deploy/{release}-aitax-identify", "--", "aitax",
+                                     "audit", "--run-id", "helm", check=False, timeout_s=300)
+            return json.loads(result.stdout) if result.returncode == 0 else None
+
+        # The consumers drain what the video left in `faces`; until then some faces have no identity yet.
+        accounted = _wait_for(audit, 420, "every face in `faces` identified", 10)
+        print(f"after an identify container was killed: {accounted}")
+        assert accounted["in_topic"] > 0 and accounted["lost"] == 0
+        assert accounted["identified"] == accounted["in_topic"]
+    finally:
+        cluster.kubectl("scale", "-n", NAMESPACE, ingest, "--replicas=1")
 
 
 def test_scaling_identify_runs_more_real_pods(cluster: RealCluster, release: str) -> None:
@@ -90,3 +199,39 @@ def test_scaling_identify_runs_more_real_pods(cluster: RealCluster, release: str
     pods = _pods(cluster, "app.kubernetes.io/component=identify")
     assert len([p for p in pods if p["status"]["phase"] == "Running"]) == 3
     cluster.kubectl("scale", "-n", NAMESPACE, deployment, "--replicas=2")
+
+
+def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, release: str) -> None:
+    """The experiment driver's broker phase on real pods: a fourth broker, then the rebalance Job moves replicas onto
+    it; restoring moves them off again before the StatefulSet shrinks, so no partition is ever left short."""
+    spec = parse_spec({"name": "brokers", "mode": "real", "release": release, "namespace": NAMESPACE,
+                       "phases": [{"name": "four-brokers", "duration": "10s", "replicas": {"kafka": 4}}]})
+    backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
+                                rollout_timeout_s=600)
+    backend.prepare()
+    try:
+        ready = backend.run_phase(0, "brokers")
+        assert ready == {"kafka": 4}, ready
+        assert 3 in _brokers_holding(cluster, release, "faces")
+        assert not _under_replicated(cluster, release)
+    finally:
+        backend.restore()
+    assert _brokers_holding(cluster, release, "faces") == {0, 1, 2}
+    _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
+    assert len(_pods(cluster, "app.kubernetes.io/component=kafka")) == 3
+
+
+def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster, release: str) -> None:
+    """`mode: emulated` on the same brokers: the emulator's producers and consumers replace the real stages and
+    emulated faces reach identities (the last test: the release stays emulated until the fixture removes it)."""
+    helm(cluster, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "mode=emulated",
+         "--wait", "--timeout", "10m")
+    _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component in (ingest-detect,identify)"), 180,
+              "the real stages' pods gone")
+    emulated = _pods(cluster, "app.kubernetes.io/component in (emulate-producers,emulate-consumers)")
+    assert sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in emulated
+                  if p["status"]["phase"] == "Running") == ["emulate-consumers", "emulate-consumers",
+                                                            "emulate-producers"]
+    before = identified_faces(cluster, NAMESPACE, release)
+    _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) >= before + 50, 240,
+              "emulated faces identified")

@@ -115,7 +115,7 @@ def test_unreachable_brokers_are_a_one_line_error(video: Path) -> None:
 def _faces_of(stack: StackConfig, run_id: str, stream_id: str) -> set[tuple[int, int]]:
     from emulation.faults import read_face_topic
 
-    faces, _ = read_face_topic(stack, "faces")
+    faces, _ = read_face_topic(stack.bootstrap_servers, "faces")
     return {(frame, face) for run, stream, frame, face in faces if run == run_id and stream == stream_id}
 
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "report": (["report", "--run", "r1"], "Elasticsearch at http://127.0.0.1:31900 unreachable"),
     "report --es": (["report", "--run", "r1", "--es", "http://127.0.0.1:31901"], "http://127.0.0.1:31901 unreachable"),
     "profile": (["profile", "--run", "r1", "--out", "p.yaml"], "unreachable"),
+    "audit": (["audit", "--run-id", "r1"], "unreachable"),
 }
 
 
