@@ -1,8 +1,9 @@
 """The chart on a REAL single-node cluster (`aitax cluster`): pods are containers in containerd with cgroup limits,
 Services and DNS work, the NetworkPolicies are enforced, faces flow from the demo video to identities with the
 chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
-replicated, an identify container killed under load loses no face, the brokers scale out and back with their
-partitions, `helm upgrade` switches the release to the emulator, and nothing is left behind.
+replicated, a drain stops at the brokers' disruption budget, an identify container killed under load loses no
+face, the brokers scale out and back with their partitions, `helm upgrade` switches the release to the emulator,
+and nothing is left behind.
 
 The tests run in file order on one release: each leaves it serving faces for the next."""
 
@@ -17,7 +18,7 @@ import pytest
 
 from aitax.cluster import images
 from aitax.cluster.demo import CHART, helm, identified_faces
-from aitax.cluster.node import RealCluster
+from aitax.cluster.node import NODE_NAME, RealCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
 from aitax.experiment.spec import parse_spec
 from tests.cluster.conftest import NAMESPACE
@@ -153,9 +154,29 @@ def test_a_deleted_broker_pod_returns_with_every_partition_replicated(cluster: R
     assert identified_faces(cluster, NAMESPACE, release) > before, "faces stopped flowing after the broker returned"
 
 
+def test_a_drain_takes_one_broker_at_a_time(cluster: RealCluster, release: str) -> None:
+    """`kubectl drain` honours the brokers' PodDisruptionBudget (maxUnavailable 1). On one node the evicted broker
+    cannot return while the node is cordoned, so the drain stops at the second broker with the budget's refusal
+    instead of taking two brokers (and acks=all writes, min.insync 2) down."""
+    try:
+        drain = cluster.kubectl("drain", NODE_NAME, "--pod-selector=app.kubernetes.io/component=kafka",
+                                "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=45s", check=False,
+                                timeout_s=120)
+        assert drain.returncode != 0 and "disruption budget" in drain.stdout + drain.stderr, drain.stderr[-500:]
+        ready = [p["metadata"]["name"] for p in _pods(cluster, "app.kubernetes.io/component=kafka")
+                 if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+        assert len(ready) == 2, ready
+    finally:
+        cluster.kubectl("uncordon", NODE_NAME)
+    cluster.kubectl("wait", "-n", NAMESPACE, "pod", "-l", "app.kubernetes.io/component=kafka",
+                    "--for=condition=Ready", "--timeout=300s", timeout_s=320)
+    _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
+
+
 def test_an_identify_container_killed_under_load_loses_no_face(cluster: RealCluster, release: str) -> None:
     """SIGKILL to a running identify process (a crash: no revoke, no final commit); kubelet restarts it. Once the
-    video stops and the consumers are idle, every face the brokers hold has an identity (`aitax audit`)."""
+    video stops and the consumers are idle, every face the brokers hold has an identity (`aitax audit`): this
+    accounts for the broker deletion and the drain before it too."""
     pod = _pods(cluster, "app.kubernetes.io/component=identify")[0]
     status = pod["status"]["containerStatuses"][0]
     container = status["containerID"].removeprefix("containerd://")
