@@ -1,7 +1,7 @@
 """The chart on a REAL single-node cluster (`aitax cluster`): pods are containers in containerd with cgroup limits,
 Services and DNS work, the NetworkPolicies are enforced, faces flow from the demo video to identities with the
 chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
-replicated, a drain stops at the brokers' disruption budget, an identify container killed under load loses no
+replicated, a drain stops at the brokers' disruption budget, identify pods crashed and deleted under load lose no
 face, the brokers scale out and back with their partitions, `helm upgrade` switches the release to the emulator,
 and nothing is left behind.
 
@@ -173,11 +173,13 @@ def test_a_drain_takes_one_broker_at_a_time(cluster: RealCluster, release: str) 
     _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
 
 
-def test_an_identify_container_killed_under_load_loses_no_face(cluster: RealCluster, release: str) -> None:
-    """SIGKILL to a running identify process (a crash: no revoke, no final commit); kubelet restarts it. Once the
-    video stops and the consumers are idle, every face the brokers hold has an identity (`aitax audit`): this
-    accounts for the broker deletion and the drain before it too."""
-    pod = _pods(cluster, "app.kubernetes.io/component=identify")[0]
+def test_identify_pods_killed_and_deleted_under_load_lose_no_face(cluster: RealCluster, release: str) -> None:
+    """SIGKILL to one running identify process (a crash: no revoke, no final commit; kubelet restarts it), then the
+    other identify pod deleted (SIGTERM: it commits what it finished and leaves the group; the Deployment replaces
+    it). Once the video stops and the consumers are idle, every face the brokers hold has an identity (`aitax
+    audit`): this accounts for the broker deletion and the drain before it too."""
+    pods = _pods(cluster, "app.kubernetes.io/component=identify")
+    pod, other = pods[0], pods[1]
     status = pod["status"]["containerStatuses"][0]
     container = status["containerID"].removeprefix("containerd://")
     task = next(line.split() for line in cluster.ctr("tasks", "ls").stdout.splitlines() if line.startswith(container))
@@ -193,6 +195,12 @@ def test_an_identify_container_killed_under_load_loses_no_face(cluster: RealClus
     _wait_for(restarted, 120, "kubelet restarting the killed identify container")
     cluster.kubectl("wait", "-n", NAMESPACE, f"pod/{name}", "--for=condition=Ready", "--timeout=300s", timeout_s=320)
     _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) > before, 180, "faces identified after the kill")
+    cluster.kubectl("delete", "pod", "-n", NAMESPACE, other["metadata"]["name"], "--wait=true", timeout_s=120)
+    cluster.kubectl("rollout", "status", "-n", NAMESPACE, f"deploy/{release}-aitax-identify", "--timeout=300s",
+                    timeout_s=320)
+    after_kill = identified_faces(cluster, NAMESPACE, release)
+    _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) > after_kill, 180,
+              "faces identified after the deletion")
     ingest = f"deploy/{release}-aitax-ingest-detect"
     cluster.kubectl("scale", "-n", NAMESPACE, ingest, "--replicas=0")
     try:
@@ -206,7 +214,7 @@ def test_an_identify_container_killed_under_load_loses_no_face(cluster: RealClus
 
         # The consumers drain what the video left in `faces`; until then some faces have no identity yet.
         accounted = _wait_for(audit, 420, "every face in `faces` identified", 10)
-        print(f"after an identify container was killed: {accounted}")
+        print(f"after an identify crash and an identify pod deletion: {accounted}")
         assert accounted["in_topic"] > 0 and accounted["lost"] == 0
         assert accounted["identified"] == accounted["in_topic"]
     finally:

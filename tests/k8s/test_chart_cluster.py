@@ -23,6 +23,8 @@ RELEASE = "exp"
 INSTALL_SETS = (
     "identify.gallery.base64=UEsDBBQAAAAAAA==",
     "elasticsearch.bundled.enabled=true",
+    # What a multi-node cluster sets (the default is soft, for one node): 4 fake nodes, one broker each.
+    "kafka.antiAffinity=hard",
     "kafka.persistence.logDirs=2",
     "kafka.heapOpts=-Xms512m -Xmx512m",
 )
