@@ -247,13 +247,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     def _start_nodes(self) -> None:
         self._start_kubelet()
         self._start_kube_proxy()
-        self._start_network_policy()
         self._start_coredns()
         self._start("provisioner", [sys.executable, "-m", "aitax.cluster.provisioner",
                                     f"--kubeconfig={self.kubeconfig}", f"--volumes={self.home / 'volumes'}",
                                     f"--storage-class={STORAGE_CLASS}", f"--marker={self.home}"])
         self._apply_storage_class()
         wait_until(self._node_ready, NODE_READY_TIMEOUT_S, f"node {NODE_NAME}", self._process("kubelet"))
+        self._start_network_policy()  # it reads its Node object at start and exits if there is none yet
 
     def _start_kubelet(self) -> None:
         kubelet_dir = self.home / "kubelet"
@@ -304,12 +304,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         """kube-router's firewall alone: each pod's ingress and egress rules from the NetworkPolicies that select it,
         in iptables chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) matching ipsets of pod addresses. Bridged
         pod-to-pod traffic passes the FORWARD chain because bridge-nf-call-iptables is on."""
-        self._start("kube-router", [
+        process = self._start("kube-router", [
             str(tool("kube-router")), f"--kubeconfig={self.kubeconfig}", f"--hostname-override={NODE_NAME}",
             "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
             f"--service-cluster-ip-range={SERVICE_CIDR}", f"--health-port={self.port_base + 646}",
             "--metrics-port=0", "--iptables-sync-period=1m", "--v=1",
         ])
+        wait_until(lambda: port_is_open(self.port_base + 646), 60, "kube-router", process)
 
     def _start_coredns(self) -> None:
         corefile = self.home / "Corefile"

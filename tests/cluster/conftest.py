@@ -26,16 +26,19 @@ def cluster() -> Iterator[RealCluster]:
     real = RealCluster()
     was_running = real.is_running()
     started = time.monotonic()
-    real.up()
-    print(f"cluster up in {time.monotonic() - started:.1f} s")
-    started = time.monotonic()
-    images.build_all(None, tool("pause"))
-    images.load_into(real.ctr, real.home / "loaded-images",
-                     [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
-    print(f"images built and loaded in {time.monotonic() - started:.1f} s")
-    yield real
+    try:
+        real.up()
+        print(f"cluster up in {time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        images.build_all(None, tool("pause"))
+        images.load_into(real.ctr, real.home / "loaded-images",
+                         [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
+        print(f"images built and loaded in {time.monotonic() - started:.1f} s")
+        yield real
+    finally:  # also when the setup failed: a half-started cluster must not outlive the tests
+        if not was_running:
+            real.down()
     if not was_running:
-        real.down()
         left = {what: items for what, items in real.leftovers().items() if items}
         assert not left, f"`aitax cluster down` left {left}"
 
