@@ -59,7 +59,8 @@ def pyramid(rgb: np.ndarray, scales: list[float]) -> list[np.ndarray]:
 def crop_and_resize(rgb: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarray:
     """RNet's and ONet's inputs: for each box (x1, y1, x2, y2 in frame pixels) a size x size bilinear sample of the
     normalised frame, points outside the frame 0: `tf.image.crop_and_resize` as the package calls it (box corners
-    normalised by the frame's size, then mapped onto 0..size-1), vectorised over the boxes."""
+    divided by the frame's size, which TF then maps onto pixel positions 0..height-1 and 0..width-1), vectorised
+    over the boxes."""
     height, width = rgb.shape[:2]
     steps = np.arange(size) / (size - 1)
     ys = (boxes[:, 1:2] + steps * (boxes[:, 3:4] - boxes[:, 1:2])) * ((height - 1) / height)

@@ -307,7 +307,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         process = self._start("kube-router", [
             str(tool("kube-router")), f"--kubeconfig={self.kubeconfig}", f"--hostname-override={NODE_NAME}",
             "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", f"--health-port={self.port_base + 646}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--health-addr=127.0.0.1",  # not every interface
+            f"--health-port={self.port_base + 646}",
             "--metrics-port=0", "--iptables-sync-period=1m", "--v=1",
         ])
         wait_until(lambda: port_is_open(self.port_base + 646), 60, "kube-router", process)
