@@ -1,7 +1,7 @@
 """The `aitax` command: one entry point, one subcommand per capability.
 
-Each capability package exposes `register(subparsers)` in a light `cli` module that adds its subcommands and
-sets `func` on them. Heavy imports (TensorFlow, Kafka clients) happen inside the command functions, so
+Each module of `aitax.commands` has a `register(subparsers)` that adds its subcommands and sets `func` on
+them. Heavy imports (TensorFlow, Kafka clients) happen inside the command functions, so
 `aitax --help` stays instant.
 """
 
@@ -14,17 +14,17 @@ import os
 import sys
 
 from aitax import __version__
-from aitax.errors import UserError
+from ground.errors import UserError
 
 # Modules whose `register(subparsers)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (
-    "aitax.stack.cli",
-    "pipeline.cli",
-    "telemetry.cli",
-    "emulation.cli",
-    "tco.cli",
-    "aitax.experiment.cli",
-    "aitax.cluster.cli",
+    "aitax.commands.stack",
+    "aitax.commands.pipeline",
+    "aitax.commands.telemetry",
+    "aitax.commands.emulation",
+    "aitax.commands.tco",
+    "aitax.commands.experiment",
+    "aitax.commands.cluster",
 )
 
 

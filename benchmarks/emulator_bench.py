@@ -62,10 +62,10 @@ def kafka_tools(config, topic: str, records: int) -> dict:
 
 def emulator(config, seconds: float, producers: int, consumers: int, processes: int, keying: str) -> dict:
     """The sweep's own emulated load at NO_SLEEP; the rate is identities per second once every process runs."""
-    from aitax.paths import aitax_home
     from emulation.profile import paper_profile
     from emulation.resources import Sampler
     from emulation.sweep import EmulatedLoad, SweepSpec
+    from ground.paths import aitax_home
 
     spec = SweepSpec([NO_SLEEP], seconds, producers, consumers, processes, paper_profile(), "paper", keying=keying)
     load = EmulatedLoad(spec, config, NO_SLEEP, f"bench-{time.time_ns()}", aitax_home() / "bench")
@@ -235,10 +235,11 @@ def instances_per_process(config, seconds: float) -> None:
 def sleep_accuracy() -> None:
     from emulation.profile import paper_profile
     from emulation.workers import EmulatedFaceFinder
+    from ground.paper import PAPER
     from telemetry.timing import Stopwatch
 
     finder = EmulatedFaceFinder(paper_profile(), 32.0, random.Random(1))
-    intended = 74.8 / 32
+    intended = PAPER.mean_ms["detect"] / 32
     errors = []
     for _ in range(300):
         watch = Stopwatch()

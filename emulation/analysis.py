@@ -1,7 +1,6 @@
 """Judging one emulated factor: latency and its breakdown, a stability verdict, and what saturated first.
 
-End-to-end latency runs from a frame's *scheduled* time, not from when a late producer got to it: a stalled
-producer adds latency instead of quietly offering less load (no coordinated omission).
+End-to-end latency is `telemetry.latency`'s: from a frame's scheduled time (no coordinated omission).
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import numpy as np
 
 from emulation.resources import Usage
 from pipeline.schema import IdentityMessage
+from telemetry.latency import NS_PER_MS, distribution, end_to_end_ms
 
 # The stages of one face's life, as consecutive timestamps of its identity record.
 BREAKDOWN = (
@@ -41,12 +41,11 @@ class LatencySummary:
 def summarize(identities: list[IdentityMessage]) -> LatencySummary | None:
     if not identities:
         return None
-    e2e = np.array([(i.identified_ns - i.scheduled_ns) / 1e6 for i in identities])
-    breakdown = {name: float(np.mean([(getattr(i, end) - getattr(i, start)) / 1e6 for i in identities]))
+    e2e = distribution([end_to_end_ms(i.scheduled_ns, i.identified_ns) for i in identities])
+    breakdown = {name: float(np.mean([(getattr(i, end) - getattr(i, start)) / NS_PER_MS for i in identities]))
                  for name, start, end in BREAKDOWN}
-    mean = float(e2e.mean())
-    return LatencySummary(len(identities), mean, float(np.percentile(e2e, 50)), float(np.percentile(e2e, 99)),
-                          breakdown, breakdown["broker_wait"] / mean if mean > 0 else 0.0)
+    return LatencySummary(e2e.count, e2e.mean_ms, e2e.p50_ms, e2e.p99_ms, breakdown,
+                          breakdown["broker_wait"] / e2e.mean_ms if e2e.mean_ms > 0 else 0.0)
 
 
 @dataclass
@@ -71,8 +70,8 @@ def judge(identities: list[IdentityMessage], offered_faces: int, produced_faces:
     ordered = sorted(identities, key=lambda i: i.scheduled_ns)
     if len(ordered) >= 20:
         half = len(ordered) // 2
-        first = np.mean([(i.identified_ns - i.scheduled_ns) / 1e6 for i in ordered[:half]])
-        second = np.mean([(i.identified_ns - i.scheduled_ns) / 1e6 for i in ordered[half:]])
+        first = np.mean([end_to_end_ms(i.scheduled_ns, i.identified_ns) for i in ordered[:half]])
+        second = np.mean([end_to_end_ms(i.scheduled_ns, i.identified_ns) for i in ordered[half:]])
         verdict.first_half_ms, verdict.second_half_ms = float(first), float(second)
         if second > first * LATENCY_GROWTH and second - first > LATENCY_GROWTH_MIN_MS:
             verdict.reasons.append(f"latency growing: {first:.0f} ms -> {second:.0f} ms over the window")

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aitax.paths import aitax_home
 from aitax.stack import elasticsearch as es_component
 from aitax.stack import kafka
 from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
 from emulation.sweep import EmulatedLoad, SweepSpec
+from ground.paths import aitax_home
 from pipeline.schema import Topics
 
 
@@ -89,9 +89,9 @@ def _two_brokers_down(ctx: Context) -> None:
 
 
 def _kill_consumer(ctx: Context) -> None:
-    process, _ = ctx.load.consumers[0]
-    ctx.killed_pids.add(process.pid)
-    os.kill(process.pid, signal.SIGKILL)
+    victim = ctx.load.consumers[0]
+    ctx.killed_pids.add(victim.pid)
+    os.kill(victim.pid, signal.SIGKILL)
     ctx.notes.append("SIGKILL one identify process mid-batch; the group rebalances")
 
 
@@ -297,9 +297,9 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
     import subprocess
     import sys
 
-    from aitax.errors import UserError
-    from aitax.paths import downloads_dir
-    from aitax.stack.procs import port_is_open
+    from ground.daemons import port_is_open
+    from ground.errors import UserError
+    from ground.paths import downloads_dir
 
     if os.geteuid() != 0 or shutil.which("mount") is None:
         raise UserError("the disk-full scenario mounts size-limited filesystems: run it as root")

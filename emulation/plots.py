@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PAPER_BROKER_WAIT_SHARE = {1: 0.646, 2: 0.664, 4: 0.680, 6: 0.791}  # Sec. 5.5
+from ground.paper import BROKER_WAIT_SHARE
 
 
 def print_table(document: dict) -> None:
@@ -15,7 +15,7 @@ def print_table(document: dict) -> None:
     for f in document["factors"]:
         latency = f["latency"] or {}
         share = latency.get("broker_wait_share")
-        paper = PAPER_BROKER_WAIT_SHARE.get(int(f["factor"]) if float(f["factor"]).is_integer() else -1)
+        paper = BROKER_WAIT_SHARE.get(int(f["factor"]) if float(f["factor"]).is_integer() else -1)
         print(f"{f['factor']:>5g}x {'stable' if f['stable'] else 'UNSTABLE':<9}{f['offered_faces_per_s']:>10.0f}"
               f"{f['achieved_faces_per_s']:>11.0f}{latency.get('mean_ms', float('nan')):>8.0f}ms"
               f"{latency.get('p99_ms', float('nan')):>7.0f}ms"

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from aitax.errors import UserError
+from ground.errors import UserError
+from ground.paper import PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
 
 PROFILE_VERSION = 1
 STAGE_NAMES = ("ingest", "detect", "identify")
@@ -63,7 +64,7 @@ class Profile:
     compute_ms: dict[str, Distribution]  # per face for identify, per frame for ingest and detect
     thumbnail_bytes: Distribution
     faces_per_frame: dict[int, float]  # face count -> probability
-    fps: float = 10.0  # frames per second per stream (the paper: about 10)
+    fps: float = STREAM_FPS  # frames per second per stream
 
     def mean_faces_per_frame(self) -> float:
         return sum(count * p for count, p in self.faces_per_frame.items())
@@ -88,12 +89,11 @@ class Profile:
 
 
 def paper_profile(one_face_per_frame: bool = True) -> Profile:
-    faces = {1: 1.0} if one_face_per_frame else _faces_averaging(0.64)
+    faces = {1: 1.0} if one_face_per_frame else _faces_averaging(VIDEO_FACES_PER_FRAME)
     return Profile(
         name="paper" if one_face_per_frame else "paper-video",
-        compute_ms={"ingest": Distribution.constant(18.8), "detect": Distribution.constant(74.8),
-                    "identify": Distribution.constant(131.5)},
-        thumbnail_bytes=Distribution.constant(37_300),
+        compute_ms={stage: Distribution.constant(PAPER.mean_ms[stage]) for stage in ("ingest", "detect", "identify")},
+        thumbnail_bytes=Distribution.constant(THUMBNAIL_BYTES),
         faces_per_frame=faces,
     )
 

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from aitax.errors import UserError
-from aitax.paths import aitax_home
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
 from emulation.analysis import LatencySummary, Verdict, judge, saturated_resource, summarize
 from emulation.profile import Profile
 from emulation.resources import Sampler
+from ground import children
+from ground.errors import UserError
+from ground.paper import HIGHEST_STABLE_FACTOR
+from ground.paths import aitax_home
 from pipeline.schema import DEFAULT_KEYING, Topics
 
 PRODUCERS_ROLE, CONSUMERS_ROLE = "the emulator's producers", "the emulator's consumers"
@@ -92,39 +91,9 @@ class FactorResult:
     saturated: str = ""
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
-    with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "aitax.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-
-
 def _split(total: int, parts: int) -> list[int]:
     parts = max(1, min(parts, total))
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def _wait_ready(processes: list[tuple[subprocess.Popen, Path]], line: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if all(line in log.read_text(errors="replace") for _, log in processes):
-            return
-        for process, log in processes:
-            if process.poll() is not None:
-                raise UserError(f"emulated consumer exited during start-up; see {log}")
-        time.sleep(0.2)
-    raise UserError(f"emulated consumers not ready after {READY_TIMEOUT_S:.0f} s")
-
-
-def _stop(processes: list[subprocess.Popen], timeout_s: float = 60) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-    for process in processes:
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class EmulatedLoad:
@@ -141,31 +110,29 @@ class EmulatedLoad:
         self.common = ["--factor", str(factor), "--profile", spec.profile_name, "--run-id", run_name,
                        "--topic-prefix", f"emu-{run_name}-", "--kafka-client", spec.kafka_client, "--bootstrap",
                        config.bootstrap_servers, "--events", events or spec.events, "--metrics-port", "-1"]
-        self.consumers: list[tuple[subprocess.Popen, Path]] = []
-        self.producers: list[tuple[subprocess.Popen, Path]] = []
+        self.consumers: list[children.Child] = []
+        self.producers: list[children.Child] = []
 
     def start(self) -> None:
         kafka.ensure_topics(self.config, replace(self.config, faces_partitions=max(3, self.spec.consumers))
                             .topics(self.topics))
         for i, n in enumerate(_split(self.spec.consumers, self.spec.processes)):
-            log = self.logs / f"consumers-{i}.log"
-            self.consumers.append((_spawn(["emulate-consumers", "--instances", str(n), "--group", self.group,
-                                           *self.common], log), log))
-        _wait_ready(self.consumers, "emulate-consumers: ready")
+            self.consumers.append(children.spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n),
+                                                                    "--group", self.group, *self.common], self.logs))
+        children.wait_reported(self.consumers, children.READY, READY_TIMEOUT_S, "emulated consumers")
         for i, n in enumerate(_split(self.spec.producers, self.spec.processes)):
-            log = self.logs / f"producers-{i}.log"
-            self.producers.append((_spawn(["emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}",
-                                           "--duration", str(self.spec.duration_s), "--keying", self.spec.keying,
-                                           *self.common], log), log))
+            self.producers.append(children.spawn(f"producers-{i}", [
+                "emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}", "--duration",
+                str(self.spec.duration_s), "--keying", self.spec.keying, *self.common], self.logs))
 
     def watch(self, sampler: Sampler) -> None:
         """Have `sampler` account the CPU of this load's own processes."""
-        sampler.watch(PRODUCERS_ROLE, [process.pid for process, _ in self.producers])
-        sampler.watch(CONSUMERS_ROLE, [process.pid for process, _ in self.consumers])
+        sampler.watch(PRODUCERS_ROLE, [child.pid for child in self.producers])
+        sampler.watch(CONSUMERS_ROLE, [child.pid for child in self.consumers])
 
     def wait_producers(self, timeout_s: float) -> None:
-        for process, _ in self.producers:
-            process.wait(timeout_s)
+        for child in self.producers:
+            child.process.wait(timeout_s)
 
     def drain(self, timeout_s: float) -> int:
         """Wait for the consumers to catch up; returns the faces still not identified."""
@@ -179,15 +146,17 @@ class EmulatedLoad:
         return backlog
 
     def stop(self) -> None:
-        _stop([process for process, _ in self.consumers + self.producers])
+        children.stop(self.consumers + self.producers, 60)
 
     def failures(self, ignore: set[int] = frozenset()) -> list[Path]:
         """Logs of processes that failed (killed on purpose: their pids in `ignore`)."""
-        return [log for process, log in self.consumers + self.producers
-                if process.pid not in ignore and process.returncode not in (0, None)]
+        return [child.log for child in children.failed(self.consumers + self.producers, ignore)]
 
     def produced(self) -> tuple[int, float]:
-        return _produced(self.logs)
+        """Faces acknowledged and mean thumbnail bytes, from the producer processes' summaries."""
+        summaries = [status for child in self.producers for status in child.statuses(children.SUMMARY)]
+        faces = sum(summary["acknowledged"] for summary in summaries)
+        return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 
     def identities(self):
         from pipeline.evaluate import read_identities
@@ -246,18 +215,6 @@ def _mean(values: dict[int, float]) -> float:
     return sum(values.values()) / len(values) if values else 0.0
 
 
-def _produced(logs: Path) -> tuple[int, float]:
-    """Faces acknowledged and mean thumbnail bytes, from the producer processes' summary lines."""
-    faces, total_bytes = 0, 0
-    for log in sorted(logs.glob("producers-*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("emulate-producers: summary "):
-                summary = json.loads(line.removeprefix("emulate-producers: summary "))
-                faces += summary["acknowledged"]
-                total_bytes += summary["bytes"]
-    return faces, total_bytes / faces if faces else 0.0
-
-
 def delete_topics(config: StackConfig, topics: Topics) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -309,9 +266,6 @@ def _one_line(r: FactorResult) -> str:
 
 
 
-# The paper's Fig. 15: the highest stable factor it found per configuration (3 brokers x 1 drive, full faces).
-PAPER_FIG15 = {"brokers": {3: 6, 4: 8, 6: 16, 8: 32}, "drives": {1: 6, 2: 12, 3: 24, 4: 32},
-               "face-size": {1.0: 6, 0.5: None, 0.25: None, 0.125: None}}
 
 
 def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> dict:
@@ -333,7 +287,7 @@ def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=p
             progress(f"== {dimension} {value:g}")
             document = run_sweep(run_spec, config, progress)
             rows.append({"dimension": dimension, "value": value, "highest_stable_factor":
-                         document["highest_stable_factor"], "paper": PAPER_FIG15[dimension].get(value),
+                         document["highest_stable_factor"], "paper": HIGHEST_STABLE_FACTOR[dimension].get(value),
                          "results": document})
     finally:
         if dimension in ("brokers", "drives"):

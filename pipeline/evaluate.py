@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from ground.paper import PAPER
 from pipeline.crop import iou
 from pipeline.schema import IDENTITIES_TOPIC, IdentityMessage, MalformedRecordError, decode_identity
 from pipeline.synth_video import load_truth
+from telemetry.latency import NS_PER_MS, Distribution, distribution, end_to_end_ms
 
 MATCH_IOU = 0.3  # a detection counts as the true face when its box overlaps it this much (scaled frames)
 
@@ -26,7 +26,7 @@ class Evaluation:
     unknown: int = 0
     duplicates: int = 0
     confusions: dict[str, int] = field(default_factory=dict)
-    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    latency_ms: dict[str, Distribution] = field(default_factory=dict)
 
     @property
     def detection_precision(self) -> float:
@@ -122,28 +122,22 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
     return evaluation
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    array = np.asarray(values, dtype=float)
-    return {"mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
-            "p99": float(np.percentile(array, 99)), "count": float(array.size)}
-
-
-def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> dict[str, dict[str, float]]:
+def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> dict[str, Distribution]:
     """Per-stage wall time (the paper's Fig. 6 stages) and end to end per face, in ms."""
     stages: dict[str, list[float]] = {}
     for event in events:
         if event["stage"] in ("ingest", "detect", "broker_wait", "identify"):
-            stages.setdefault(event["stage"], []).append((event["wall_end_ns"] - event["wall_start_ns"]) / 1e6)
-    result = {stage: summarize(values) for stage, values in stages.items() if values}
+            stages.setdefault(event["stage"], []).append((event["wall_end_ns"] - event["wall_start_ns"]) / NS_PER_MS)
+    result = {stage: distribution(values) for stage, values in stages.items() if values}
     if identities:
-        result["end_to_end"] = summarize([(i.identified_ns - i.captured_ns) / 1e6 for i in identities])
+        result["end_to_end"] = distribution([end_to_end_ms(i.scheduled_ns, i.identified_ns) for i in identities])
     return result
 
 
 def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | None,
                  size: tuple[int, int] = (960, 540)) -> Evaluation:
     """`events`: a JSONL folder or an Elasticsearch URL (default: the run's folder under .aitax/runs)."""
-    from aitax.paths import aitax_home
+    from ground.paths import aitax_home
     from telemetry.report_sources import load_events
 
     truth = load_truth(video)
@@ -175,9 +169,8 @@ def print_evaluation(evaluation: Evaluation) -> None:
     print(f"  END-TO-END ACCURACY {e.end_to_end_accuracy:.1%} of ground-truth faces correctly identified")
     if e.latency_ms:
         print(f"  {'stage':<12}{'mean ms':>10}{'p50 ms':>10}{'p99 ms':>10}{'count':>8}   paper mean")
-        paper = {"ingest": 18.8, "detect": 74.8, "broker_wait": 126.1, "identify": 131.5, "end_to_end": 351.0}
         for stage in ("ingest", "detect", "broker_wait", "identify", "end_to_end"):
             if stage in e.latency_ms:
                 s = e.latency_ms[stage]
-                print(f"  {stage:<12}{s['mean']:>10.1f}{s['p50']:>10.1f}{s['p99']:>10.1f}{int(s['count']):>8}"
-                      f"   {paper[stage]:>6.1f}")
+                print(f"  {stage:<12}{s.mean_ms:>10.1f}{s.p50_ms:>10.1f}{s.p99_ms:>10.1f}{s.count:>8}"
+                      f"   {PAPER.mean_ms['e2e' if stage == 'end_to_end' else stage]:>6.1f}")

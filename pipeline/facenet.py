@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from pipeline.assets import sha256_of
 
 log = logging.getLogger(__name__)

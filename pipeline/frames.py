@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "udp://", "tcp://", "rtmp://")
 

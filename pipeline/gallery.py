@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 from sklearn.svm import SVC
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 log = logging.getLogger(__name__)
 

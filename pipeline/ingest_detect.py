@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from pipeline.frames import Frame
 from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.transport import DeliveryReport, Producer

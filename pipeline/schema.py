@@ -147,7 +147,7 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
     return FaceMessage(meta, value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # 14 fields: built by name, never by position
 class IdentityMessage:
     run_id: str
     stream_id: str
@@ -173,9 +173,11 @@ class IdentityMessage:
     def answering(cls, meta: FaceMeta, identity: str, score: float, identify_start_ns: int,
                   identified_ns: int) -> IdentityMessage:
         """The identity of the face `meta` describes, carrying its timestamps on."""
-        return cls(meta.run_id, meta.stream_id, meta.frame_index, meta.face_index, identity, score, meta.box,
-                   meta.scheduled_ns, meta.captured_ns, meta.ingested_ns, meta.detect_start_ns, meta.detected_ns,
-                   identify_start_ns, identified_ns)
+        return cls(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
+                   face_index=meta.face_index, identity=identity, score=score, box=meta.box,
+                   scheduled_ns=meta.scheduled_ns, captured_ns=meta.captured_ns, ingested_ns=meta.ingested_ns,
+                   detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns,
+                   identify_start_ns=identify_start_ns, identified_ns=identified_ns)
 
 
 def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 WIDTH, HEIGHT = 1920, 1080
 LANES = 5  # faces never overlap: each lane holds at most one

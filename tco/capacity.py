@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from tco.catalog import Catalog, build_parameters
 
 # Factors of the paper's Fig. 15 runs (Sec. 7.1 starts at 8x, "the speedup that sent latency to infinity").

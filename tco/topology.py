@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 
 @dataclass(frozen=True)

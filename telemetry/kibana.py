@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 DEFAULT_NDJSON = Path(__file__).parent / "dashboards" / "kibana.ndjson"
 DASHBOARD_ID = "aitax-dashboard"

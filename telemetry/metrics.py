@@ -1,13 +1,15 @@
 """Prometheus metrics of a stage process, fed by the same events it logs (one source of truth).
 
-Every stage process serves `/metrics`; on the local stack it also registers itself with Prometheus's
-file-based discovery so it is scraped without configuration. Names follow Prometheus conventions:
+Every stage process serves `/metrics`; given a folder of Prometheus file-based discovery targets (the local
+stack's), it also announces itself there so it is scraped without configuration. Names follow Prometheus conventions:
 `aitax_` prefix, base units (`_seconds`, `_bytes`), `_total` on counters.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
@@ -41,7 +43,7 @@ class StageMetrics:
                                          registry=self.registry)
         self.duplicates = Counter("aitax_duplicate_faces", "Redelivered faces skipped", registry=self.registry)
         self._ingest_end_ns: dict[tuple[str, int], int] = {}
-        self._target: str | None = None
+        self._target: Path | None = None
 
     def observe(self, event: Event) -> None:
         seconds = (event.wall_end_ns - event.wall_start_ns) / 1e9
@@ -61,25 +63,29 @@ class StageMetrics:
         elif event.stage == "broker_wait" and event.consumer_lag is not None:
             self.consumer_lag.set(event.consumer_lag)
 
-    def serve(self, name: str, port: int = 0, host: str = "127.0.0.1") -> int:
-        """Serve /metrics (port 0: any free port) and, on the local stack, ask Prometheus to scrape it."""
+    def serve(self, name: str, port: int = 0, host: str = "127.0.0.1", scrape_targets: Path | None = None) -> int:
+        """Serve /metrics (port 0: any free port) and announce it in `scrape_targets` when given."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         bound = server.server_address[1]
-        from aitax.stack import prometheus
-        from aitax.stack.stack import current_config
-
-        config = current_config()
-        if config is not None and config.prometheus and prometheus.process().is_running():
-            prometheus.register_target(name, bound, {"role": self.role})
-            self._target = name
+        if scrape_targets is not None:
+            self._target = write_scrape_target(scrape_targets, name, "127.0.0.1", bound, {"role": self.role})
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound
 
     def close(self) -> None:
         if self._target is not None:
-            from aitax.stack import prometheus
+            self._target.unlink(missing_ok=True)
 
-            prometheus.unregister_target(self._target)
+
+def write_scrape_target(folder: Path, name: str, host: str, port: int, labels: dict[str, str]) -> Path:
+    """One Prometheus file-SD target file (FOLDER/NAME.json); returns it, to delete when the endpoint goes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    entry = [{"targets": [f"{host}:{port}"], "labels": {"instance_name": name, **labels}}]
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(entry))
+    temporary.replace(path)  # atomic: Prometheus never reads half a file
+    return path
 
 
 class MetricsSink:

@@ -18,48 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from ground.paper import PAPER, PaperNumbers
 from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
+from telemetry.latency import NS_PER_MS, Distribution, distribution
 
-NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 BUCKET_NS = NS_PER_S  # Fig. 7 buckets
 FRAME_QUEUE = "frame_queue"  # the wait between ingest and detection: a stage of latency with no event of its own
 BREAKDOWN_STAGES = (STAGES[0], FRAME_QUEUE, *STAGES[1:])
 PROCESS_KINDS = tuple(stage for stage in STAGES if stage != "broker_wait")  # broker_wait is time in Kafka, no CPU
 AI_SPEEDUPS = (1, 2, 4, 8, 16, 32)  # Fig. 9's x axis
-TAIL_PERCENTILE = 99.0
 
 FrameKey = tuple[str, int]  # stream_id, frame_index
 FaceKey = tuple[str, int, int]  # stream_id, frame_index, face_index
 Document = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class PaperNumbers:
-    """The paper's measurements, printed beside ours (see /work/shared/notes/paper-numbers.md)."""
-
-    mean_ms: dict[str, float]  # Fig. 6, Sec. 4.2; "e2e" is end to end
-    p99_ms: dict[str, float]  # standalone tails, Sec. 4.2
-    ai_share: dict[str, float]  # Fig. 8, Sec. 4.3; "application" is the whole application
-    amdahl_asymptote: dict[str, float]  # Fig. 9, Sec. 5.1: from the non-AI shares 57.6% and 12.4% (AI rounded above)
-    amdahl_points: dict[str, dict[str, float]]  # Sec. 5.1: process -> {AI speed-up: overall speed-up}
-
-
-PAPER = PaperNumbers(
-    mean_ms={"ingest": 18.8, "detect": 74.8, "broker_wait": 126.1, "identify": 131.5, "e2e": 351.0},
-    p99_ms={"ingest": 27.0, "detect": 1840.0, "broker_wait": 116.0, "identify": 380.0, "e2e": 2210.0},
-    ai_share={"detect": 0.42, "identify": 0.88, "application": 0.552},
-    amdahl_asymptote={"detect": 1.74, "identify": 8.0},
-    amdahl_points={"detect": {"8": 1.59, "16": 1.66}, "identify": {"16": 5.6, "32": 6.6}},
-)
-
-
-@dataclass(frozen=True)
-class Distribution:
-    count: int
-    mean_ms: float
-    p50_ms: float
-    p99_ms: float
 
 
 @dataclass(frozen=True)
@@ -251,13 +223,6 @@ def _mean(values: list[float]) -> float:
     return math.fsum(values) / len(values)
 
 
-def _distribution(values_ms: list[float]) -> Distribution | None:
-    if not values_ms:
-        return None
-    p50, p99 = np.percentile(values_ms, [50.0, TAIL_PERCENTILE])  # linear interpolation between ranks
-    return Distribution(count=len(values_ms), mean_ms=_mean(values_ms), p50_ms=float(p50), p99_ms=float(p99))
-
-
 # -- Fig. 6 and the tail ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -292,18 +257,18 @@ def _standalone(run: _RunEvents) -> dict[str, Distribution | None]:
     queued = [(detect["wall_start_ns"] - run.ingest[key]["wall_end_ns"]) / NS_PER_MS
               for key, detect in run.detect.items() if key in run.ingest]
     return {
-        "ingest": _distribution([_duration_ms(d) for d in run.ingest.values()]),
-        FRAME_QUEUE: _distribution(queued),
-        "detect": _distribution([_duration_ms(d) for d in run.detect.values()]),
-        "broker_wait": _distribution([_duration_ms(d) for d in run.broker_wait.values()]),
-        "identify": _distribution([_duration_ms(d) for d in run.identify.values()]),
+        "ingest": distribution([_duration_ms(d) for d in run.ingest.values()]),
+        FRAME_QUEUE: distribution(queued),
+        "detect": distribution([_duration_ms(d) for d in run.detect.values()]),
+        "broker_wait": distribution([_duration_ms(d) for d in run.broker_wait.values()]),
+        "identify": distribution([_duration_ms(d) for d in run.identify.values()]),
     }
 
 
 def _latency_breakdown(run: _RunEvents, faces: list[_Face]) -> LatencyBreakdown | None:
     if not faces:
         return None
-    e2e = _distribution([face.e2e_ms for face in faces])
+    e2e = distribution([face.e2e_ms for face in faces])
     tail = [face for face in faces if face.e2e_ms >= e2e.p99_ms]
     tail_e2e_mean = _mean([face.e2e_ms for face in tail])
     standalone = _standalone(run)

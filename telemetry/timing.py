@@ -24,10 +24,6 @@ class Stopwatch:
     def add(self, name: str, ms: float) -> None:
         self.ms[name] = self.ms.get(name, 0.0) + ms
 
-    def merge(self, other: Stopwatch) -> None:
-        for name, ms in other.ms.items():
-            self.add(name, ms)
-
     def with_other(self, total_ms: float) -> dict[str, float]:
         """The sub-steps plus `other` = total - named, rounded for the event (never negative)."""
         named = sum(self.ms.values())

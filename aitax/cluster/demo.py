@@ -12,10 +12,10 @@ import subprocess
 import time
 
 from aitax.cluster import images
+from aitax.cluster.k8s import tool
 from aitax.cluster.node import RealCluster
-from aitax.errors import UserError
-from aitax.experiment.k8s_cluster import tool
-from aitax.paths import PROJECT_ROOT
+from ground.errors import UserError
+from ground.paths import PROJECT_ROOT
 
 CHART = PROJECT_ROOT / "charts" / "aitax"
 INSTALL_TIMEOUT = "20m"

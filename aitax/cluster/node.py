@@ -28,10 +28,10 @@ from pathlib import Path
 import psutil
 
 from aitax.cluster import images
-from aitax.errors import UserError
-from aitax.experiment.k8s_cluster import SERVICE_CIDR, LocalControlPlane, tool
-from aitax.paths import aitax_home
-from aitax.stack.procs import ManagedProcess, port_is_open, wait_until
+from aitax.cluster.k8s import SERVICE_CIDR, LocalControlPlane, tool
+from ground.daemons import ManagedProcess, port_is_open, wait_until
+from ground.errors import UserError
+from ground.paths import aitax_home
 
 NODE_NAME = "aitax-node"
 BRIDGE = "aitax0"

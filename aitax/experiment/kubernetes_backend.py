@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aitax.errors import UserError
 from aitax.experiment.spec import KAFKA, ExperimentSpec
+from ground.errors import UserError
 
 REBALANCE_COMPONENT = "kafka-rebalance"
 REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"

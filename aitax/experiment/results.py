@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from telemetry.events import INDEX_PREFIX
 
 PERCENTILES = (50.0, 90.0, 99.0)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from aitax.errors import UserError
 from aitax.experiment.results import PhaseResult, check_elasticsearch, stage_summaries
 from aitax.experiment.spec import ExperimentSpec
+from ground.errors import UserError
 
 # Events reach Elasticsearch through a sink that flushes every second: wait a little before querying.
 EVENTS_SETTLE_S = 3.0

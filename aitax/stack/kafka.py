@@ -9,11 +9,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitax.errors import UserError
-from aitax.paths import PROJECT_ROOT, downloads_dir, stack_dir
 from aitax.stack import prometheus
 from aitax.stack.config import HOST, KAFKA_VERSION, StackConfig, TopicSpec
-from aitax.stack.procs import ManagedProcess, require_free_port
+from ground.daemons import ManagedProcess, require_free_port
+from ground.errors import UserError
+from ground.paths import PROJECT_ROOT, downloads_dir, stack_dir
 
 MAVEN_DIR = PROJECT_ROOT / "aitax" / "stack" / "maven"
 POM = MAVEN_DIR / "kafka-pom.xml"

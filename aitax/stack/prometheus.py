@@ -10,10 +10,11 @@ import json
 import shutil
 from pathlib import Path
 
-from aitax.errors import UserError
-from aitax.paths import stack_dir
 from aitax.stack.config import HOST, StackConfig
-from aitax.stack.procs import ManagedProcess
+from ground.daemons import ManagedProcess
+from ground.errors import UserError
+from ground.paths import stack_dir
+from telemetry.metrics import write_scrape_target
 
 SCRAPE_INTERVAL_S = 5
 
@@ -81,13 +82,7 @@ def ready(config: StackConfig) -> bool:
 
 def register_target(name: str, port: int, labels: dict[str, str] | None = None, host: str = HOST) -> Path:
     """Add a `/metrics` endpoint to the scrape list; returns the file to delete (`unregister_target`)."""
-    targets_dir().mkdir(parents=True, exist_ok=True)
-    path = targets_dir() / f"{name}.json"
-    entry = [{"targets": [f"{host}:{port}"], "labels": {"instance_name": name, **(labels or {})}}]
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(entry))
-    temporary.replace(path)  # atomic: Prometheus never reads half a file
-    return path
+    return write_scrape_target(targets_dir(), name, host, port, labels or {})
 
 
 def unregister_target(name: str) -> None:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from aitax.errors import UserError
-from aitax.paths import stack_dir
 from aitax.stack import elasticsearch, kafka, prometheus
 from aitax.stack.config import StackConfig
-from aitax.stack.procs import ManagedProcess, require_free_port, wait_until
+from ground.daemons import ManagedProcess, require_free_port, wait_until
+from ground.errors import UserError
+from ground.paths import stack_dir
 
 KAFKA_START_TIMEOUT_S = 120
 ES_START_TIMEOUT_S = 180
@@ -305,6 +305,21 @@ def reshape_kafka(config: StackConfig, brokers: int, log_dirs_per_broker: int, p
     reshaped.save(description_file())
     progress(f"restarting Kafka with {brokers} brokers x {log_dirs_per_broker} log dirs")
     return up(reshaped, progress)
+
+
+def default_events() -> str:
+    """Where stage events go by default: the local stack's Elasticsearch when it runs one, else nowhere."""
+    config = current_config()
+    return f"es:{config.elasticsearch_url}" if config is not None and config.elasticsearch else "none"
+
+
+def local_scrape_targets() -> Path | None:
+    """The local Prometheus's file-SD folder while it runs: stage processes announce their /metrics there."""
+    from aitax.stack import prometheus
+
+    config = current_config()
+    running = config is not None and config.prometheus and prometheus.process().is_running()
+    return prometheus.targets_dir() if running else None
 
 
 def local_elasticsearch_url(missing: str = "--es") -> str:

@@ -5,6 +5,9 @@ confluent-kafka (librdkafka, the default: about 15x the throughput for thumbnail
 kafka-python (pure Python, the client the paper's Listing 1 used).
 """
 
+from collections.abc import Sequence
+
+from ground.errors import UserError
 from pipeline.transport.base import (
     KAFKA_CLIENTS,
     CommitRejectedError,
@@ -12,9 +15,34 @@ from pipeline.transport.base import (
     DeliveryReport,
     Producer,
     Record,
-    make_consumer,
-    make_producer,
 )
+
+
+def make_producer(client: str, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> Producer:
+    if client == "confluent-kafka":
+        from pipeline.transport.confluent import ConfluentProducer
+
+        return ConfluentProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+    if client == "kafka-python":
+        from pipeline.transport.kafka_python import KafkaPythonProducer
+
+        return KafkaPythonProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")
+
+
+def make_consumer(
+    client: str, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object
+) -> Consumer:
+    if client == "confluent-kafka":
+        from pipeline.transport.confluent import ConfluentConsumer
+
+        return ConfluentConsumer(bootstrap_servers, group_id, topics, **settings)
+    if client == "kafka-python":
+        from pipeline.transport.kafka_python import KafkaPythonConsumer
+
+        return KafkaPythonConsumer(bootstrap_servers, group_id, topics, **settings)
+    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")
+
 
 __all__ = [
     "KAFKA_CLIENTS",

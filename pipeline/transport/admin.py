@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 log = logging.getLogger(__name__)
 

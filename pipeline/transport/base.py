@@ -6,8 +6,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from aitax.errors import UserError
-
 KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
 
 
@@ -96,28 +94,3 @@ def next_offsets(records: Sequence[Record]) -> dict[Partition, int]:
         offsets[key] = max(offsets.get(key, -1), record.offset + 1)
     return offsets
 
-
-def make_producer(client: str, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> Producer:
-    if client == "confluent-kafka":
-        from pipeline.transport.confluent import ConfluentProducer
-
-        return ConfluentProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
-    if client == "kafka-python":
-        from pipeline.transport.kafka_python import KafkaPythonProducer
-
-        return KafkaPythonProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
-    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")
-
-
-def make_consumer(
-    client: str, bootstrap_servers: str, group_id: str, topics: Sequence[str], **settings: object
-) -> Consumer:
-    if client == "confluent-kafka":
-        from pipeline.transport.confluent import ConfluentConsumer
-
-        return ConfluentConsumer(bootstrap_servers, group_id, topics, **settings)
-    if client == "kafka-python":
-        from pipeline.transport.kafka_python import KafkaPythonConsumer
-
-        return KafkaPythonConsumer(bootstrap_servers, group_id, topics, **settings)
-    raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")

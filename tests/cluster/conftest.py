@@ -14,8 +14,8 @@ import pytest
 from aitax.cluster import images
 from aitax.cluster.demo import CHART
 from aitax.cluster.demo import helm as cluster_helm
+from aitax.cluster.k8s import tool
 from aitax.cluster.node import RealCluster
-from aitax.experiment.k8s_cluster import tool
 
 NAMESPACE = "aitax-test"
 RELEASE = "t"

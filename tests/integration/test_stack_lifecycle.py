@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aitax.paths import downloads_dir
 from aitax.stack.config import StackConfig
-from aitax.stack.procs import port_is_open
+from ground.daemons import port_is_open
+from ground.paths import downloads_dir
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from aitax.errors import UserError
 from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
+from ground.errors import UserError
 from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 
 pytestmark = pytest.mark.k8s

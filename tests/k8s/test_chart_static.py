@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aitax.paths import PROJECT_ROOT
 from aitax.stack.config import StackConfig
 from aitax.stack.kafka import Broker
+from ground.paths import PROJECT_ROOT
 from tests.k8s.conftest import CHART, CI_VALUES, helm, render, tool_path, validate_custom_resource
 
 pytestmark = pytest.mark.k8s

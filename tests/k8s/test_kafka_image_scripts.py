@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from aitax.experiment.kafka_probe import run_probe
-from aitax.paths import PROJECT_ROOT
+from ground.paths import PROJECT_ROOT
 from tests.k8s.conftest import CI_VALUES, render
 
 pytestmark = pytest.mark.k8s

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
 from telemetry.kibana import (
     DEFAULT_NDJSON,

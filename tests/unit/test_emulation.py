@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from aitax.errors import UserError
 from emulation import workers
 from emulation.analysis import judge, saturated_resource, summarize
 from emulation.profile import Distribution, derive_profile, load_profile, paper_profile
+from ground.errors import UserError
 from pipeline import identify, ingest_detect
 from pipeline.schema import IdentityMessage
 
@@ -92,8 +92,11 @@ def test_profile_derived_from_events_has_their_quantiles() -> None:
 def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
     start = int(scheduled_ms * 1e6)
     step = int(latency_ms * 1e6 / 6)
-    return IdentityMessage("r", "s", 0, 0, "emulated", 1.0, (0, 0, 1, 1), start, start + step, start + 2 * step,
-                           start + 3 * step, start + 4 * step, start + 5 * step, start + 6 * step)
+    marks = [start + i * step for i in range(7)]
+    return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
+                           box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
+                           detect_start_ns=marks[3], detected_ns=marks[4], identify_start_ns=marks[5],
+                           identified_ns=marks[6])
 
 
 def test_steady_latency_at_full_throughput_is_stable() -> None:

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from pipeline.assets import FACENET_H5_SHA256, Assets, extract_assets, sha256_of, verify_sha256
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aitax.stack import procs
-from aitax.stack.procs import ManagedProcess
+from ground import daemons as procs
+from ground.daemons import ManagedProcess
 
 
 def _managed(tmp_path: Path, marker: str) -> ManagedProcess:

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from aitax.errors import UserError
+from aitax.commands.report import register_report
+from ground.errors import UserError
 from telemetry.events import Event
 from telemetry.report import PAPER, Report, amdahl_speedup, build_report
-from telemetry.report_cli import register_report
 from telemetry.report_render import format_text, render_figures, render_html
 from telemetry.report_sources import load_events
 

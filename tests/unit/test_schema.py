@@ -89,7 +89,9 @@ def test_missing_field_is_named() -> None:
 
 
 def test_identity_round_trip() -> None:
-    identity = IdentityMessage("r", "cam-1", 3, 0, "madonna", 0.82, (1, 2, 3, 4), 9, 10, 11, 12, 13, 14, 15)
+    identity = IdentityMessage(run_id="r", stream_id="cam-1", frame_index=3, face_index=0, identity="madonna",
+                               score=0.82, box=(1, 2, 3, 4), scheduled_ns=9, captured_ns=10, ingested_ns=11,
+                               detect_start_ns=12, detected_ns=13, identify_start_ns=14, identified_ns=15)
     key, value = encode_identity(identity)
     assert key == b"cam-1"
     assert decode_identity(value) == identity

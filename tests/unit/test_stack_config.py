@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from aitax.errors import UserError
 from aitax.stack import kafka, prometheus
 from aitax.stack.config import StackConfig
+from ground.errors import UserError
 
 
 @pytest.mark.parametrize("brokers", [0, 2, 9])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aitax.errors import UserError
+from ground.errors import UserError
 from tco.capacity import (
     CapacityParameters,
     EmulationResults,

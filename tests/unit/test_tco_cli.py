@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import aitax.cli
-from aitax.errors import UserError
-from tco.cli import register
+from aitax.commands.tco import register
+from ground.errors import UserError
 
 
 def run(argv: list[str]) -> int:
@@ -133,7 +133,7 @@ def test_unknown_design_is_rejected_by_argparse(capsys: pytest.CaptureFixture[st
 def test_aitax_main_prints_user_errors_on_one_line_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(aitax.cli, "COMMAND_MODULES", ("tco.cli",))
+    monkeypatch.setattr(aitax.cli, "COMMAND_MODULES", ("aitax.commands.tco",))
 
     assert aitax.cli.main(["plan", "--accel", "0", "--streams", "10"]) == 2
 

@@ -135,7 +135,7 @@ imagePullSecrets:
 {{- if or $es.external.existingSecret $es.external.url $es.bundled.enabled }}true{{ end }}
 {{- end }}
 
-{{/* The environment contract of every stage process (see pipeline/cli.py): brokers, events, metrics, state. */}}
+{{/* The environment contract of every stage process (see aitax/commands/options.py): brokers, events, metrics, state. */}}
 {{- define "aitax.stageEnv" -}}
 - name: POD_NAME
   valueFrom:

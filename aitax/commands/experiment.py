@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
-    from aitax.paths import aitax_home
+    from ground.paths import aitax_home
 
     spec = load_spec(args.spec)
     if args.release:

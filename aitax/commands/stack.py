@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -95,7 +95,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from aitax.cluster import images
-    from aitax.experiment.k8s_cluster import tool
+    from aitax.cluster.k8s import tool
 
     started = time.monotonic()
     images.build_all(args.names or None, tool("pause"))

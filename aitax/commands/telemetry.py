@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from aitax.commands.report import register_report
     from telemetry.kibana import register_kibana
-    from telemetry.report_cli import register_report
 
     register_report(subparsers)
     register_kibana(subparsers)
@@ -21,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from aitax.paths import aitax_home
     from aitax.stack.stack import local_elasticsearch_url
+    from ground.paths import aitax_home
     from telemetry.elastic import replay_spools
 
     url = args.es or local_elasticsearch_url()

@@ -1,4 +1,5 @@
-"""Background processes of the local stack, tracked by PID files so `down` stops only what `up` started."""
+"""Long-lived background processes (the local stack's servers, a cluster node's components), tracked by PID files so
+`down` stops only what `up` started; and waiting for them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from aitax.errors import UserError
+from ground.errors import UserError
 
 # Up to what age an empty command line (a process still inside execve) is waited out before the PID counts as
 # foreign.

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitax.errors import UserError
-from aitax.paths import PROJECT_ROOT, aitax_home
-from aitax.stack.procs import ManagedProcess, port_is_open, require_free_port, wait_until
+from ground.daemons import ManagedProcess, port_is_open, require_free_port, wait_until
+from ground.errors import UserError
+from ground.paths import PROJECT_ROOT, aitax_home
 
 TOOLS_DIR = PROJECT_ROOT / ".aitax" / "tools"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "helm")

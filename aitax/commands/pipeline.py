@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import time
-import uuid
 from pathlib import Path
 
-from aitax.errors import UserError
-
-READY_LINE = "identify: ready"
-
-
-def new_run_id() -> str:
-    return time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+from aitax.commands.options import add_kafka_options, add_keying, stage_settings
+from ground.errors import UserError
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -26,27 +18,6 @@ def _size(text: str) -> tuple[int, int]:
     if width < 64 or height < 64:
         raise argparse.ArgumentTypeError(f"{text!r}: at least 64x64")
     return width, height
-
-
-def add_kafka_options(parser: argparse.ArgumentParser) -> None:
-    from pipeline.transport import KAFKA_CLIENTS
-
-    parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
-    parser.add_argument("--kafka-client", choices=KAFKA_CLIENTS, default="confluent-kafka",
-                        help="Kafka client library (default confluent-kafka, i.e. librdkafka)")
-    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS"),
-                        help="where stage events go: none, file:DIR (a JSONL file per process), es:URL, or several "
-                             "joined by commas (default: $AITAX_EVENTS, else the local stack's Elasticsearch)")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("AITAX_METRICS_PORT", "0")),
-                        help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
-
-
-def add_keying(parser: argparse.ArgumentParser) -> None:
-    from pipeline.schema import DEFAULT_KEYING, KEYINGS
-
-    parser.add_argument("--keying", choices=KEYINGS, default=DEFAULT_KEYING,
-                        help="what keys a `faces` record, so which identify consumer gets it: stream (a camera on "
-                             "one consumer), frame, or face (default: spreads faces over every consumer)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,17 +111,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _make_video(args: argparse.Namespace) -> int:
+    compose_video(args.faces, args.out, args.seconds, args.fps, args.seed)
+    return 0
+
+
+def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, seed: int) -> None:
     from tqdm import tqdm
 
     from pipeline.synth_video import make_video
 
-    faces = args.faces or _assets().faces_val_dir
-    with tqdm(total=int(args.seconds * args.fps), desc="frames", unit="frame") as bar:
-        summary = make_video(faces, args.out, args.seconds, args.fps, args.seed, progress=bar.update)
-    print(f"wrote {args.out} and its ground truth: {summary['faces_total']} faces, "
+    with tqdm(total=int(seconds * fps), desc="frames", unit="frame") as bar:
+        summary = make_video(faces or _assets().faces_val_dir, out, seconds, fps, seed, progress=bar.update)
+    print(f"wrote {out} and its ground truth: {summary['faces_total']} faces, "
           f"{summary['faces_per_frame_mean']:.2f} per frame on average (max {summary['faces_per_frame_max']}), "
           f"{summary['sprites']} photos of {len(summary['identities'])} people")
-    return 0
 
 
 def _assets():
@@ -160,6 +134,11 @@ def _assets():
 
 
 def _enroll(args: argparse.Namespace) -> int:
+    enroll_gallery(args.images, args.out)
+    return 0
+
+
+def enroll_gallery(images: Path | None, out: Path) -> None:
     from pipeline.crop import crop_face
     from pipeline.detect import FaceDetector
     from pipeline.facenet import FaceEmbedder, set_tf_threads
@@ -167,65 +146,30 @@ def _enroll(args: argparse.Namespace) -> int:
 
     set_tf_threads(1, 1)  # before the detector starts TensorFlow
     assets = _assets()
-    images = args.images or assets.faces_train_dir
     detector = FaceDetector(min_face_size=20)
 
     def largest_face_crop(rgb):
         face = detector.largest(rgb)
         return None if face is None else crop_face(rgb, face.box)
 
-    gallery = enroll(images, largest_face_crop, FaceEmbedder(assets.facenet_weights))
-    save_gallery(gallery, args.out)
+    gallery = enroll(images or assets.faces_train_dir, largest_face_crop, FaceEmbedder(assets.facenet_weights))
+    save_gallery(gallery, out)
     counts = {identity: int((gallery.labels == identity).sum()) for identity in gallery.identities}
     skipped = sum(gallery.no_face_counts.values())
-    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people into {args.out} {counts}; "
+    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people into {out} {counts}; "
           f"{skipped} photo(s) without a detectable face skipped")
-    return 0
-
-
-def default_events() -> str:
-    """The local stack's Elasticsearch when it runs one, else nowhere."""
-    from aitax.stack.stack import current_config
-
-    config = current_config()
-    return f"es:{config.elasticsearch_url}" if config is not None and config.elasticsearch else "none"
-
-
-def telemetry_for(args: argparse.Namespace, role: str, process_name: str):
-    """The process's event sink, wrapped so every event also feeds its Prometheus metrics when they are served."""
-    from telemetry.metrics import MetricsSink, StageMetrics
-    from telemetry.sinks import open_sink
-
-    metrics = StageMetrics(role)
-    sink = open_sink(args.events or default_events(), process_name)
-    if args.metrics_port < 0:
-        return sink, metrics
-    metrics.serve(process_name, args.metrics_port, host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"))
-    return MetricsSink(sink, metrics), metrics
-
-
-def stop_flag() -> list[bool]:
-    """A flag set by SIGINT/SIGTERM: the loops finish what they hold and exit cleanly."""
-    flag = [False]
-
-    def handler(signum, frame) -> None:
-        flag[0] = True
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return flag
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
     from pipeline.frames import open_video
+    from pipeline.runtime import new_run_id, open_telemetry
     from pipeline.schema import FACES_TOPIC
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
     open_video(args.video).release()
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)  # before TensorFlow loads: a wrong address is one line, at once
+    settings = stage_settings(args)
+    require_brokers(settings.bootstrap)  # before TensorFlow loads: a wrong address is one line, at once
     if not 1 <= args.jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
     from pipeline.facenet import set_tf_threads
@@ -233,7 +177,7 @@ def _ingest_detect(args: argparse.Namespace) -> int:
 
     set_tf_threads(args.threads, 1)
     find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
-    producer = make_producer(args.kafka_client, bootstrap)
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
     run_id, start_frame, checkpoint = args.run_id or new_run_id(), 0, None
     if args.resume and not args.checkpoint:
         raise UserError("--resume needs --checkpoint FILE")
@@ -243,10 +187,10 @@ def _ingest_detect(args: argparse.Namespace) -> int:
             start_frame, run_id = saved
             print(f"{args.stream_id}: resuming run {run_id} at frame {start_frame}", flush=True)
         checkpoint = Checkpoint(args.checkpoint, args.video, args.stream_id, run_id)
-    sink, metrics = telemetry_for(args, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
+    sink, metrics = open_telemetry(settings, "ingest-detect", f"ingest-detect-{args.stream_id}-{os.getpid()}")
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(bootstrap, topics=[FACES_TOPIC])
+        require_brokers(settings.bootstrap, topics=[FACES_TOPIC])
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
                                   queue_size=args.queue_size, metrics=metrics, checkpoint=checkpoint,
@@ -262,29 +206,29 @@ def _ingest_detect(args: argparse.Namespace) -> int:
 
 
 def _identify(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
+    from ground.children import READY, report
     from pipeline.assets import FACENET_H5_SHA256
     from pipeline.gallery import load_gallery
+    from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
 
     gallery = load_gallery(args.gallery, expected_model_sha256=FACENET_H5_SHA256)
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
+    settings = stage_settings(args)
+    require_brokers(settings.bootstrap)
     from pipeline.facenet import FaceEmbedder
     from pipeline.identify import RESULTS_LINGER_MS, FaceNetIdentifier, identify_loop
     from pipeline.schema import FACES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads)
     stop = stop_flag()
-    consumer = make_consumer(args.kafka_client, bootstrap, args.group, [FACES_TOPIC])
-    producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)
-    sink, metrics = telemetry_for(args, "identify", f"identify-{os.getpid()}")
+    consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FACES_TOPIC])
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)
+    sink, metrics = open_telemetry(settings, "identify", f"identify-{os.getpid()}")
     try:
         # `aitax run` starts the producers once every identify process has its partitions.
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
-                              max_batch=args.max_batch, metrics=metrics,
-                              on_ready=lambda: print(READY_LINE, flush=True))
+                              max_batch=args.max_batch, metrics=metrics, on_ready=lambda: report(READY))
     finally:
         consumer.close()
         producer.close()
@@ -296,32 +240,37 @@ def _identify(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.runner import run_local
+    from aitax.load.local import LocalPipelineRun, run_local_pipeline
+    from aitax.stack.stack import default_events, resolve_bootstrap
 
-    return run_local(args)
+    run = LocalPipelineRun(video=args.video, gallery=args.gallery, producers=args.producers,
+                           consumers=args.consumers, duration_s=args.duration, run_id=args.run_id,
+                           events_dir=args.events_dir, pace=args.pace, keying=args.keying)
+    return run_local_pipeline(run, resolve_bootstrap(args.bootstrap), default_events())
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from aitax.paths import aitax_home
-    from aitax.stack.stack import resolve_bootstrap
+    from aitax.load.local import LocalPipelineRun, run_local_pipeline
+    from aitax.stack.stack import default_events, resolve_bootstrap
+    from ground.paths import aitax_home
     from pipeline.evaluate import evaluate_run, print_evaluation
-    from pipeline.runner import run_local
+    from pipeline.runtime import new_run_id
 
     out = args.out or aitax_home() / "demo"
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
     print("== 1/4 enroll the train split")
-    _enroll(argparse.Namespace(images=None, out=gallery))
+    enroll_gallery(None, gallery)
     print("== 2/4 compose a test video from the val split (never enrolled)")
-    _make_video(argparse.Namespace(faces=None, out=video, seconds=args.seconds, fps=10.0, seed=7))
+    compose_video(None, video, args.seconds, 10.0, 7)
     print(f"== 3/4 run {args.producers} ingest-detect + {args.consumers} identify for {args.seconds:.0f} s")
     events_dir = out / "runs" / run_id
-    status = run_local(argparse.Namespace(video=video, gallery=gallery, producers=args.producers,
-                                          consumers=args.consumers, duration=args.seconds, run_id=run_id,
-                                          events_dir=events_dir, pace="native", bootstrap=None,
-                                          keying=args.keying))
+    bootstrap = resolve_bootstrap(None)
+    status = run_local_pipeline(LocalPipelineRun(video=video, gallery=gallery, producers=args.producers,
+                                                 consumers=args.consumers, duration_s=args.seconds, run_id=run_id,
+                                                 events_dir=events_dir, keying=args.keying),
+                                bootstrap, default_events())
     print("== 4/4 score against ground truth")
-    evaluation = evaluate_run(video, run_id, resolve_bootstrap(None), events_dir)
-    print_evaluation(evaluation)
+    print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
     return status
 
 

@@ -9,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from aitax.errors import UserError
+from aitax.commands.options import add_kafka_options, add_keying, stage_settings
+from ground.errors import UserError
 
 
 def _factors(text: str) -> list[float]:
@@ -20,8 +21,6 @@ def _factors(text: str) -> list[float]:
 
 
 def _stage_options(parser: argparse.ArgumentParser) -> None:
-    from pipeline.cli import add_kafka_options
-
     parser.add_argument("--instances", type=int, default=1, help="emulated instances in this process (default 1)")
     parser.add_argument("--factor", type=float, default=1.0, help="AI acceleration factor: sleeps are divided by it")
     parser.add_argument("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file")
@@ -31,8 +30,6 @@ def _stage_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from pipeline.cli import add_keying
-
     sweep = subparsers.add_parser(
         "emulate", help="sweep AI acceleration factors with emulated stages; find where the brokers break",
         description="For each factor: the real stage loops and Kafka code with compute replaced by sleeps "
@@ -180,9 +177,9 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
 def _faults(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from aitax.paths import aitax_home
     from aitax.stack.stack import running_config
     from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
+    from ground.paths import aitax_home
 
     every = [*SCENARIOS, "broker-disk-full"]
     names = every if args.scenarios == "all" else args.scenarios.split(",")
@@ -223,17 +220,18 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _emulate_producers(args: argparse.Namespace) -> int:
     from emulation.workers import run_producer_instances
-    from pipeline.cli import stop_flag, telemetry_for
+    from ground.children import SUMMARY, report
+    from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
-    profile, bootstrap, topics = _stage_setup(args)
-    producer = make_producer(args.kafka_client, bootstrap)
-    sink, metrics = telemetry_for(args, "emulator", f"emulate-producers-{os.getpid()}")
+    profile, settings, topics = _stage_setup(args)
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    sink, metrics = open_telemetry(settings, "emulator", f"emulate-producers-{os.getpid()}")
     stop = stop_flag()
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(bootstrap, topics=[topics.faces])
+        require_brokers(settings.bootstrap, topics=[topics.faces])
         deadline = time.monotonic() + args.duration if args.duration else float("inf")
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,
@@ -245,40 +243,42 @@ def _emulate_producers(args: argparse.Namespace) -> int:
     summary = {"frames": sum(s.frames for s in stats), "faces": sum(s.faces for s in stats),
                "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
                "failed": sum(len(s.failed) for s in stats)}
-    print("emulate-producers: summary " + json.dumps(summary), flush=True)
+    report(SUMMARY, **summary)
+    print(f"emulate-producers: {json.dumps(summary)}", flush=True)
     return 1 if summary["failed"] else 0
 
 
 def _emulate_consumers(args: argparse.Namespace) -> int:
     from emulation.workers import run_consumer_instances
-    from pipeline.cli import stop_flag, telemetry_for
+    from ground.children import READY, SUMMARY, report
     from pipeline.identify import RESULTS_LINGER_MS
+    from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
-    profile, bootstrap, topics = _stage_setup(args)
-    consumers = [make_consumer(args.kafka_client, bootstrap, args.group, [topics.faces])
+    profile, settings, topics = _stage_setup(args)
+    consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
-    producer = make_producer(args.kafka_client, bootstrap, linger_ms=RESULTS_LINGER_MS)  # shared by the instances
-    sink, metrics = telemetry_for(args, "emulator", f"emulate-consumers-{os.getpid()}")
+    # One producer shared by the instances.
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)
+    sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
     stop = stop_flag()
     try:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
-                                       max_batch=args.max_batch,
-                                       on_ready=lambda: print("emulate-consumers: ready", flush=True))
+                                       max_batch=args.max_batch, on_ready=lambda: report(READY))
     finally:
         for client in (*consumers, producer):
             client.close()
         sink.close()
         metrics.close()
-    print("emulate-consumers: summary " + json.dumps({"faces": sum(s.faces for s in stats),
-                                                       "duplicates": sum(s.duplicates for s in stats)}), flush=True)
+    summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}
+    report(SUMMARY, **summary)
+    print(f"emulate-consumers: {json.dumps(summary)}", flush=True)
     return 0
 
 
 def _stage_setup(args: argparse.Namespace):
-    """What both emulated stage processes check and resolve before starting: (profile, brokers, topics)."""
-    from aitax.stack.stack import resolve_bootstrap
+    """What both emulated stage processes check and resolve before starting: (profile, settings, topics)."""
     from emulation.profile import load_profile
     from pipeline.schema import DEFAULT_TOPICS, Topics
     from pipeline.transport.admin import require_brokers
@@ -286,9 +286,9 @@ def _stage_setup(args: argparse.Namespace):
     if args.factor <= 0:
         raise UserError(f"--factor {args.factor}: must be > 0")
     profile = load_profile(args.profile)
-    bootstrap = resolve_bootstrap(args.bootstrap)
-    require_brokers(bootstrap)
-    return profile, bootstrap, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    settings = stage_settings(args)
+    require_brokers(settings.bootstrap)
+    return profile, settings, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
 
 
 def _profile(args: argparse.Namespace) -> int:

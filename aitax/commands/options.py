@@ -1,0 +1,40 @@
+"""Options the stage commands share (real and emulated), and their resolution into `StageSettings`: once, here,
+from flags, a pod's environment or the local stack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pipeline.runtime import StageSettings
+
+
+def add_kafka_options(parser: argparse.ArgumentParser) -> None:
+    from pipeline.transport import KAFKA_CLIENTS
+
+    parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
+    parser.add_argument("--kafka-client", choices=KAFKA_CLIENTS, default="confluent-kafka",
+                        help="Kafka client library (default confluent-kafka, i.e. librdkafka)")
+    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS"),
+                        help="where stage events go: none, file:DIR (a JSONL file per process), es:URL, or several "
+                             "joined by commas (default: $AITAX_EVENTS, else the local stack's Elasticsearch)")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("AITAX_METRICS_PORT", "0")),
+                        help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
+
+
+def add_keying(parser: argparse.ArgumentParser) -> None:
+    from pipeline.schema import DEFAULT_KEYING, KEYINGS
+
+    parser.add_argument("--keying", choices=KEYINGS, default=DEFAULT_KEYING,
+                        help="what keys a `faces` record, so which identify consumer gets it: stream (a camera on "
+                             "one consumer), frame, or face (default: spreads faces over every consumer)")
+
+
+def stage_settings(args: argparse.Namespace) -> StageSettings:
+    """The options of `add_kafka_options`, with the local stack filling what was left out."""
+    from aitax.stack.stack import default_events, local_scrape_targets, resolve_bootstrap
+
+    return StageSettings(bootstrap=resolve_bootstrap(args.bootstrap), kafka_client=args.kafka_client,
+                         events=args.events or default_events(), metrics_port=args.metrics_port,
+                         metrics_host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"),
+                         scrape_targets=local_scrape_targets())

@@ -1,0 +1,2 @@
+"""The ground floor: what every other package may import and which imports none of them (errors, paths,
+child processes)."""

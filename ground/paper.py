@@ -1,0 +1,34 @@
+"""The AI-tax paper's numbers, typed once: everything that prints a measurement beside the paper's reads them here
+(../shared/notes/paper-numbers.md lists their sources)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PaperNumbers:
+    """What the AI-tax report prints beside a run (and carries in its JSON)."""
+
+    mean_ms: dict[str, float]  # Fig. 6, Sec. 4.2; "e2e" is end to end
+    p99_ms: dict[str, float]  # standalone tails, Sec. 4.2
+    ai_share: dict[str, float]  # Fig. 8, Sec. 4.3; "application" is the whole application
+    amdahl_asymptote: dict[str, float]  # Fig. 9, Sec. 5.1: from the non-AI shares 57.6% and 12.4% (AI rounded above)
+    amdahl_points: dict[str, dict[str, float]]  # Sec. 5.1: process -> {AI speed-up: overall speed-up}
+
+
+PAPER = PaperNumbers(
+    mean_ms={"ingest": 18.8, "detect": 74.8, "broker_wait": 126.1, "identify": 131.5, "e2e": 351.0},
+    p99_ms={"ingest": 27.0, "detect": 1840.0, "broker_wait": 116.0, "identify": 380.0, "e2e": 2210.0},
+    ai_share={"detect": 0.42, "identify": 0.88, "application": 0.552},
+    amdahl_asymptote={"detect": 1.74, "identify": 8.0},
+    amdahl_points={"detect": {"8": 1.59, "16": 1.66}, "identify": {"16": 5.6, "32": 6.6}},
+)
+
+THUMBNAIL_BYTES = 37_300  # Sec. 4.2: one face thumbnail on the `faces` topic
+STREAM_FPS = 10.0  # Sec. 3: frames per second per camera stream
+VIDEO_FACES_PER_FRAME = 0.64  # Sec. 4.1: the paper's video, 0-5 faces per frame
+BROKER_WAIT_SHARE = {1: 0.646, 2: 0.664, 4: 0.680, 6: 0.791}  # Sec. 5.5: of end-to-end latency, per AI speed-up
+# Fig. 15: the highest stable AI speed-up per configuration (3 brokers x 1 drive and full-size faces unless varied).
+HIGHEST_STABLE_FACTOR = {"brokers": {3: 6, 4: 8, 6: 16, 8: 32}, "drives": {1: 6, 2: 12, 3: 24, 4: 32},
+                         "face-size": {1.0: 6, 0.5: None, 0.25: None, 0.125: None}}
