@@ -253,7 +253,7 @@ def test_cli_runs_a_spec_file(release, tmp_path: Path) -> None:
     """The same through `aitax experiment run` (the CLI module's own parser)."""
     import argparse
 
-    from aitax.experiment import cli
+    from aitax.commands import experiment as cli
 
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(
