@@ -89,6 +89,8 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
                 if delay > 0:
                     time.sleep(delay)
             captured_ns = time.time_ns()
+            if pace == "max":
+                scheduled_ns = captured_ns  # no schedule: a frame is wanted the moment ingestion can take it
             started = time.perf_counter()
             ok, bgr = capture.read()
             if not ok:
