@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,9 +120,9 @@ def stop(children: Iterable[Child], timeout_s: float) -> None:
             child.process.wait()
 
 
-def failed(children: Iterable[Child], ignore: Iterable[int] = ()) -> list[Child]:
-    """Children that exited with an error, except those in `ignore` (pids killed on purpose). SIGINT's exit
-    status counts as success: it is how `stop` asks a child to finish."""
+def failed(children: Iterable[Child], ignore: Iterable[int] = (), accepted: Collection[int] = (0,)) -> list[Child]:
+    """Children that exited with a status not in `accepted`, except those in `ignore` (pids killed on purpose).
+    Still running is not failed."""
     ignored = set(ignore)
     return [child for child in children if child.pid not in ignored
-            and child.returncode not in (0, None, -signal.SIGINT, 130)]
+            and child.returncode is not None and child.returncode not in accepted]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import cv2
@@ -20,7 +21,7 @@ def _video(path: Path, frames: int, fps: float) -> str:
 
 def test_native_pace_schedules_frames_one_period_apart(tmp_path: Path) -> None:
     frames = list(read_frames(_video(tmp_path / "v.mp4", 5, 20.0), "cam", (64, 48), pace="native"))
-    gaps = {b.scheduled_ns - a.scheduled_ns for a, b in zip(frames, frames[1:], strict=False)}
+    gaps = {b.scheduled_ns - a.scheduled_ns for a, b in itertools.pairwise(frames)}
     assert gaps == {50_000_000}
     assert all(f.captured_ns >= f.scheduled_ns for f in frames)
 
