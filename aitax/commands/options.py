@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from pipeline.runtime import StageSettings
+if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
+    from pipeline.runtime import StageSettings
 
 
 def add_kafka_options(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,7 @@ def add_keying(parser: argparse.ArgumentParser) -> None:
 def stage_settings(args: argparse.Namespace) -> StageSettings:
     """The options of `add_kafka_options`, with the local stack filling what was left out."""
     from aitax.stack.stack import default_events, local_scrape_targets, resolve_bootstrap
+    from pipeline.runtime import StageSettings
 
     return StageSettings(bootstrap=resolve_bootstrap(args.bootstrap), kafka_client=args.kafka_client,
                          events=args.events or default_events(), metrics_port=args.metrics_port,

@@ -32,6 +32,12 @@ class LocalPipelineRun:
     pace: str = "native"
     keying: str = DEFAULT_KEYING
 
+    def __post_init__(self) -> None:
+        if self.producers < 1 or self.consumers < 1:
+            raise UserError(f"--producers {self.producers} --consumers {self.consumers}: need at least one of each")
+        if self.duration_s <= 0:
+            raise UserError(f"--duration {self.duration_s}: must be positive")
+
 
 def run_local_pipeline(run: LocalPipelineRun, bootstrap: str, default_events: str) -> int:
     """Run the stages against `bootstrap`; events go to the run's folder and to `default_events`. Returns the
@@ -44,10 +50,6 @@ def run_local_pipeline(run: LocalPipelineRun, bootstrap: str, default_events: st
     from pipeline.schema import FACES_TOPIC
     from pipeline.transport.admin import group_lag, partition_count, require_brokers
 
-    if run.producers < 1 or run.consumers < 1:
-        raise UserError(f"--producers {run.producers} --consumers {run.consumers}: need at least one of each")
-    if run.duration_s <= 0:
-        raise UserError(f"--duration {run.duration_s}: must be positive")
     open_video(str(run.video)).release()
     load_gallery(run.gallery)
     require_brokers(bootstrap)

@@ -54,3 +54,13 @@ def test_a_stack_never_started_is_one_line_and_exit_2(argv: list[str], tmp_path)
     result = _run(argv, tmp_path / "empty", tmp_path)
     output = (result.stdout + result.stderr).strip().splitlines()
     assert result.returncode == 2 and len(output) == 1 and "aitax stack up" in output[0], output[:5]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--producers", "0"], "--producers 0 --consumers 2: need at least one of each"),
+    (["--duration", "-1"], "--duration -1.0: must be positive"),
+])
+def test_bad_run_options_are_named_before_the_stack_is_looked_for(argv: list[str], expected: str, tmp_path) -> None:
+    result = _run(["run", "--video", "v.mp4", "--gallery", "g.npz", *argv], tmp_path / "empty", tmp_path)
+    output = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 2 and output == [f"aitax: {expected}"], output[:5]
