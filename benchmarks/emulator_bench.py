@@ -35,8 +35,8 @@ TOOLS_ROLE = "Kafka's tools"  # an acceleration factor at which every emulated c
 def kafka_tools(config, topic: str, records: int) -> dict:
     """ProducerPerformance and ConsumerPerformance together: the consumer's fetch rate is the end-to-end rate
     (it cannot outrun the producer)."""
+    from aitax.load.resources import Sampler
     from aitax.stack import kafka
-    from emulation.resources import Sampler
 
     producer_args = ["--topic", topic, "--num-records", str(records), "--record-size", str(FACE_BYTES),
                      "--throughput", "-1", "--producer-props", f"bootstrap.servers={config.bootstrap_servers}",
@@ -62,26 +62,29 @@ def kafka_tools(config, topic: str, records: int) -> dict:
 
 def emulator(config, seconds: float, producers: int, consumers: int, processes: int, keying: str) -> dict:
     """The sweep's own emulated load at NO_SLEEP; the rate is identities per second once every process runs."""
+    from aitax.load.resources import Sampler
     from emulation.profile import paper_profile
-    from emulation.resources import Sampler
-    from emulation.sweep import EmulatedLoad, SweepSpec
+    from emulation.sweep import SweepSpec, delete_topics, emulated_load
     from ground.paths import aitax_home
 
     spec = SweepSpec([NO_SLEEP], seconds, producers, consumers, processes, paper_profile(), "paper", keying=keying)
-    load = EmulatedLoad(spec, config, NO_SLEEP, f"bench-{time.time_ns()}", aitax_home() / "bench")
+    load = emulated_load(spec, config, NO_SLEEP, f"bench-{time.time_ns()}", aitax_home() / "bench", drain_s=30)
+    # The engine's steps by hand: the steady rate excludes the producers' start-up, which `run_load` counts.
     try:
         with Sampler(config) as sampler:
-            load.start()
-            load.watch(sampler)
+            load.start_consumers()
+            load.start_producers()
+            for role, pids in load.pids().items():
+                sampler.watch(role, pids)
             started_ns, started = time.time_ns(), time.monotonic()
-            load.wait_producers(seconds + 120)
+            load.finish_producers(interrupted=False)
             ended_ns = time.time_ns()
             usage = sampler.usage(started + 3, time.monotonic())
         load.drain(30)
     finally:
         load.stop()
         identities, _ = load.identities()
-        load.delete_topics()  # 1 GB a second of replicated thumbnails: never leave them on the disk
+        delete_topics(config, load.topics)  # 1 GB a second of replicated thumbnails: never leave them on the disk
     # Skip the producers' start-up (imports, first connections): the steady rate is what is compared.
     times = sorted(i.identified_ns for i in identities if started_ns + 3e9 <= i.identified_ns <= ended_ns)
     span_s = (times[-1] - times[0]) / 1e9 if len(times) > 1 else float("inf")
@@ -89,7 +92,7 @@ def emulator(config, seconds: float, producers: int, consumers: int, processes: 
 
 
 def _saturation(usage) -> str:
-    from emulation.analysis import cpu_owner, saturated_resource
+    from aitax.load.resources import cpu_owner, saturated_resource
 
     return saturated_resource(usage, 2.2e9, None) if usage.machine_cpu_busy < 0.85 else \
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"

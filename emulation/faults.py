@@ -12,18 +12,19 @@ import itertools
 import os
 import random
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aitax.load.engine import run_load
+from aitax.load.local import LocalLoad
 from aitax.stack import elasticsearch as es_component
 from aitax.stack import kafka
 from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
-from emulation.sweep import EmulatedLoad, SweepSpec
+from emulation.sweep import SweepSpec, delete_topics, emulated_load
 from ground.paths import aitax_home
 from pipeline.schema import Topics
 
@@ -53,9 +54,8 @@ class FaultResult:
 @dataclass
 class Context:
     config: StackConfig
-    load: EmulatedLoad
+    load: LocalLoad
     notes: list[str]
-    killed_pids: set[int] = field(default_factory=set)
 
 
 def active_controller(config: StackConfig) -> int:
@@ -90,7 +90,7 @@ def _two_brokers_down(ctx: Context) -> None:
 
 def _kill_consumer(ctx: Context) -> None:
     victim = ctx.load.consumers[0]
-    ctx.killed_pids.add(victim.pid)
+    ctx.load.killed.add(victim.pid)
     os.kill(victim.pid, signal.SIGKILL)
     ctx.notes.append("SIGKILL one identify process mid-batch; the group rebalances")
 
@@ -211,51 +211,40 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
                      profile_name="paper")
     run_name = f"fault-{name}-{random.Random().randrange(16**6):06x}"
     events = f"es:{config.elasticsearch_url}" if name == "elasticsearch-outage" else None
-    load = EmulatedLoad(spec, config, factor, run_name, workdir or aitax_home() / "faults", events=events)
+    load = emulated_load(spec, config, factor, run_name, workdir or aitax_home() / "faults", events=events,
+                         drain_s=DRAIN_S)
     context = Context(config, load, [])
-    try:
-        load.start()
-        time.sleep(duration_s / 4)
-        disruption = threading.Thread(target=disrupt, args=(context,), daemon=True)
-        disruption.start()
-        load.wait_producers(duration_s + 300)
-        disruption.join(120)
-        backlog = load.drain(DRAIN_S)
-        if backlog:
-            context.notes.append(f"{backlog} faces still queued after the drain")
-    finally:
-        load.stop()
+    run = run_load(load, disruption=lambda: disrupt(context))
     health = kafka.cluster_health(config)
     deadline = time.monotonic() + 60
     while not health.healthy(config.node_ids) and time.monotonic() < deadline:
         time.sleep(1)
         health = kafka.cluster_health(config)
-    failed = load.failures(ignore=context.killed_pids)
-    if failed:
-        context.notes.append(_failure_note(failed))
-    acknowledged, _ = load.produced()
+    context.notes.extend(run.notes)
+    if run.process_failures:
+        context.notes.append(_failure_note(run.process_failures))
     audit = audit_topics(config.bootstrap_servers, run_name, load.topics)
     result = FaultResult(
-        scenario=name, offered_faces_per_s=producers * 10 * factor, acknowledged=acknowledged,
+        scenario=name, offered_faces_per_s=producers * 10 * factor, acknowledged=run.produced_faces,
         in_topic=audit.in_topic, identified=audit.identified, duplicates=audit.duplicates, lost=audit.lost,
         stall_s=audit.stall_s, isr_restored=health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None,
-        dead_letters=audit.dead_letters, process_failures=len(failed), notes=context.notes)
+        dead_letters=audit.dead_letters, process_failures=len(run.process_failures), notes=context.notes)
     if name == "elasticsearch-outage":
         from telemetry.elastic import replay_spools
 
         # Processes that ended before Elasticsearch returned left spools: replay them as an operator would.
         context.notes.append(f"{replay_spools(config.elasticsearch_url, aitax_home() / 'spool')} events replayed "
                              "from the spools of ended processes")
-        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name, acknowledged, audit.identified)
+        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name, run.produced_faces,
+                                                                  audit.identified)
         result.notes.append(f"events in Elasticsearch after replay: {result.events_in_elasticsearch}")
-    load.delete_topics()
+    delete_topics(config, load.topics)
     return result
 
 
-def _failure_note(failed_logs: list[Path]) -> str:
-    """The first failed process's log and its last lines: a CI run's work folder is gone when the note is read."""
-    last_lines = " | ".join(failed_logs[0].read_text(errors="replace").strip().splitlines()[-3:])
-    return f"{len(failed_logs)} process(es) failed; {failed_logs[0]}: {last_lines}"
+def _failure_note(failures: list[str]) -> str:
+    """The first failed process and its log's last line: a CI run's work folder is gone when the note is read."""
+    return f"{len(failures)} process(es) failed; {failures[0]}"
 
 
 def _events_in_elasticsearch(config: StackConfig, run_name: str, frames: int, faces: int) -> dict[str, int]:
@@ -324,10 +313,10 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
         if started.returncode:
             raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
         spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
-        load = EmulatedLoad(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
-                            workdir)
-        try:
-            load.start()
+        load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
+                             workdir, drain_s=180)
+
+        def fill_then_grow() -> None:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and all(shutil.disk_usage(d).free > 1 << 20 for d in log_dirs):
                 time.sleep(0.5)
@@ -341,21 +330,17 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in dead]
             for restart in restarts:
                 restart.wait(300)
-            load.wait_producers(600)
-            backlog = load.drain(180)
-            if backlog:
-                notes.append(f"{backlog} faces still queued after the drain")
-        finally:
-            load.stop()
-        acknowledged, _ = load.produced()
-        audit = audit_topics(config.bootstrap_servers, load.run_name, load.topics)
-        failed = load.failures()
-        if failed:
-            notes.append(_failure_note(failed))
-        return FaultResult("broker-disk-full", 2 * 10 * factor, acknowledged, audit.in_topic, audit.identified,
-                           audit.duplicates, audit.lost, audit.stall_s,
+
+        # The disks fill from the start: the disruption begins at once rather than a quarter in.
+        run = run_load(load, disruption=fill_then_grow, disruption_after_s=0)
+        notes.extend(run.notes)
+        audit = audit_topics(config.bootstrap_servers, load.run_id, load.topics)
+        if run.process_failures:
+            notes.append(_failure_note(run.process_failures))
+        return FaultResult("broker-disk-full", 2 * 10 * factor, run.produced_faces, audit.in_topic,
+                           audit.identified, audit.duplicates, audit.lost, audit.stall_s,
                            kafka.cluster_health(config).healthy(config.node_ids), dead_letters=audit.dead_letters,
-                           process_failures=len(failed), notes=notes)
+                           process_failures=len(run.process_failures), notes=notes)
     finally:
         aitax("stack", "down")
         for log_dir in log_dirs:

@@ -4,53 +4,111 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ground.paper import BROKER_WAIT_SHARE
+from telemetry.latency import BREAKDOWN
+from telemetry.quantiles import min_samples, quantile_key
+from telemetry.results import FactorRuns, SweepResult, format_spread
 
 
-def print_table(document: dict) -> None:
-    print(f"\nemulation {document['run_id']}: profile {document['profile']}, {document['brokers']} brokers x "
-          f"{document['drives_per_broker']} log dirs, {document['duration_s']:.0f} s per factor")
-    print(f"{'factor':>6} {'verdict':<9}{'offered/s':>10}{'achieved/s':>11}{'e2e mean':>10}{'e2e p99':>9}"
-          f"{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'cpu':>6}  saturated")
-    for f in document["factors"]:
-        latency = f["latency"] or {}
-        share = latency.get("broker_wait_share")
-        paper = BROKER_WAIT_SHARE.get(int(f["factor"]) if float(f["factor"]).is_integer() else -1)
-        print(f"{f['factor']:>5g}x {'stable' if f['stable'] else 'UNSTABLE':<9}{f['offered_faces_per_s']:>10.0f}"
-              f"{f['achieved_faces_per_s']:>11.0f}{latency.get('mean_ms', float('nan')):>8.0f}ms"
-              f"{latency.get('p99_ms', float('nan')):>7.0f}ms"
-              f"{(share or 0):>11.0%} {'' if paper is None else f'{paper:.0%}':>6}"
-              f"{f['broker_disk_write_bytes_per_s'] / 1e6:>10.1f}{f['machine_cpu_busy']:>6.0%}  {f['saturated']}")
-        for reason in f["reasons"]:
-            print(f"{'':>16}{reason}")
-    best = document["highest_stable_factor"]
-    print(f"highest stable factor: {'none' if best is None else f'{best:g}x'} (paper, 3 brokers x 1 NVMe: 6x)")
+def print_table(sweep: SweepResult) -> None:
+    print("\n" + "\n".join(format_table(sweep)))
 
 
-def write_plots(document: dict, folder: Path) -> list[Path]:
+def format_table(sweep: SweepResult) -> list[str]:
+    """One row per point: medians with their min-max over repeats, quantiles from the repeats' merged
+    histograms (a `*` where the windows held too few faces for one), each point's verdict as repeats that held."""
+    lines: list[str] = []
+    quantiles = [quantile_key(q) for q in sweep.quantiles]
+    width = max([6, *(len(group.label) for group in sweep.by_factor())])
+    repeats = f", {sweep.repeats} repeats: median (min-max)" if sweep.repeats > 1 else ""
+    lines.append(f"emulation {sweep.run_id}: profile {sweep.profile}, {sweep.brokers} brokers x "
+          f"{sweep.drives_per_broker} log dirs, {sweep.duration_s:.0f} s per run{repeats}")
+    lines.append(f"{'point':>{width}} {'verdict':<13}{'offered/s':>10}{'achieved/s':>18}{'e2e mean ms':>20}"
+          + "".join(f"{q:>9}" for q in quantiles)
+          + f"{'max':>8}{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'cpu':>6}  saturated (last repeat)")
+    flagged = False
+    for factor in sweep.by_factor():
+        last = factor.runs[-1]
+        verdict = f"{'stable' if factor.stable else 'UNSTABLE'} {factor.stable_repeats}/{len(factor.runs)}"
+        tail = factor.tail(sweep.quantiles)
+        cells = []
+        for q in quantiles:
+            value = tail.quantiles_ms[q] if tail else float("nan")
+            mark = "*" if tail is not None and q in tail.too_few_samples else ""
+            flagged = flagged or bool(mark)
+            cells.append(f"{value:>8.0f}{mark or ' '}")
+        paper = BROKER_WAIT_SHARE.get(int(factor.factor) if factor.factor.is_integer() else -1)
+        share = factor.spread(lambda run: run.latency.broker_wait_share if run.latency else None)
+        disk = factor.spread(lambda run: run.resources.broker_disk_write_bytes_per_s / 1e6)
+        cpu = factor.spread(lambda run: run.resources.machine_cpu_busy)
+        offered = "-" if last.offered_faces_per_s is None else f"{last.offered_faces_per_s:.0f}"
+        lines.append(f"{factor.label:>{width}} {verdict:<13}{offered:>10}"
+                     f"{format_spread(factor.spread(lambda run: run.achieved_faces_per_s)):>18}"
+                     f"{format_spread(factor.spread(lambda run: run.latency.mean_ms if run.latency else None)):>20}"
+                     + "".join(cells)
+                     + f"{tail.max_ms if tail else float('nan'):>8.0f}{(share.median if share else 0):>11.0%} "
+                     f"{'' if paper is None else f'{paper:.0%}':>6}{disk.median:>10.1f}{cpu.median:>6.0%}  "
+                     f"{last.resources.saturated}")
+        for run in factor.runs:
+            for reason in run.verdict.reasons:
+                lines.append(f"{'':>{width + 10}}{f'repeat {run.repeat}: ' if len(factor.runs) > 1 else ''}{reason}")
+    if flagged:
+        lines.append("* fewer faces in the measurement windows than the quantile needs (10 / (1 - q)): "
+                     "not to be trusted")
+    best = sweep.highest_stable_factor
+    if sweep.latency_bound is not None:
+        quantile, bound_ms = sweep.latency_bound
+        at_best = next((group for group in sweep.by_factor() if group.factor == best), None)
+        rate = at_best.spread(lambda run: run.achieved_faces_per_s) if at_best else None
+        lines.append(f"latency-bounded throughput ({quantile_key(quantile)} <= {bound_ms:g} ms, every condition "
+                     f"held, {sweep.brokers} brokers): " + ("none in range" if best is None or rate is None
+                                                            else f"{best:.3g}x, {rate.median:.0f} faces/s"))
+    elif any(group.in_flight is None for group in sweep.by_factor()):
+        lines.append(f"highest stable factor: {'none' if best is None else f'{best:g}x'} "
+                     "(paper, 3 brokers x 1 NVMe: 6x)")
+    return lines
+
+
+def write_plots(sweep: SweepResult, folder: Path) -> list[Path]:
+    """Fig. 10 and 11 from the open-loop factors' medians over their repeats, the latency tail of every point,
+    and throughput against latency."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    factors = [f["factor"] for f in document["factors"]]
-    stages = ("schedule_delay", "ingest", "frame_queue", "detect", "broker_wait", "identify")
+    open_loop = [group for group in sweep.by_factor() if group.in_flight is None]
+    written = _fig10_fig11(open_loop, folder, plt) if open_loop else []
+    return [*written, _quantile_plot(sweep, folder, plt), _trajectory(sweep, folder, plt)]
 
+
+def _median(group: FactorRuns, value) -> float:
+    spread = group.spread(value)
+    return spread.median if spread else 0.0
+
+
+def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
+    factors = [group.factor for group in groups]
     figure, (latency_axis, throughput_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     bottom = [0.0] * len(factors)
-    for stage in stages:
-        values = [(f["latency"] or {}).get("breakdown_ms", {}).get(stage, 0.0) for f in document["factors"]]
+    for stage, _, _ in BREAKDOWN:
+        values = [_median(g, lambda run, s=stage: run.latency.breakdown_ms.get(s) if run.latency else None)
+                  for g in groups]
         latency_axis.bar(range(len(factors)), values, bottom=bottom, label=stage)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    for index, f in enumerate(document["factors"]):
-        if not f["stable"]:
+    for index, group in enumerate(groups):
+        if not group.stable:
             latency_axis.annotate("unstable", (index, bottom[index]), ha="center", va="bottom", color="red")
     latency_axis.set(title="Fig. 10a: mean end-to-end latency by stage", xlabel="AI acceleration factor",
-                     ylabel="ms", xticks=range(len(factors)), xticklabels=[f"{x:g}x" for x in factors])
+                     ylabel="ms", xticks=range(len(factors)), xticklabels=[f"{x:.3g}x" for x in factors])
     latency_axis.legend(fontsize=8)
-    throughput_axis.plot(factors, [f["offered_faces_per_s"] for f in document["factors"]], "k--", label="offered")
-    throughput_axis.plot(factors, [f["achieved_faces_per_s"] for f in document["factors"]], "o-", label="achieved")
+    throughput_axis.plot(factors, [_median(g, lambda run: run.offered_faces_per_s) for g in groups], "k--",
+                         label="offered")
+    throughput_axis.plot(factors, [_median(g, lambda run: run.achieved_faces_per_s) for g in groups], "o-",
+                         label="achieved")
     throughput_axis.set(title="Fig. 10b: throughput", xlabel="AI acceleration factor", ylabel="faces/s",
                         xscale="log", yscale="log")
     throughput_axis.legend()
@@ -60,12 +118,11 @@ def write_plots(document: dict, folder: Path) -> list[Path]:
     plt.close(figure)
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    axis.plot(factors, [f["broker_disk_write_bytes_per_s"] / 1e6 for f in document["factors"]], "o-",
-              label="broker storage write (per broker)")
-    axis.plot(factors, [f["broker_disk_read_bytes_per_s"] / 1e6 for f in document["factors"]], "o-",
-              label="broker storage read (per broker)")
-    axis.plot(factors, [f["loopback_bytes_per_s"] / 1e6 for f in document["factors"]], "s--",
-              label="network (loopback, all)")
+    for label, value, style in (
+            ("broker storage write (per broker)", lambda run: run.resources.broker_disk_write_bytes_per_s, "o-"),
+            ("broker storage read (per broker)", lambda run: run.resources.broker_disk_read_bytes_per_s, "o-"),
+            ("network (loopback, all)", lambda run: run.resources.loopback_bytes_per_s, "s--")):
+        axis.plot(factors, [_median(g, value) / 1e6 for g in groups], style, label=label)
     axis.set(title="Fig. 11: bandwidth under acceleration", xlabel="AI acceleration factor", ylabel="MB/s",
              xscale="log")
     axis.legend()
@@ -74,3 +131,67 @@ def write_plots(document: dict, folder: Path) -> list[Path]:
     figure.savefig(fig11, dpi=110)
     plt.close(figure)
     return [fig10, fig11]
+
+
+def _quantile_plot(sweep: SweepResult, folder: Path, plt) -> Path:
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    # Log-probability axis: x = 1 / (1 - q), so p90, p99 and p99.9 are evenly spaced and the tail is visible.
+    grid = [0.0, *(1 - 10 ** -k for k in np.linspace(0.01, 4, 200))]  # even steps along that axis
+    for group in sweep.by_factor():
+        tail = group.tail(grid)
+        if tail is None:
+            continue
+        usable = [q for q in grid if tail.count >= min_samples(q)]
+        axis.plot([1 / (1 - q) for q in usable], [tail.quantiles_ms[quantile_key(q)] for q in usable],
+                  label=f"{group.label} ({tail.count} faces)")
+    axis.set(title="End-to-end latency by quantile (where the sample suffices)", xscale="log", yscale="log",
+             xlabel="quantile", ylabel="ms")
+    ticks = (0.5, 0.9, 0.99, 0.999, 0.9999)
+    axis.set_xticks([1 / (1 - q) for q in ticks], [quantile_key(q) for q in ticks])
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path = folder / "latency_quantiles.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _trajectory(sweep: SweepResult, folder: Path, plt) -> Path:
+    """Throughput against latency, one line per loop: open-loop points by factor, closed-loop points by frames
+    in flight (a concurrency sweep traces where more load stops buying throughput and only adds latency)."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    groups = sweep.by_factor()
+    for name, members in (("open loop", [g for g in groups if g.in_flight is None]),
+                          ("closed loop", [g for g in groups if g.in_flight is not None])):
+        points = [(g, g.spread(lambda run: run.achieved_faces_per_s), g.tail([0.5, 0.99])) for g in members]
+        points = [(g, rate, tail) for g, rate, tail in points if rate is not None and tail is not None]
+        if not points:
+            continue
+        for key, style in (("p50", "o-"), ("p99", "s--")):
+            axis.plot([rate.median for _, rate, _ in points], [tail.quantiles_ms[key] for _, _, tail in points],
+                      style, label=f"{name}, {key}")
+        for group, rate, tail in points:
+            axis.annotate(f"{group.in_flight}" if group.in_flight else f"{group.factor:.3g}x",
+                          (rate.median, tail.quantiles_ms["p99"]), fontsize=7, textcoords="offset points",
+                          xytext=(3, 3))
+    axis.set(title="Throughput vs end-to-end latency (points: factor, or frames in flight)",
+             xlabel="achieved faces/s (median over repeats)", ylabel="ms", yscale="log")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path = folder / "throughput_latency.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_html(sweep: SweepResult, figures: list[Path], path: Path) -> Path:
+    """One self-contained page: the table as printed, then every plot."""
+    import html
+
+    from telemetry.report_render import html_figure, html_page
+
+    images = "".join(html_figure(figure.stem.replace("_", " "), figure.read_bytes()) for figure in figures)
+    body = f"<pre>{html.escape(chr(10).join(format_table(sweep)))}</pre>\n<h2>Figures</h2>\n{images}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html_page(f"Emulation {sweep.run_id}", body), encoding="utf-8")
+    return path

@@ -14,11 +14,22 @@ import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+)
 
-from ground.errors import UserError
+from ground.errors import UserError, invalid
 from ground.paper import PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
 
 PROFILE_VERSION = 1
@@ -69,6 +80,10 @@ class Profile:
     def mean_faces_per_frame(self) -> float:
         return sum(count * p for count, p in self.faces_per_frame.items())
 
+    def offered_faces_per_s(self, producers: int, factor: float) -> float:
+        """What `producers` emulated streams offer at speed-up `factor` (frames come `factor` times faster)."""
+        return producers * self.fps * factor * self.mean_faces_per_frame()
+
     def sample_faces(self, rng: random.Random) -> int:
         counts = list(self.faces_per_frame)
         return rng.choices(counts, weights=[self.faces_per_frame[c] for c in counts])[0]
@@ -109,6 +124,51 @@ def _faces_averaging(mean: float) -> dict[int, float]:
 BUILT_IN = {"paper": lambda: paper_profile(True), "paper-video": lambda: paper_profile(False)}
 
 
+def _quantile_points(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    quantiles = [q for q, _ in points]
+    if len(points) < 2 or quantiles[0] != 0.0 or quantiles[-1] != 1.0:
+        raise ValueError("must start at quantile 0 and end at quantile 1")
+    if any(b <= a for a, b in itertools.pairwise(quantiles)):
+        raise ValueError("quantiles must increase")
+    if any(v < 0 for _, v in points) or any(b < a for (_, a), (_, b) in itertools.pairwise(points)):
+        raise ValueError("values must be >= 0 and not decrease")
+    return points
+
+
+QuantilePoints = Annotated[list[tuple[float, float]], AfterValidator(_quantile_points)]
+
+
+class ProfileFile(BaseModel):
+    """A profile YAML file (what `aitax profile` writes), validated field by field."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str
+    fps: float = Field(STREAM_FPS, gt=0)  # frames per second per stream
+    compute_ms: dict[Literal["ingest", "detect", "identify"], QuantilePoints]
+    thumbnail_bytes: QuantilePoints
+    faces_per_frame: dict[NonNegativeInt, NonNegativeFloat]  # face count -> probability
+
+    @field_validator("compute_ms")
+    @classmethod
+    def _every_stage(cls, compute: dict[str, list]) -> dict[str, list]:
+        missing = [stage for stage in STAGE_NAMES if stage not in compute]
+        if missing:
+            raise ValueError(f"lacks stage {missing[0]}")
+        return compute
+
+    @field_validator("faces_per_frame")
+    @classmethod
+    def _probabilities(cls, faces: dict[int, float]) -> dict[int, float]:
+        if not faces or abs(sum(faces.values()) - 1) > 1e-3:
+            raise ValueError("probabilities must sum to 1")
+        return faces
+
+    def profile(self) -> Profile:
+        return Profile(self.name, {stage: Distribution(tuple(points)) for stage, points in self.compute_ms.items()},
+                       Distribution(tuple(self.thumbnail_bytes)), dict(self.faces_per_frame), self.fps)
+
+
 def load_profile(name_or_path: str) -> Profile:
     """A built-in name or a YAML file; anything missing or malformed is a one-line error naming it."""
     if name_or_path in BUILT_IN:
@@ -120,49 +180,12 @@ def load_profile(name_or_path: str) -> Profile:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise UserError(f"{path}: not YAML ({str(error).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a profile is a mapping")
-    if raw.get("version") != PROFILE_VERSION:
+    if isinstance(raw, dict) and raw.get("version") != PROFILE_VERSION:
         raise UserError(f"{path}: profile version {raw.get('version')!r}, expected {PROFILE_VERSION}")
-    for key in ("name", "compute_ms", "thumbnail_bytes", "faces_per_frame"):
-        if key not in raw:
-            raise UserError(f"{path}: field {key} missing")
-    compute = raw["compute_ms"]
-    if not isinstance(compute, dict):
-        raise UserError(f"{path}: field compute_ms must map stages to quantile points")
-    missing = [stage for stage in STAGE_NAMES if stage not in compute]
-    if missing:
-        raise UserError(f"{path}: compute_ms lacks stage {missing[0]}")
-    faces = raw["faces_per_frame"]
-    if not isinstance(faces, dict) or not faces:
-        raise UserError(f"{path}: field faces_per_frame must map face counts to probabilities")
     try:
-        faces = {int(k): float(v) for k, v in faces.items()}
-    except (TypeError, ValueError):
-        raise UserError(f"{path}: faces_per_frame needs integer counts and numeric probabilities") from None
-    if any(c < 0 or p < 0 for c, p in faces.items()) or abs(sum(faces.values()) - 1) > 1e-3:
-        raise UserError(f"{path}: faces_per_frame probabilities must be >= 0 and sum to 1")
-    fps = raw.get("fps", 10.0)
-    if not isinstance(fps, (int, float)) or fps <= 0:
-        raise UserError(f"{path}: field fps={fps!r} must be a positive number")
-    return Profile(str(raw["name"]), {stage: _distribution(path, f"compute_ms.{stage}", compute[stage])
-                                      for stage in STAGE_NAMES},
-                   _distribution(path, "thumbnail_bytes", raw["thumbnail_bytes"]), faces, float(fps))
-
-
-def _distribution(path: Path, field: str, raw: object) -> Distribution:
-    try:
-        points = tuple((float(q), float(v)) for q, v in raw)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise UserError(f"{path}: field {field} must be a list of [quantile, value] pairs") from None
-    quantiles = [q for q, _ in points]
-    if len(points) < 2 or quantiles[0] != 0.0 or quantiles[-1] != 1.0:
-        raise UserError(f"{path}: field {field} must start at quantile 0 and end at quantile 1")
-    if any(b <= a for a, b in itertools.pairwise(quantiles)):
-        raise UserError(f"{path}: field {field} quantiles must increase")
-    if any(v < 0 for _, v in points) or any(b < a for (_, a), (_, b) in itertools.pairwise(points)):
-        raise UserError(f"{path}: field {field} values must be >= 0 and not decrease")
-    return Distribution(points)
+        return ProfileFile.model_validate(raw).profile()
+    except ValidationError as error:
+        raise invalid(error, str(path)) from None
 
 
 def derive_profile(events: list[dict], name: str) -> Profile:

@@ -1,32 +1,32 @@
 """`aitax emulate`: one emulated run per acceleration factor against the local brokers, and the verdicts.
 
-Per factor: fresh topics (partitions = consumer instances, RF 3, min.insync 2), consumer processes started and
-ready, producer processes offering `instances x fps x factor x faces/frame` for the window, a drain, then the identities
-read back for latency and throughput while broker CPU/disk and machine CPU/network were sampled.
+Per factor, through the load engine (`aitax.load.engine.run_load`): fresh topics (partitions = consumer
+instances, RF 3, min.insync 2), consumer processes started and ready, producer processes offering
+`instances x fps x factor x faces/frame` for the window, a drain, then the identities read back for latency and
+throughput while broker CPU/disk and machine CPU/network were sampled.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from aitax.load.engine import DISK_WRITE_CAPACITY, run_load
+from aitax.load.local import LocalLoad
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
-from emulation.analysis import LatencySummary, Verdict, judge, saturated_resource, summarize
 from emulation.profile import Profile
-from emulation.resources import Sampler
-from ground import children
 from ground.errors import UserError
 from ground.paper import HIGHEST_STABLE_FACTOR
 from ground.paths import aitax_home
 from pipeline.schema import DEFAULT_KEYING, Topics
+from telemetry.quantiles import DEFAULT_QUANTILES, min_samples
+from telemetry.results import Driver, RunResult, ScalingResult, ScalingRow, SweepResult, Workload, write_results
 
-PRODUCERS_ROLE, CONSUMERS_ROLE = "the emulator's producers", "the emulator's consumers"
 DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
-READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,21 @@ class SweepSpec:
     profile: Profile
     profile_name: str
     kafka_client: str = "confluent-kafka"
-    disk_write_capacity: float = 2.2e9  # bytes/s; this machine's sequential write measured with fio
+    disk_write_capacity: float = DISK_WRITE_CAPACITY
     events: str = "none"
     # Seconds of discarded 1x load before the first factor: freshly started brokers spend their first half
     # minute JIT-compiling on the same cores, which would be charged to the first factors.
     warmup_s: float = 0.0
     keying: str = DEFAULT_KEYING  # of the `faces` records (pipeline.schema.KEYINGS)
+    # The measurement window inside each run's duration: the producers' first seconds (process start-up, first
+    # connections) are not measured.
+    ramp_up_s: float = 2.0
+    ramp_down_s: float = 0.0
+    repeats: int = 1  # runs per factor: tables show their median and spread
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    in_flight: tuple[int, ...] = ()  # closed loop: one point per frames-in-flight count (per factor)
+    latency_bound_ms: float | None = None  # runs are also judged by this bound on a quantile of end to end
+    latency_bound_quantile: float = 0.99
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -55,164 +64,60 @@ class SweepSpec:
             raise UserError(f"--duration {self.duration_s}: at least 5 s per factor")
         if self.producers < 1 or self.consumers < 1 or self.processes < 1:
             raise UserError("--producers, --consumers and --processes must be at least 1")
+        if self.repeats < 1:
+            raise UserError(f"--repeat {self.repeats}: at least 1")
+        if self.ramp_up_s < 0 or self.ramp_down_s < 0 or self.ramp_up_s + self.ramp_down_s >= self.duration_s:
+            raise UserError(f"--ramp-up {self.ramp_up_s:g} --ramp-down {self.ramp_down_s:g}: each >= 0, and together "
+                            f"shorter than --duration {self.duration_s:g}")
+        if any(n < 1 for n in self.in_flight):
+            raise UserError(f"--in-flight {','.join(map(str, self.in_flight))}: at least 1 frame per stream")
+        if self.latency_bound_ms is not None and self.latency_bound_ms <= 0:
+            raise UserError(f"--latency-bound {self.latency_bound_ms:g} ms: must be > 0")
+        if not 0 < self.latency_bound_quantile < 1:
+            raise UserError(f"--quantile {self.latency_bound_quantile:g}: must be between 0 and 1, e.g. 0.99")
+
+    def points(self) -> list[tuple[float, int | None]]:
+        """(factor, frames in flight) of each run of one repeat: open loop, or each closed-loop window."""
+        return [(factor, n) for factor in self.factors for n in (self.in_flight or (None,))]
+
+    def workload(self, factor: float, drain_s: float = DRAIN_S, in_flight: int | None = None) -> Workload:
+        quantiles = sorted({*self.quantiles, *([self.latency_bound_quantile] if self.latency_bound_ms else [])})
+        return Workload(mode="emulated", producers=self.producers, consumers=self.consumers,
+                        producer_processes=self.processes, consumer_processes=self.processes,
+                        duration_s=self.duration_s, factor=factor, profile=self.profile_name, drain_s=drain_s,
+                        ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
+                        in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
+                        latency_bound_quantile=self.latency_bound_quantile)
+
+    def driver(self) -> Driver:
+        return Driver(kafka_client=self.kafka_client, keying=self.keying)
+
+    def offered_faces_per_s(self, factor: float) -> float:
+        return self.profile.offered_faces_per_s(self.producers, factor)
 
 
-@dataclass
-class FactorResult:
-    factor: float
-    stable: bool
-    reasons: list[str]
-    brokers: int
-    drives_per_broker: int
-    producers: int
-    consumers: int
-    offered_faces_per_s: float
-    achieved_faces_per_s: float
-    produced_faces: int
-    identified_faces: int
-    backlog_faces: int
-    face_bytes_mean: float
-    latency: LatencySummary | None
-    first_half_ms: float
-    second_half_ms: float
-    broker_disk_write_bytes_per_s: float  # mean per broker (the TCO planner's input)
-    broker_disk_read_bytes_per_s: float
-    broker_write_bytes_per_s: dict[int, float] = field(default_factory=dict)
-    broker_cpu_cores: dict[int, float] = field(default_factory=dict)
-    machine_cpu_busy: float = 0.0
-    loopback_bytes_per_s: float = 0.0
-    # The brokers' own saturation signals over the window, and the CPU the emulator itself used.
-    broker_handler_busy: dict[int, float] = field(default_factory=dict)
-    broker_network_busy: dict[int, float] = field(default_factory=dict)
-    under_min_isr_partitions: int = 0
-    produce_p99_ms: float = 0.0
-    fetch_p99_ms: float = 0.0
-    emulator_cpu_cores: dict[str, float] = field(default_factory=dict)
-    saturated: str = ""
+def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name: str, workdir: Path,
+                  events: str | None = None, drain_s: float = DRAIN_S, in_flight: int | None = None) -> LocalLoad:
+    """An emulated run on topics of its own (fresh, partitions enough for every consumer instance)."""
+    load = LocalLoad(spec.workload(factor, drain_s, in_flight), spec.driver(), run_name, config.bootstrap_servers,
+                     workdir / run_name, events or spec.events, topic_prefix=f"emu-{run_name}-",
+                     group=f"emu-{run_name}")
+    kafka.ensure_topics(config, replace(config, faces_partitions=max(3, spec.consumers)).topics(load.topics))
+    return load
 
 
-def _split(total: int, parts: int) -> list[int]:
-    parts = max(1, min(parts, total))
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-class EmulatedLoad:
-    """One emulated run's processes and topics: consumers first (and ready), then producers for the window,
-    then a drain. The sweep measures it; the fault scenarios disturb it while it runs."""
-
-    def __init__(self, spec: SweepSpec, config: StackConfig, factor: float, run_name: str, workdir: Path,
-                 events: str | None = None) -> None:
-        self.spec, self.config, self.factor, self.run_name = spec, config, factor, run_name
-        self.topics = Topics.with_prefix(f"emu-{run_name}-")
-        self.group = f"emu-{run_name}"
-        self.logs = workdir / run_name
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.common = ["--factor", str(factor), "--profile", spec.profile_name, "--run-id", run_name,
-                       "--topic-prefix", f"emu-{run_name}-", "--kafka-client", spec.kafka_client, "--bootstrap",
-                       config.bootstrap_servers, "--events", events or spec.events, "--metrics-port", "-1"]
-        self.consumers: list[children.Child] = []
-        self.producers: list[children.Child] = []
-
-    def start(self) -> None:
-        kafka.ensure_topics(self.config, replace(self.config, faces_partitions=max(3, self.spec.consumers))
-                            .topics(self.topics))
-        for i, n in enumerate(_split(self.spec.consumers, self.spec.processes)):
-            self.consumers.append(children.spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n),
-                                                                    "--group", self.group, *self.common], self.logs))
-        children.wait_reported(self.consumers, children.READY, READY_TIMEOUT_S, "emulated consumers")
-        for i, n in enumerate(_split(self.spec.producers, self.spec.processes)):
-            self.producers.append(children.spawn(f"producers-{i}", [
-                "emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}", "--duration",
-                str(self.spec.duration_s), "--keying", self.spec.keying, *self.common], self.logs))
-
-    def watch(self, sampler: Sampler) -> None:
-        """Have `sampler` account the CPU of this load's own processes."""
-        sampler.watch(PRODUCERS_ROLE, [child.pid for child in self.producers])
-        sampler.watch(CONSUMERS_ROLE, [child.pid for child in self.consumers])
-
-    def wait_producers(self, timeout_s: float) -> None:
-        for child in self.producers:
-            child.process.wait(timeout_s)
-
-    def drain(self, timeout_s: float) -> int:
-        """Wait for the consumers to catch up; returns the faces still not identified."""
-        from pipeline.transport.admin import group_lag
-
-        deadline = time.monotonic() + timeout_s
-        backlog = group_lag(self.config.bootstrap_servers, self.group, self.topics.faces)
-        while backlog > 0 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            backlog = group_lag(self.config.bootstrap_servers, self.group, self.topics.faces)
-        return backlog
-
-    def stop(self) -> None:
-        children.stop(self.consumers + self.producers, 60)
-
-    def failures(self, ignore: set[int] = frozenset()) -> list[Path]:
-        """Logs of processes that failed (killed on purpose: their pids in `ignore`)."""
-        return [child.log for child in children.failed(self.consumers + self.producers, ignore)]
-
-    def produced(self) -> tuple[int, float]:
-        """Faces acknowledged and mean thumbnail bytes, from the producer processes' summaries."""
-        summaries = [status for child in self.producers for status in child.statuses(children.SUMMARY)]
-        faces = sum(summary["acknowledged"] for summary in summaries)
-        return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
-
-    def identities(self):
-        from pipeline.evaluate import read_identities
-
-        return read_identities(self.config.bootstrap_servers, self.run_name, topic=self.topics.identities)
-
-    def delete_topics(self) -> None:
-        delete_topics(self.config, self.topics)
-
-
-def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path) -> FactorResult:
-    load = EmulatedLoad(spec, config, factor, f"{run_id}-x{factor:g}", workdir)
-    try:
-        with Sampler(config) as sampler:
-            load.start()
-            load.watch(sampler)
-            window_start, window_start_ns = time.monotonic(), time.time_ns()
-            load.wait_producers(spec.duration_s + 120)
-            window_end, window_end_ns = time.monotonic(), time.time_ns()
-            backlog = load.drain(DRAIN_S)
-            usage = sampler.usage(window_start, window_end)
-    finally:
-        load.stop()
-    failed = load.failures()
-    if failed:
-        raise UserError(f"an emulated stage failed at {factor:g}x; see {failed[0]}")
-    produced, face_bytes = load.produced()
-    identities, _ = load.identities()
-    offered = round(spec.producers * spec.profile.fps * factor * spec.profile.mean_faces_per_frame()
-                    * spec.duration_s)
-    in_window = [i for i in identities if window_start_ns <= i.identified_ns <= window_end_ns]
-    verdict: Verdict = judge(identities, offered, produced, identified_in_window=len(in_window))
-    latency = summarize(identities)
-    write_per_broker = _mean(usage.broker_write_bytes_per_s)
-    result = FactorResult(
-        factor=factor, stable=verdict.stable, reasons=verdict.reasons, brokers=config.brokers,
-        drives_per_broker=config.log_dirs_per_broker, producers=spec.producers, consumers=spec.consumers,
-        offered_faces_per_s=offered / spec.duration_s,
-        # Over the offered schedule's length: the window also holds the producer processes' start-up.
-        achieved_faces_per_s=len(in_window) / spec.duration_s,
-        produced_faces=produced, identified_faces=len(identities), backlog_faces=backlog,
-        face_bytes_mean=face_bytes, latency=latency, first_half_ms=verdict.first_half_ms,
-        second_half_ms=verdict.second_half_ms, broker_disk_write_bytes_per_s=write_per_broker,
-        broker_disk_read_bytes_per_s=_mean(usage.broker_read_bytes_per_s),
-        broker_write_bytes_per_s=usage.broker_write_bytes_per_s, broker_cpu_cores=usage.broker_cpu_cores,
-        machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s,
-        broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
-        under_min_isr_partitions=usage.under_min_isr_partitions, produce_p99_ms=usage.produce_p99_ms,
-        fetch_p99_ms=usage.fetch_p99_ms, emulator_cpu_cores=usage.role_cpu_cores)
-    result.saturated = saturated_resource(usage, spec.disk_write_capacity, latency)
-    load.delete_topics()
+def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path,
+               repeat: int = 1, in_flight: int | None = None) -> RunResult:
+    """One run at `factor` (closed loop with `in_flight` frames per stream: the load offers what completes)."""
+    name = (f"{run_id}-x{factor:g}" + (f"-f{in_flight}" if in_flight else "")
+            + (f"-r{repeat}" if spec.repeats > 1 else ""))
+    load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
+    result = run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
+                      stack=config, disk_write_capacity=spec.disk_write_capacity, repeat=repeat)
+    if result.process_failures:
+        raise UserError(f"an emulated stage failed at {factor:g}x: {result.process_failures[0]}")
+    delete_topics(config, load.topics)
     return result
-
-
-def _mean(values: dict[int, float]) -> float:
-    return sum(values.values()) / len(values) if values else 0.0
 
 
 def delete_topics(config: StackConfig, topics: Topics) -> None:
@@ -224,56 +129,94 @@ def delete_topics(config: StackConfig, topics: Topics) -> None:
             future.result(30)
 
 
-def run_sweep(spec: SweepSpec, config: StackConfig, progress=print) -> dict:
-    run_id = time.strftime("emu-%Y%m%d-%H%M%S")
+def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | None = None) -> SweepResult:
+    """Every factor in turn; the results are written to `out` (default .aitax/emulation/RUN/results.json)."""
+    sweep, workdir = _begin(spec, config, "emu", progress)
+    run_id = sweep.run_id
+    # Repeats go round the factors rather than one factor N times: a slow drift of the machine (another
+    # tenant, a broker's log cleaner) then spreads over every factor instead of biasing one.
+    for repeat in range(1, spec.repeats + 1):
+        for factor, in_flight in spec.points():
+            progress(f"{factor:g}x{f', {in_flight} frames in flight per stream' if in_flight else ''}"
+                     f"{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
+                     f"{spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
+            result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
+            sweep.runs.append(result)
+            progress(_one_line(result))
+            write_results(sweep, out or workdir / "results.json")  # after every run: an interrupted sweep keeps them
+    return sweep
+
+
+def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, out: Path | None = None,
+                         resolution: float = 1.1) -> SweepResult:
+    """Latency-bounded throughput (MLPerf's server scenario, on the factor): the highest factor between the
+    lowest and the highest of `spec.factors` whose runs hold every condition, the bound on the chosen quantile
+    included, found by bisection on a log scale until the bracket is narrower than `resolution` (a ratio).
+    Assumes that a factor that breaks the bound is not followed by a higher one that keeps it. Each probe's
+    duration grows, if it must, until its window holds the faces the quantile needs (10 / (1 - q))."""
+    if spec.latency_bound_ms is None or spec.in_flight:
+        raise UserError("the latency-bound search needs --latency-bound and an open loop (no --in-flight)")
+    sweep, workdir = _begin(spec, config, "emu-bound", progress)
+    run_id = sweep.run_id
+
+    def holds(factor: float) -> bool:
+        needed_s = min_samples(spec.latency_bound_quantile) / spec.offered_faces_per_s(factor) * 1.1
+        probe = replace(spec, duration_s=max(spec.duration_s, spec.ramp_up_s + spec.ramp_down_s + needed_s))
+        runs = []
+        for repeat in range(1, spec.repeats + 1):
+            progress(f"probe {factor:.3g}x{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
+                     f"{probe.duration_s:.0f} s")
+            runs.append(run_factor(probe, config, factor, f"{run_id}-{len(sweep.runs)}", workdir, repeat))
+            sweep.runs.append(runs[-1])
+            progress(_one_line(runs[-1]))
+            write_results(sweep, out or workdir / "results.json")
+        return all(run.stable for run in runs)
+
+    low, high = min(spec.factors), max(spec.factors)
+    if not holds(low):
+        progress(f"{low:g}x already breaks a condition: no factor in range keeps the bound")
+        return sweep
+    if holds(high):
+        return sweep
+    while high / low > resolution:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return sweep
+
+
+def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple[SweepResult, Path]:
+    """A sweep's id, folder and empty results, after its unmeasured warm-up."""
+    run_id = time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
     workdir = aitax_home() / "emulation" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    results = []
     if spec.warmup_s:
         progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured")
-        run_factor(replace(spec, duration_s=spec.warmup_s), config, 1.0, f"{run_id}-warmup", workdir)
-    for factor in spec.factors:
-        progress(f"{factor:g}x: {spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
-        result = run_factor(spec, config, factor, run_id, workdir)
-        results.append(result)
-        progress(_one_line(result))
-    document = {
-        "run_id": run_id, "profile": spec.profile.name, "replication_factor": config.replication_factor,
-        "brokers": config.brokers, "drives_per_broker": config.log_dirs_per_broker,
-        "duration_s": spec.duration_s, "kafka_client": spec.kafka_client,
-        "highest_stable_factor": highest_stable(results),
-        "factors": [asdict(r) for r in results],
-    }
-    (workdir / "results.json").write_text(json.dumps(document, indent=2))
-    return document
+        run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config, 1.0,
+                   f"{run_id}-warmup", workdir)
+    sweep = SweepResult(run_id=run_id, profile=spec.profile.name, replication_factor=config.replication_factor,
+                        brokers=config.brokers, drives_per_broker=config.log_dirs_per_broker,
+                        duration_s=spec.duration_s, kafka_client=spec.kafka_client, repeats=spec.repeats,
+                        quantiles=list(spec.quantiles), runs=[])
+    return sweep, workdir
 
 
-def highest_stable(results: list[FactorResult]) -> float | None:
-    """The highest factor below the first unstable one (the paper's reading of Fig. 10 and 15)."""
-    best = None
-    for result in sorted(results, key=lambda r: r.factor):
-        if not result.stable:
-            break
-        best = result.factor
-    return best
-
-
-def _one_line(r: FactorResult) -> str:
+def _one_line(r: RunResult) -> str:
     latency = f"e2e mean {r.latency.mean_ms:.0f} ms p99 {r.latency.p99_ms:.0f} ms" if r.latency else "no faces"
-    return (f"  {r.factor:g}x {'stable' if r.stable else 'UNSTABLE'}: {r.achieved_faces_per_s:.0f}/"
-            f"{r.offered_faces_per_s:.0f} faces/s, {latency}, broker writes "
-            f"{r.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, cpu {r.machine_cpu_busy:.0%}; {r.saturated}")
+    used = r.resources
+    offered = "" if r.offered_faces_per_s is None else f"/{r.offered_faces_per_s:.0f}"
+    point = f"{r.workload.factor:.3g}x" + (f" {r.workload.in_flight} in flight" if r.workload.in_flight else "")
+    return (f"  {point} {'stable' if r.stable else 'UNSTABLE'}: {r.achieved_faces_per_s:.0f}{offered} faces/s, "
+            f"{latency}, broker writes {used.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, "
+            f"cpu {used.machine_cpu_busy:.0%}; {used.saturated}")
 
 
-
-
-
-def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> dict:
-    """One sweep per configuration along `dimension`; the table of highest stable factors (Fig. 15)."""
+def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> ScalingResult:
+    """One sweep per configuration along `dimension`; the table of highest stable factors (Fig. 15). With a
+    latency bound in `spec`, a latency-bounded search per configuration instead."""
     from aitax.stack.stack import current_config, reshape_kafka, running_config
 
     original = running_config()
-    rows = []
+    scaling = ScalingResult(dimension=dimension, rows=[])
     try:
         for value in values:
             config, run_spec = original, spec
@@ -285,14 +228,14 @@ def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=p
                 run_spec = replace(spec, profile=spec.profile.scaled_faces(value),
                                    profile_name=_write_profile(spec.profile.scaled_faces(value)))
             progress(f"== {dimension} {value:g}")
-            document = run_sweep(run_spec, config, progress)
-            rows.append({"dimension": dimension, "value": value, "highest_stable_factor":
-                         document["highest_stable_factor"], "paper": HIGHEST_STABLE_FACTOR[dimension].get(value),
-                         "results": document})
+            sweep = (search_latency_bound(run_spec, config, progress) if run_spec.latency_bound_ms is not None
+                     else run_sweep(run_spec, config, progress))
+            scaling.rows.append(ScalingRow(value=value, paper=HIGHEST_STABLE_FACTOR[dimension].get(value),
+                                           sweep=sweep))
     finally:
         if dimension in ("brokers", "drives"):
             reshape_kafka(current_config() or original, original.brokers, original.log_dirs_per_broker, progress)
-    return {"dimension": dimension, "rows": rows}
+    return scaling
 
 
 def _write_profile(profile: Profile) -> str:

@@ -7,7 +7,10 @@ is the real `identify_loop` whose `IdentifyFaces` sleeps for the sampled per-fac
 instances share one OS process (threads: they mostly sleep), so the paper's counts can be scaled down.
 
 Every ingest thread keeps its own schedule (`fps` x factor); a frame's `scheduled_ns` is when the schedule wanted it,
-so a producer that falls behind shows up as lateness instead of silently offering less load.
+so a producer that falls behind shows up as lateness instead of silently offering less load. In a closed loop
+(`in_flight`), a stream instead keeps a fixed number of frames between ingest and their last identity and takes
+the next frame as one completes (its `scheduled_ns` is then when it was admitted): the load adapts to the
+pipeline, as a concurrency sweep does.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,7 +29,7 @@ from emulation.profile import Profile
 from pipeline.frames import Frame
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
-from pipeline.schema import DEFAULT_KEYING, FaceMessage, Topics
+from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Topics, decode_identity
 from pipeline.transport import Consumer, Producer
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -78,20 +82,87 @@ class EmulatedIdentifier:
         return [("emulated", 1.0) for _ in faces]
 
 
+class FramesInFlight:
+    """One stream's closed-loop window: at most `limit` frames between ingest and their last identity."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        self._lock = threading.Lock()
+        self._faces_left: dict[int, set[int]] = {}  # frame index -> faces not yet identified
+
+    def admit(self, should_stop: Callable[[], bool]) -> bool:
+        """Wait for a free slot; False once stopped."""
+        while not should_stop():
+            if self._slots.acquire(timeout=0.2):
+                return True
+        return False
+
+    def detected(self, frame_index: int, faces: int) -> None:
+        """Called before the frame's faces are sent, so no identity of theirs can come first."""
+        if not faces:
+            self._slots.release()  # nothing to identify: the frame is done
+            return
+        with self._lock:
+            self._faces_left[frame_index] = set(range(faces))
+
+    def identified(self, frame_index: int, face_index: int) -> None:
+        with self._lock:
+            left = self._faces_left.get(frame_index)
+            if left is None:  # a redelivered face of a frame already done
+                return
+            left.discard(face_index)
+            if left:
+                return
+            del self._faces_left[frame_index]
+        self._slots.release()
+
+
+@dataclass
+class ClosedLoopStats(DetectStats):
+    """The detect loop's counts, also telling the stream's window how many faces each frame holds."""
+
+    window: FramesInFlight | None = None
+
+    def frame_sent(self, index: int, faces: int) -> None:
+        super().frame_sent(index, faces)
+        if self.window is not None:
+            self.window.detected(index, faces)
+
+
+def close_the_loop(consumer: Consumer, run_id: str, windows: Mapping[str, FramesInFlight],
+                   should_stop: Callable[[], bool]) -> None:
+    """Free each stream's slots as its frames' identities arrive (a thread beside the instances)."""
+    while not should_stop():
+        for record in consumer.poll_batch(500, 0.2):
+            try:
+                identity = decode_identity(record.value or b"")
+            except MalformedRecordError:
+                continue  # not this loop's business: identify dead-letters what it cannot read
+            window = windows.get(identity.stream_id)
+            if window is not None and identity.run_id == run_id:
+                window.identified(identity.frame_index, identity.face_index)
+
+
 def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random.Random, frames: queue.Queue,
-                    should_stop: Callable[[], bool]) -> None:
+                    should_stop: Callable[[], bool], window: FramesInFlight | None = None) -> None:
     """The ingest side of one instance: a frame every 1/(fps x factor) seconds, each after a sleep for its
     ingestion. The paper's streams were compute-bound at about 10 FPS: an accelerated pipeline takes frames
-    `factor` times as fast (its Fig. 10 throughput grows with the factor)."""
+    `factor` times as fast (its Fig. 10 throughput grows with the factor). With a `window`, a frame whenever
+    the window has a free slot instead."""
     period_ns = int(1e9 / (profile.fps * factor))
     start_ns = time.time_ns()
     index = 0
     try:
         while not should_stop():
-            scheduled_ns = start_ns + index * period_ns
-            delay_s = (scheduled_ns - time.time_ns()) / 1e9
-            if delay_s > 0:
-                time.sleep(delay_s)
+            if window is not None:
+                if not window.admit(should_stop):
+                    break
+                scheduled_ns = time.time_ns()
+            else:
+                scheduled_ns = start_ns + index * period_ns
+                delay_s = (scheduled_ns - time.time_ns()) / 1e9
+                if delay_s > 0:
+                    time.sleep(delay_s)
             captured_ns = time.time_ns()
             ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
             emulated_compute(ingest_ms / 1000)
@@ -114,24 +185,38 @@ def _drain(frames: queue.Queue) -> Iterator[Frame]:
 
 def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
-                           keying: str = DEFAULT_KEYING, seed: int = 0) -> list[DetectStats]:
-    """Run `instances` emulated ingest/detect instances until `should_stop()`, then drain and flush."""
-    stats = [DetectStats() for _ in range(instances)]
+                           keying: str = DEFAULT_KEYING, seed: int = 0, in_flight: int | None = None,
+                           identities: Consumer | None = None) -> list[DetectStats]:
+    """Run `instances` emulated ingest/detect instances until `should_stop()`, then drain and flush. With
+    `in_flight`, each runs a closed loop whose completions `identities` (a consumer of the run's identities)
+    reports."""
+    if in_flight is not None and identities is None:
+        raise ValueError("a closed loop needs a consumer of the identities")
+    stream_ids = [f"{stream_prefix}-{i}" for i in range(instances)]
+    windows = {stream_id: FramesInFlight(in_flight) for stream_id in stream_ids} if in_flight else {}
+    stats = [ClosedLoopStats(window=windows.get(stream_id)) for stream_id in stream_ids]
+    instances_done = threading.Event()
     threads = []
-    for i in range(instances):
+    for i, stream_id in enumerate(stream_ids):
         rng = random.Random(f"{seed}-{stream_prefix}-{i}")
         frames: queue.Queue = queue.Queue(maxsize=8)
-        stream_id = f"{stream_prefix}-{i}"
         threads.append(threading.Thread(target=emulated_ingest, name=f"ingest-{stream_id}", daemon=True,
-                                        args=(stream_id, profile, factor, rng, frames, should_stop)))
+                                        args=(stream_id, profile, factor, rng, frames, should_stop,
+                                              windows.get(stream_id))))
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
             args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
                   producer, sink, run_id, factor, stats[i], topics, keying)))
-    for thread in threads:
+    loop = (threading.Thread(target=close_the_loop, name="closed-loop", daemon=True,
+                             args=(identities, run_id, windows, instances_done.is_set))
+            if windows and identities is not None else None)
+    for thread in [*threads, *([loop] if loop else [])]:
         thread.start()
     for thread in threads:
         thread.join()
+    instances_done.set()
+    if loop is not None:
+        loop.join()
     producer.flush(300)
     return stats
 

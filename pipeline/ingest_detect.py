@@ -200,7 +200,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                       acceleration_factor=acceleration_factor, kafka_client=producer.client_name, **where)
         ingest_ms = frame.decode_ms + frame.resize_ms
         sink.emit(Event(stage="ingest", wall_start_ns=frame.captured_ns, wall_end_ns=frame.ingested_ns,
-                        compute_time_ms=ingest_ms, data_size_bytes=frame.rgb.nbytes,
+                        scheduled_ns=frame.scheduled_ns, compute_time_ms=ingest_ms, data_size_bytes=frame.rgb.nbytes,
                         substeps_ms={"decode": round(frame.decode_ms, 3), "resize": round(frame.resize_ms, 3),
                                      "other": round(max(0.0, (frame.ingested_ns - frame.captured_ns) / 1e6
                                                         - ingest_ms), 3)}, **common))

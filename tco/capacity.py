@@ -23,20 +23,23 @@ adding brokers "more efficient": 32x needed 4x the drives but 8/3 the brokers. S
 0.556 of a drive on its own broker node. With these, the model matches 10 of the 11 Fig. 15 rows (39 of 40
 reported cells); `compare_fig15` names the one it misses (3 drives at 24x).
 
-The emulator (a later part) writes a results JSON; `load_emulation_results` reads the subset defined by
-`EmulatedFactor`, and `calibrate_from_emulation` replaces the paper's 1x rate and u with measured ones.
+`aitax emulate` writes a `SweepResult` (telemetry.results, versioned); `load_emulation_results` reads it and
+`calibrate_from_emulation` replaces the paper's 1x rate and u with measured ones.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ground.errors import UserError
 from tco.catalog import Catalog, build_parameters
+from telemetry.quantiles import quantile_key
+
+if TYPE_CHECKING:  # the results model loads pydantic and numpy: only `--from-emulation` needs it
+    from telemetry.results import FactorRuns, RunResult, SweepResult
 
 # Factors of the paper's Fig. 15 runs (Sec. 7.1 starts at 8x, "the speedup that sent latency to infinity").
 FIG15_FACTORS = (8, 12, 16, 24, 32)
@@ -260,95 +263,34 @@ def _explain_cell(row: Fig15Row, cell: Fig15Cell, parameters: CapacityParameters
 
 
 @dataclass(frozen=True)
-class EmulatedFactor:
-    """One acceleration factor of an emulation run: the fields the planner reads from the results JSON.
-
-    factor                          AI acceleration factor emulated (1 = native speed)
-    stable                          whether latency stayed bounded (False: queues grew for the whole run)
-    brokers                         broker instances in the run
-    producers                       ingest/detect producer processes (one per stream)
-    face_bytes_mean                 mean face payload produced, bytes
-    broker_disk_write_bytes_per_s   mean storage write rate per broker, bytes/s
-    """
-
-    factor: float
-    stable: bool
-    brokers: int
-    producers: int
-    face_bytes_mean: float
-    broker_disk_write_bytes_per_s: float
-
-    def faces_per_stream(self, replication_factor: int) -> float:
-        written = self.broker_disk_write_bytes_per_s * self.brokers
-        return written / (self.producers * self.face_bytes_mean * replication_factor)
-
-
-@dataclass(frozen=True)
 class EmulationResults:
-    """The results JSON: `{"replication_factor": 3, "factors": [{...EmulatedFactor fields...}, ...]}`.
-
-    Other keys may be present and are ignored. One entry per factor; a stable factor-1 entry is required.
-    """
+    """A sweep's results (`telemetry.results.SweepResult`, as `aitax emulate` writes them), checked for what the
+    planner needs: every run's brokers' disk writes sampled. Repeats of a factor count by their median."""
 
     path: Path
-    replication_factor: int
-    factors: tuple[EmulatedFactor, ...]
+    sweep: SweepResult
 
+    def faces_per_stream(self, factor: FactorRuns) -> float:
+        """Faces written per stream per second (replicas and write overhead included), from the disk writes."""
+        def per_run(run: RunResult) -> float:
+            written = run.resources.broker_disk_write_bytes_per_s * (run.brokers or self.sweep.brokers)
+            return written / (run.workload.producers * run.face_bytes_mean * self.sweep.replication_factor)
 
-_FACTOR_FIELDS: dict[str, type] = {
-    "factor": float,
-    "stable": bool,
-    "brokers": int,
-    "producers": int,
-    "face_bytes_mean": float,
-    "broker_disk_write_bytes_per_s": float,
-}
+        return factor.spread(per_run).median
 
 
 def load_emulation_results(path: Path) -> EmulationResults:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise UserError(f"{path}: cannot read emulation results: {error.strerror}") from error
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not JSON: {error}") from error
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a JSON object at the top")
-    replication_factor = _typed_field(raw, "replication_factor", int, f"{path}")
-    entries = raw.get("factors")
-    if not isinstance(entries, list) or not entries:
-        raise UserError(f"{path}: field 'factors' must be a non-empty list")
-    factors = []
-    for index, entry in enumerate(entries):
-        where = f"{path}: factors[{index}]"
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: expected an object")
-        factor = EmulatedFactor(
-            **{name: _typed_field(entry, name, kind, where) for name, kind in _FACTOR_FIELDS.items()}
-        )
-        if any(seen.factor == factor.factor for seen in factors):
-            raise UserError(f"{where}: factor {factor.factor:g} appears twice")
-        factors.append(factor)
-    return EmulationResults(path, replication_factor, tuple(factors))
+    from telemetry.results import SweepResult, read_results
 
-
-def _typed_field(raw: dict[str, Any], name: str, kind: type, where: str) -> Any:
-    if name not in raw:
-        raise UserError(f"{where}: missing field {name!r}")
-    value = raw[name]
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise UserError(f"{where}: field {name!r} must be true or false, got {value!r}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
-        noun = "a whole number" if kind is int else "a number"
-        raise UserError(f"{where}: field {name!r} must be {noun}, got {value!r}")
-    may_be_zero = name == "broker_disk_write_bytes_per_s"
-    if value < 0 or (value == 0 and not may_be_zero):
-        raise UserError(
-            f"{where}: field {name!r} must be {'non-negative' if may_be_zero else 'positive'}, got {value!r}"
-        )
-    return kind(value)
+    sweep = read_results(path, SweepResult)
+    if not sweep.runs:
+        raise UserError(f"{path}: runs: empty, the sweep measured no factor")
+    for index, run in enumerate(sweep.runs):
+        if run.resources is None:
+            raise UserError(f"{path}: runs.{index}.resources: missing (the run's brokers were not sampled)")
+        if run.face_bytes_mean <= 0:
+            raise UserError(f"{path}: runs.{index}.face_bytes_mean: no faces were produced")
+    return EmulationResults(path, sweep)
 
 
 @dataclass(frozen=True)
@@ -374,12 +316,13 @@ def calibrate_from_emulation(parameters: CapacityParameters, results: EmulationR
     reference deployment as a 1x write utilisation. The unaccelerated fraction u is the least-squares fit of
     1/s - 1/f = u (1 - 1/f) over the stable factors above 1; unstable ones are capped by saturation.
     """
-    native = next((entry for entry in results.factors if entry.factor == 1), None)
+    factors = results.sweep.by_factor()
+    native = next((factor for factor in factors if factor.factor == 1), None)
     if native is None or not native.stable:
-        raise UserError(f"{results.path}: needs a stable entry with factor 1 to calibrate from")
-    rate_1x = native.faces_per_stream(results.replication_factor)
+        raise UserError(f"{results.path}: needs a stable run with factor 1 to calibrate from")
+    rate_1x = results.faces_per_stream(native)
     if rate_1x <= 0:
-        raise UserError(f"{results.path}: the factor-1 entry has no broker writes to calibrate from")
+        raise UserError(f"{results.path}: the factor-1 run has no broker writes to calibrate from")
     utilisation_1x = (
         rate_1x
         * parameters.reference_producers
@@ -388,12 +331,9 @@ def calibrate_from_emulation(parameters: CapacityParameters, results: EmulationR
         / (parameters.reference_brokers * parameters.drive_write_bytes_per_s)
     )
     fitted = [
-        (
-            1 - 1 / entry.factor,
-            rate_1x / entry.faces_per_stream(results.replication_factor) - 1 / entry.factor,
-        )
-        for entry in results.factors
-        if entry.stable and entry.factor > 1 and entry.broker_disk_write_bytes_per_s > 0
+        (1 - 1 / factor.factor, rate_1x / results.faces_per_stream(factor) - 1 / factor.factor)
+        for factor in factors
+        if factor.stable and factor.factor > 1 and results.faces_per_stream(factor) > 0
     ]
     unaccelerated = parameters.unaccelerated_fraction
     if fitted:
@@ -409,6 +349,14 @@ def calibrate_from_emulation(parameters: CapacityParameters, results: EmulationR
             else " kept from the catalog (no stable factor above 1x)"
         )
     )
+    if results.sweep.latency_bound is not None:
+        # A latency-bounded search: its "stable" factors are those that also kept the bound.
+        quantile, bound_ms = results.sweep.latency_bound
+        highest = results.sweep.highest_stable_factor
+        note += (
+            f"; {quantile_key(quantile)} <= {bound_ms:g} ms held up to"
+            f" {'no factor' if highest is None else f'{highest:.3g}x'} on {results.sweep.brokers} brokers"
+        )
     calibrated = replace(
         parameters, write_utilisation_at_1x=utilisation_1x, unaccelerated_fraction=unaccelerated
     )

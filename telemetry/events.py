@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-EVENT_SCHEMA_VERSION = 1
+# 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
+EVENT_SCHEMA_VERSION = 2
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
@@ -51,6 +52,7 @@ class Event:
     broker_append_ns: int | None = None
     consumer_lag: int | None = None
     substeps_ms: dict[str, float] | None = None
+    scheduled_ns: int | None = None  # ingest: when the stream's schedule wanted the frame (v2; v1 events lack it)
     schema_version: int = EVENT_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ _FIELD_TYPES = {
     "offset": _LONG,
     "broker_append_ns": _LONG,
     "consumer_lag": _LONG,
+    "scheduled_ns": _LONG,
     "schema_version": _INTEGER,
     "substeps_ms": {
         "dynamic": "strict",

@@ -20,12 +20,14 @@ import numpy as np
 
 from ground.paper import PAPER, PaperNumbers
 from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
-from telemetry.latency import NS_PER_MS, Distribution, distribution
+from telemetry.latency import NS_PER_MS, Distribution, distribution, end_to_end_ms
 
 NS_PER_S = 1_000_000_000
 BUCKET_NS = NS_PER_S  # Fig. 7 buckets
 FRAME_QUEUE = "frame_queue"  # the wait between ingest and detection: a stage of latency with no event of its own
-BREAKDOWN_STAGES = (STAGES[0], FRAME_QUEUE, *STAGES[1:])
+# A frame's start past its schedule (the paper's "Delay", Sec. 6.3), from the ingest event's `scheduled_ns`.
+SCHEDULE_DELAY = "schedule_delay"
+BREAKDOWN_STAGES = (SCHEDULE_DELAY, STAGES[0], FRAME_QUEUE, *STAGES[1:])
 PROCESS_KINDS = tuple(stage for stage in STAGES if stage != "broker_wait")  # broker_wait is time in Kafka, no CPU
 AI_SPEEDUPS = (1, 2, 4, 8, 16, 32)  # Fig. 9's x axis
 
@@ -237,26 +239,34 @@ class _Face:
 
 
 def _faces(run: _RunEvents) -> list[_Face]:
-    """Faces with their frame's ingest and detect events. Broker wait is identify start minus detect end (the
-    paper's definition, and what the broker_wait event spans), so the stages tile the face's lifetime."""
+    """Faces with their frame's ingest and detect events. End to end starts at the frame's schedule
+    (`telemetry.latency`; an event of schema 1 has none, so it starts at capture). Broker wait is identify start
+    minus detect end (the paper's definition, and what the broker_wait event spans), so the stages tile the
+    face's lifetime."""
     faces = []
     for (stream_id, frame_index, _), identify in run.identify.items():
         ingest, detect = run.ingest.get((stream_id, frame_index)), run.detect.get((stream_id, frame_index))
         if ingest is None or detect is None:
             continue
-        marks = (ingest["wall_start_ns"], ingest["wall_end_ns"], detect["wall_start_ns"], detect["wall_end_ns"],
-                 identify["wall_start_ns"], identify["wall_end_ns"])
+        marks = (_scheduled_ns(ingest), ingest["wall_start_ns"], ingest["wall_end_ns"], detect["wall_start_ns"],
+                 detect["wall_end_ns"], identify["wall_start_ns"], identify["wall_end_ns"])
         stages_ms = {stage: (end - start) / NS_PER_MS
                      for stage, start, end in zip(BREAKDOWN_STAGES, marks, marks[1:], strict=False)}
-        faces.append(_Face(stages_ms, (marks[-1] - marks[0]) / NS_PER_MS, identify["wall_end_ns"],
+        faces.append(_Face(stages_ms, end_to_end_ms(marks[0], marks[-1]), identify["wall_end_ns"],
                            detect.get("host"), identify.get("host")))
     return faces
+
+
+def _scheduled_ns(ingest: dict) -> int:
+    return ingest.get("scheduled_ns", ingest["wall_start_ns"])
 
 
 def _standalone(run: _RunEvents) -> dict[str, Distribution | None]:
     queued = [(detect["wall_start_ns"] - run.ingest[key]["wall_end_ns"]) / NS_PER_MS
               for key, detect in run.detect.items() if key in run.ingest]
     return {
+        SCHEDULE_DELAY: distribution([(d["wall_start_ns"] - _scheduled_ns(d)) / NS_PER_MS
+                                      for d in run.ingest.values()]),
         "ingest": distribution([_duration_ms(d) for d in run.ingest.values()]),
         FRAME_QUEUE: distribution(queued),
         "detect": distribution([_duration_ms(d) for d in run.detect.values()]),

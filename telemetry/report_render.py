@@ -215,11 +215,24 @@ def render_html(report: Report, figures: dict[str, bytes]) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
                    for row in latency_rows(report))
     findings = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(report))
-    images = "".join(
-        f'<figure><img alt="{escape(FIGURE_TITLES[name])}" src="data:image/png;base64,'
-        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{escape(FIGURE_TITLES[name])}</figcaption></figure>'
-        for name, png in figures.items())
-    title = escape(f"AI tax of run {report.run_id}")
+    images = "".join(html_figure(FIGURE_TITLES[name], png) for name, png in figures.items())
+    return html_page(f"AI tax of run {report.run_id}", f"""<h2>End-to-end latency (Fig. 6) beside the paper</h2>
+<table><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>
+<ul>{findings}</ul>
+<h2>Figures</h2>
+{images}""")
+
+
+def html_figure(caption: str, png: bytes) -> str:
+    """A PNG inlined as base64, with its caption."""
+    caption = html.escape(caption)
+    return (f'<figure><img alt="{caption}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+def html_page(title: str, body: str) -> str:
+    """A self-contained page: `title` escaped here, `body` already HTML."""
+    title = html.escape(title)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -228,12 +241,9 @@ table {{ border-collapse: collapse; }}
 th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
 figure {{ display: inline-block; margin: 1em; }}
+pre {{ font-size: 0.8em; }}
 </style></head>
 <body><h1>{title}</h1>
-<h2>End-to-end latency (Fig. 6) beside the paper</h2>
-<table><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>
-<ul>{findings}</ul>
-<h2>Figures</h2>
-{images}
+{body}
 </body></html>
 """

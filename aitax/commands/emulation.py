@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, stage_settings
+from aitax.commands.options import add_kafka_options, add_keying, add_measurement, stage_settings
 from ground.errors import UserError
 
 
@@ -18,6 +19,22 @@ def _factors(text: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,2,4,8") from None
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 1,4,16") from None
+
+
+def _duration_ms(text: str) -> float:
+    from telemetry.quantiles import parse_duration_ms
+
+    try:
+        return parse_duration_ms(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _stage_options(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +66,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--disk-write-mbps", type=float, default=2200.0,
                        help="storage write capacity per broker, MB/s, for utilisation (default 2200: this machine)")
     sweep.add_argument("--out", type=Path, help="results JSON (default .aitax/emulation/RUN/results.json)")
-    sweep.add_argument("--plots", type=Path, help="folder for the Fig. 10/11 plots")
+    sweep.add_argument("--plots", type=Path, help="folder for the plots: Fig. 10/11, latency quantiles on "
+                                                  "log-probability axes, throughput against latency")
+    sweep.add_argument("--html", type=Path, metavar="FILE", help="one self-contained page: the table and the plots")
     sweep.add_argument("--kafka-client", default="confluent-kafka", choices=("confluent-kafka", "kafka-python"))
+    sweep.add_argument("--repeat", type=int, default=1,
+                       help="runs per factor, taken round the factors; tables show median and min-max (default 1)")
+    sweep.add_argument("--in-flight", type=_counts, default=(), metavar="N,N,...",
+                       help="closed loop: one run per count of frames each stream keeps between ingest and their "
+                            "last identity (a concurrency sweep, per factor) instead of the fps x factor schedule")
+    sweep.add_argument("--latency-bound", type=_duration_ms, metavar="TIME",
+                       help="search for the highest factor between the lowest and highest of --factors whose "
+                            "--quantile of end to end stays within TIME (e.g. 500ms) and holds every other "
+                            "condition: latency-bounded throughput, by bisection")
+    sweep.add_argument("--quantile", type=float, default=0.99,
+                       help="the quantile --latency-bound applies to (default 0.99)")
+    add_measurement(sweep, ramp_up_s=2.0)
     add_keying(sweep)
     sweep.set_defaults(func=_emulate)
 
@@ -69,6 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2)")
     scaling.add_argument("--profile", default="paper", help="built-in profile or YAML file")
     scaling.add_argument("--out", type=Path, help="results JSON")
+    scaling.add_argument("--latency-bound", type=_duration_ms, metavar="TIME",
+                         help="per configuration, search for the highest factor whose --quantile stays within TIME "
+                              "(latency-bounded throughput) instead of sweeping --factors")
+    scaling.add_argument("--quantile", type=float, default=0.99, help="for --latency-bound (default 0.99)")
     scaling.set_defaults(func=_emulate_scaling)
 
     faults = subparsers.add_parser("faults", help="fault scenarios under emulated load: lost, duplicated, stall",
@@ -97,6 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _stage_options(producers)
     producers.add_argument("--stream-prefix", default="stream", help="stream ids are PREFIX-0 .. PREFIX-(N-1)")
     producers.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
+    producers.add_argument("--in-flight", type=int, metavar="N",
+                           help="closed loop: each stream keeps N frames between ingest and their last identity "
+                                "(default: open loop, fps x factor)")
     add_keying(producers)
     producers.set_defaults(func=_emulate_producers)
 
@@ -118,9 +156,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _emulate(args: argparse.Namespace) -> int:
     from aitax.stack.stack import running_config
-    from emulation.plots import print_table, write_plots
+    from emulation.plots import print_table, write_html, write_plots
     from emulation.profile import load_profile
-    from emulation.sweep import SweepSpec, run_sweep
+    from emulation.sweep import SweepSpec, run_sweep, search_latency_bound
 
     config = running_config()
     if args.brokers is not None and args.brokers != config.brokers:
@@ -137,15 +175,22 @@ def _emulate(args: argparse.Namespace) -> int:
         profile_name = str(profile_path)
     spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes, profile,
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
-                     keying=args.keying)
-    document = run_sweep(spec, config)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2))
-    print_table(document)
-    if args.plots:
-        for path in write_plots(document, args.plots):
-            print(f"wrote {path}")
+                     keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
+                     quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
+                     latency_bound_quantile=args.quantile)
+    if args.latency_bound is not None:
+        sweep = search_latency_bound(spec, config, out=args.out)
+    else:
+        sweep = run_sweep(spec, config, out=args.out)
+    print_table(sweep)
+    if args.plots or args.html:
+        with tempfile.TemporaryDirectory() as scratch:
+            figures = write_plots(sweep, args.plots or Path(scratch))
+            if args.plots:
+                for path in figures:
+                    print(f"wrote {path}")
+            if args.html:
+                print(f"wrote {write_html(sweep, figures, args.html)}")
     return 0
 
 
@@ -153,6 +198,7 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
     from aitax.stack.stack import running_config
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_scaling
+    from telemetry.results import write_results
 
     running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
     limits = {"brokers": (3, 8), "drives": (1, 4), "face-size": (0.01, 1)}[args.dimension]
@@ -160,17 +206,18 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
     if bad:
         raise UserError(f"--values {bad[0]:g}: {args.dimension} must be between {limits[0]:g} and {limits[1]:g}")
     spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes,
-                     load_profile(args.profile), args.profile, warmup_s=args.warmup)
-    document = run_scaling(args.dimension, args.values, spec)
-    print(f"\n{'configuration':<22}{'highest stable':>15}{'paper (Fig. 15)':>17}")
-    for row in document["rows"]:
-        ours, paper = row["highest_stable_factor"], row["paper"]
-        print(f"{args.dimension + ' ' + format(row['value'], 'g'):<22}"
-              f"{'none' if ours is None else format(ours, 'g') + 'x':>15}"
+                     load_profile(args.profile), args.profile, warmup_s=args.warmup,
+                     latency_bound_ms=args.latency_bound, latency_bound_quantile=args.quantile)
+    scaling = run_scaling(args.dimension, args.values, spec)
+    highest = "highest stable" if args.latency_bound is None else f"within {args.latency_bound:g} ms"
+    print(f"\n{'configuration':<22}{highest:>15}{'paper (Fig. 15)':>17}")
+    for row in scaling.rows:
+        ours, paper = row.sweep.highest_stable_factor, row.paper
+        print(f"{args.dimension + ' ' + format(row.value, 'g'):<22}"
+              f"{'none' if ours is None else format(ours, '.3g') + 'x':>15}"
               f"{'-' if paper is None else format(paper, 'g') + 'x':>17}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2))
+        write_results(scaling, args.out)
     return 0
 
 
@@ -222,11 +269,17 @@ def _emulate_producers(args: argparse.Namespace) -> int:
     from emulation.workers import run_producer_instances
     from ground.children import SUMMARY, report
     from pipeline.runtime import open_telemetry, stop_flag
-    from pipeline.transport import make_producer
+    from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
 
+    if args.in_flight is not None and args.in_flight < 1:
+        raise UserError(f"--in-flight {args.in_flight}: at least 1 frame per stream")
     profile, settings, topics = _stage_setup(args)
     producer = make_producer(settings.kafka_client, settings.bootstrap)
+    # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
+    identities = (make_consumer(settings.kafka_client, settings.bootstrap,
+                                f"{args.run_id}-{args.stream_prefix}-closed-loop", [topics.identities])
+                  if args.in_flight else None)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-producers-{os.getpid()}")
     stop = stop_flag()
     try:
@@ -236,8 +289,10 @@ def _emulate_producers(args: argparse.Namespace) -> int:
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
-                                       keying=args.keying)
+                                       keying=args.keying, in_flight=args.in_flight, identities=identities)
     finally:
+        if identities is not None:
+            identities.close()
         sink.close()
         metrics.close()
     summary = {"frames": sum(s.frames for s in stats), "faces": sum(s.faces for s in stats),

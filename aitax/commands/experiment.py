@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="read phase results from this Elasticsearch (default: local backend: the local stack's; "
                           "kubernetes: none, e.g. a `kubectl port-forward` URL)")
     run.add_argument("--out", type=Path, help="folder for the results JSON (default .aitax/experiments)")
+    run.add_argument("--repeat", type=int, default=1,
+                     help="run the phases this many times over; each phase ends with its median and min-max")
     k8s = run.add_argument_group("kubernetes backend")
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     k8s.add_argument("--context", help="kubeconfig context (default: the current one)")
@@ -56,8 +58,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
+    from ground.errors import UserError
     from ground.paths import aitax_home
 
+    if args.repeat < 1:
+        raise UserError(f"--repeat {args.repeat}: at least 1")
     spec = load_spec(args.spec)
     if args.release:
         spec = replace(spec, release=args.release)
@@ -77,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             elasticsearch = config.elasticsearch_url if config is not None and config.elasticsearch else None
         events = f"es:{elasticsearch}" if elasticsearch else None
         backend = LocalBackend(spec, bootstrap=args.bootstrap, events=events)
-    results, out_file = run_experiment(spec, backend, elasticsearch, args.out or aitax_home() / "experiments")
+    results, out_file = run_experiment(spec, backend, elasticsearch, args.out or aitax_home() / "experiments",
+                                       repeats=args.repeat)
     print(f"{len(results)} phase(s) done; results in {out_file}")
     return 0

@@ -32,6 +32,25 @@ def add_keying(parser: argparse.ArgumentParser) -> None:
                              "one consumer), frame, or face (default: spreads faces over every consumer)")
 
 
+def add_measurement(parser: argparse.ArgumentParser, ramp_up_s: float) -> None:
+    """The measurement window and the quantiles every printed result shows."""
+    from telemetry.quantiles import DEFAULT_QUANTILES, parse_quantiles
+
+    def quantiles(text: str) -> tuple[float, ...]:
+        try:
+            return parse_quantiles(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parser.add_argument("--ramp-up", type=float, default=ramp_up_s,
+                        help=f"seconds of each run's load not measured at its start (default {ramp_up_s:g})")
+    parser.add_argument("--ramp-down", type=float, default=0.0,
+                        help="seconds of each run's load not measured at its end (default 0)")
+    parser.add_argument("--quantiles", type=quantiles, default=DEFAULT_QUANTILES,
+                        help="end-to-end latency quantiles to report, flagged where the window holds fewer than "
+                             "10/(1-q) faces (default " + ",".join(f"{q:g}" for q in DEFAULT_QUANTILES) + ")")
+
+
 def stage_settings(args: argparse.Namespace) -> StageSettings:
     """The options of `add_kafka_options`, with the local stack filling what was left out."""
     from aitax.stack.stack import default_events, local_scrape_targets, resolve_bootstrap

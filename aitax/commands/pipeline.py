@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, stage_settings
-from ground.errors import UserError
+from aitax.commands.options import add_kafka_options, add_keying, add_measurement, stage_settings
+from ground.errors import UserError, invalid
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -85,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--run-id", help="experiment run id (default: generated)")
     run.add_argument("--events-dir", type=Path, help="event JSONL folder (default .aitax/runs/RUN_ID)")
     run.add_argument("--pace", choices=("native", "max"), default="native", help="ingestion pace")
+    add_measurement(run, ramp_up_s=0.0)
     add_keying(run)
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
@@ -161,6 +162,7 @@ def enroll_gallery(images: Path | None, out: Path) -> None:
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
+    from ground.children import SUMMARY, report
     from pipeline.frames import open_video
     from pipeline.runtime import new_run_id, open_telemetry
     from pipeline.schema import FACES_TOPIC
@@ -198,6 +200,8 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     finally:
         sink.close()
         metrics.close()
+    report(SUMMARY, frames=stats.frames, faces=stats.faces, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
+           failed=len(stats.failed))
     print(f"{args.stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
           f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
     if stats.failed or stats.acknowledged != stats.faces:
@@ -240,21 +244,46 @@ def _identify(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from aitax.load.local import LocalPipelineRun, run_local_pipeline
-    from aitax.stack.stack import default_events, resolve_bootstrap
+    from aitax.load.engine import run_local_pipeline
+    from aitax.stack.stack import resolve_bootstrap
+    from telemetry.results import Driver
 
-    run = LocalPipelineRun(video=args.video, gallery=args.gallery, producers=args.producers,
-                           consumers=args.consumers, duration_s=args.duration, run_id=args.run_id,
-                           events_dir=args.events_dir, pace=args.pace, keying=args.keying)
-    return run_local_pipeline(run, resolve_bootstrap(args.bootstrap), default_events())
+    workload = _real_workload(args.video, args.gallery, args.producers, args.consumers, args.duration, args.pace,
+                              args.ramp_up, args.ramp_down, args.quantiles)
+    return _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), args.run_id,
+                                           resolve_bootstrap(args.bootstrap), args.events_dir))
+
+
+def _real_workload(video: Path, gallery: Path, producers: int, consumers: int, duration_s: float, pace: str,
+                   ramp_up_s: float = 0.0, ramp_down_s: float = 0.0, quantiles: tuple[float, ...] | None = None):
+    """The real stages' workload, checked before any broker is looked for."""
+    from pydantic import ValidationError
+
+    from aitax.load.engine import REAL_DRAIN_S
+    from telemetry.results import Workload
+
+    try:
+        return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,
+                        video=str(video), gallery=str(gallery), pace=pace, drain_s=REAL_DRAIN_S,
+                        ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s,
+                        **({"quantiles": list(quantiles)} if quantiles else {}))
+    except ValidationError as error:
+        raise invalid(error, names={"producers": "--producers", "consumers": "--consumers",
+                                    "duration_s": "--duration", "ramp_up_s": "--ramp-up",
+                                    "ramp_down_s": "--ramp-down"}) from None
+
+
+def _exit_status(result) -> int:
+    return 130 if result.interrupted else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from aitax.load.local import LocalPipelineRun, run_local_pipeline
-    from aitax.stack.stack import default_events, resolve_bootstrap
+    from aitax.load.engine import run_local_pipeline
+    from aitax.stack.stack import resolve_bootstrap
     from ground.paths import aitax_home
     from pipeline.evaluate import evaluate_run, print_evaluation
     from pipeline.runtime import new_run_id
+    from telemetry.results import Driver
 
     out = args.out or aitax_home() / "demo"
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
@@ -265,10 +294,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"== 3/4 run {args.producers} ingest-detect + {args.consumers} identify for {args.seconds:.0f} s")
     events_dir = out / "runs" / run_id
     bootstrap = resolve_bootstrap(None)
-    status = run_local_pipeline(LocalPipelineRun(video=video, gallery=gallery, producers=args.producers,
-                                                 consumers=args.consumers, duration_s=args.seconds, run_id=run_id,
-                                                 events_dir=events_dir, keying=args.keying),
-                                bootstrap, default_events())
+    workload = _real_workload(video, gallery, args.producers, args.consumers, args.seconds, "native")
+    status = _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), run_id, bootstrap, events_dir))
     print("== 4/4 score against ground truth")
     print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
     return status

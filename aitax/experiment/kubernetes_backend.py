@@ -299,11 +299,12 @@ class KubernetesBackend:
         name = self.cluster.run_job(body, self.rollout_timeout_s)
         self.log(f"job/{name}: topics spread over {brokers} brokers in {time.monotonic() - started:.0f} s")
 
-    def run_phase(self, index: int, run_id: str) -> dict[str, int]:
-        """Bring the phase up, then let it run for its duration (the stages work; events carry `run_id`)."""
+    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], None]:
+        """Bring the phase up, then let it run for its duration (the stages work; events carry `run_id`). The
+        pods' faces are not read back here: the phase's results are its events."""
         ready = self.apply_phase(index, run_id)
         time.sleep(self.spec.phases[index].duration_s)
-        return ready
+        return ready, None
 
     def restore(self) -> None:
         """Put back the replica counts and environment found at the start (best effort, every workload)."""

@@ -1,23 +1,21 @@
 """The local backend: the same spec as processes against the local stack (`aitax stack up`).
 
-Each replica is one process: `aitax ingest-detect` / `aitax identify` for mode real (through `aitax run`'s
-runner: consumers ready before producers, producers drain, consumers finish the backlog), and
-`aitax emulate-producers` / `aitax emulate-consumers --instances N` for mode emulated.
+Each replica is one process: `aitax ingest-detect` / `aitax identify` for mode real, and
+`aitax emulate-producers` / `aitax emulate-consumers --instances N` for mode emulated. A phase runs through the
+load engine, as `aitax run` and the sweep do: consumers ready before producers, producers offer the phase's load
+for its duration, consumers finish the backlog, and the phase's `RunResult` is kept with its results.
 """
 
 from __future__ import annotations
 
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
-from ground import children
+from aitax.load.engine import REAL_DRAIN_S
 from ground.errors import UserError
 from ground.paths import aitax_home
-
-STOP_TIMEOUT_S = 120
+from telemetry.results import RunResult
 
 
 class LocalBackend:
@@ -65,53 +63,35 @@ class LocalBackend:
                                 "a spec with that count (or none)")
         self.log(f"local stack: brokers {self.bootstrap}")
 
-    def run_phase(self, index: int, run_id: str) -> dict[str, int]:
-        phase = self.spec.phases[index]
-        if self.spec.mode == "real":
-            return self._run_real(index, run_id)
-        consumers = phase.replicas[CONSUMER_STAGE["emulated"]]
-        producers = phase.replicas[PRODUCER_STAGE["emulated"]]
-        logs = aitax_home() / "runs" / run_id / "logs"
-        common = ["--factor", f"{phase.factor:g}", "--profile", self.spec.profile, "--run-id", run_id]
-        env = {"AITAX_BOOTSTRAP": self.bootstrap, "AITAX_RUN_ID": run_id,
-               **({"AITAX_EVENTS": self.events} if self.events else {})}
-        consumer_processes = [children.spawn(f"emulate-consumers-{i}", ["emulate-consumers", "--instances",
-                                                                        str(phase.instances["consumers"]), *common],
-                                             logs, env) for i in range(1, consumers + 1)]
-        producer_processes = [children.spawn(f"emulate-producers-{i}", ["emulate-producers", "--instances",
-                                                                        str(phase.instances["producers"]), *common],
-                                             logs, env) for i in range(1, producers + 1)]
-        everyone = consumer_processes + producer_processes
-        try:
-            deadline = time.monotonic() + phase.duration_s
-            while time.monotonic() < deadline:
-                dead = children.failed(everyone)
-                if dead:
-                    raise UserError(f"{dead[0].name} exited with {dead[0].returncode}; see {logs}")
-                time.sleep(0.5)
-        finally:
-            # Producers stop first so the consumers can finish what was produced.
-            children.stop(producer_processes, STOP_TIMEOUT_S)
-            children.stop(consumer_processes, STOP_TIMEOUT_S)
-        # A child stopped before its signal handler was installed (a short phase) exits by SIGINT: not a failure.
-        failed = children.failed(everyone, accepted=(0, -signal.SIGINT, 130))
-        if failed:
-            raise UserError(f"{', '.join(child.name for child in failed)} failed; see {logs}")
-        return {CONSUMER_STAGE["emulated"]: consumers, PRODUCER_STAGE["emulated"]: producers}
+    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
+        """One phase through the load engine: the replicas it ran and what it measured."""
+        from aitax.load.engine import local_stack_for, print_result, run_load, run_local_pipeline
+        from aitax.load.local import LocalLoad
+        from aitax.stack.stack import default_events
+        from emulation.profile import load_profile
+        from telemetry.results import Driver, Workload
+
+        phase, mode = self.spec.phases[index], self.spec.mode
+        producers, consumers = phase.replicas[PRODUCER_STAGE[mode]], phase.replicas[CONSUMER_STAGE[mode]]
+        if mode == "real":
+            workload = Workload(mode="real", producers=producers, consumers=consumers, duration_s=phase.duration_s,
+                                video=str(self.spec.video), gallery=str(self.spec.gallery), drain_s=REAL_DRAIN_S)
+            result = run_local_pipeline(workload, Driver(), run_id, self.bootstrap, events=self.events)
+        else:
+            per_producer, per_consumer = phase.instances["producers"], phase.instances["consumers"]
+            workload = Workload(mode="emulated", producers=producers * per_producer,
+                                consumers=consumers * per_consumer, producer_processes=producers,
+                                consumer_processes=consumers, duration_s=phase.duration_s, factor=phase.factor,
+                                profile=self.spec.profile)
+            load = LocalLoad(workload, Driver(), run_id, self.bootstrap, aitax_home() / "runs" / run_id / "logs",
+                             self.events or default_events())
+            load.check()
+            offered = load_profile(self.spec.profile).offered_faces_per_s(workload.producers, phase.factor)
+            result = run_load(load, offered_faces_per_s=offered, stack=local_stack_for(self.bootstrap))
+            print_result(result)
+            if result.process_failures:
+                raise UserError(f"phase {phase.name}: {result.process_failures[0]}")
+        return {CONSUMER_STAGE[mode]: consumers, PRODUCER_STAGE[mode]: producers}, result
 
     def restore(self) -> None:
         """Nothing to restore: every process of a phase has exited when the phase ends."""
-
-    def _run_real(self, index: int, run_id: str) -> dict[str, int]:
-        from aitax.load.local import LocalPipelineRun, run_local_pipeline
-        from aitax.stack.stack import default_events
-
-        phase = self.spec.phases[index]
-        producers, consumers = phase.replicas["ingest-detect"], phase.replicas["identify"]
-        status = run_local_pipeline(LocalPipelineRun(video=self.spec.video, gallery=self.spec.gallery,
-                                                     producers=producers, consumers=consumers,
-                                                     duration_s=phase.duration_s, run_id=run_id),
-                                    self.bootstrap, self.events or default_events())
-        if status != 0:
-            raise UserError(f"phase {phase.name} ended with status {status}")
-        return {"identify": consumers, "ingest-detect": producers}

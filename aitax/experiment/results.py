@@ -7,11 +7,12 @@ the same code reads an external cluster, the bundled lab node, or the local stac
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ground.errors import UserError
 from telemetry.events import INDEX_PREFIX
+from telemetry.results import RunResult
 
 PERCENTILES = (50.0, 90.0, 99.0)
 
@@ -33,9 +34,13 @@ class PhaseResult:
     replicas: dict[str, int]  # as the backend reported them once the phase was up
     stages: dict[str, StageSummary] = field(default_factory=dict)
     note: str | None = None
+    repeat: int = 1  # which pass over the phases (`--repeat`)
+    run: RunResult | None = None  # the load engine's result, where the backend read the phase's faces back
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(replace(self, run=None))
+        document["run"] = None if self.run is None else self.run.model_dump(mode="json")
+        return document
 
 
 def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Protocol
 from aitax.experiment.results import PhaseResult, check_elasticsearch, stage_summaries
 from aitax.experiment.spec import ExperimentSpec
 from ground.errors import UserError
+from telemetry.results import FactorRuns, RunResult, format_spread
 
 # Events reach Elasticsearch through a sink that flushes every second: wait a little before querying.
 EVENTS_SETTLE_S = 3.0
@@ -19,14 +21,19 @@ EVENTS_SETTLE_S = 3.0
 class Backend(Protocol):
     def prepare(self) -> None: ...
 
-    def run_phase(self, index: int, run_id: str) -> dict[str, int]: ...
+    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult | None]:
+        """Run one phase: the replicas that were up, and its `RunResult` where the backend reads its faces."""
 
     def restore(self) -> None: ...
 
 
 def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: str | None, out_dir: Path,
-                   log: Callable[[str], None] = print) -> tuple[list[PhaseResult], Path]:
-    """Every check happens in `prepare` (and the Elasticsearch check) before the first phase changes anything."""
+                   log: Callable[[str], None] = print, repeats: int = 1) -> tuple[list[PhaseResult], Path]:
+    """Every check happens in `prepare` (and the Elasticsearch check) before the first phase changes anything.
+    With `repeats`, the whole sequence of phases runs that many times (a drift of the machine then spreads over
+    every phase) and each phase ends with its median and spread."""
+    if repeats < 1:
+        raise UserError(f"--repeat {repeats}: at least 1")
     backend.prepare()
     if elasticsearch_url:
         check_elasticsearch(elasticsearch_url)
@@ -35,15 +42,17 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
     out_file = out_dir / f"{spec.name}-{stamp}.json"
     results: list[PhaseResult] = []
     try:
-        for index, phase in enumerate(spec.phases):
-            run_id = f"{spec.name}-{phase.name}-{stamp}"
+        for repeat, (index, phase) in itertools.product(range(1, repeats + 1), enumerate(spec.phases)):
+            run_id = f"{spec.name}-{phase.name}-{stamp}" + (f"-r{repeat}" if repeats > 1 else "")
             wanted = ", ".join(f"{stage}={count}" for stage, count in phase.replicas.items())
-            log(f"phase {index + 1}/{len(spec.phases)} {phase.name}: {wanted}, factor {phase.factor:g}, "
+            log(f"phase {index + 1}/{len(spec.phases)} {phase.name}"
+                f"{f' (repeat {repeat}/{repeats})' if repeats > 1 else ''}: {wanted}, factor {phase.factor:g}, "
                 f"{phase.duration_s:g} s, run id {run_id}")
             started = time.time()
-            replicas = backend.run_phase(index, run_id)
+            replicas, run = backend.run_phase(index, run_id)
             result = PhaseResult(phase=phase.name, run_id=run_id, started_at=started, ended_at=time.time(),
-                                 factor=phase.factor, replicas=replicas)
+                                 factor=phase.factor, replicas=replicas, repeat=repeat,
+                                 run=None if run is None else run.model_copy(update={"repeat": repeat}))
             if elasticsearch_url:
                 time.sleep(EVENTS_SETTLE_S)
                 try:
@@ -57,7 +66,25 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
             log(f"  done: {_summary(result)}")
     finally:
         backend.restore()
+    if repeats > 1:
+        for line in repeat_summary(spec, results):
+            log(line)
     return results, out_file
+
+
+def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str]:
+    """Per phase over its repeats: how many held, and the median (min-max) of throughput and p99."""
+    lines = []
+    for phase in spec.phases:
+        runs = [r.run for r in results if r.phase == phase.name and r.run is not None]
+        if not runs:
+            continue
+        group = FactorRuns(phase.factor, runs[0].workload.in_flight, runs)
+        rate = group.spread(lambda run: run.achieved_faces_per_s)
+        p99 = group.spread(lambda run: run.latency.p99_ms if run.latency else None)
+        lines.append(f"{phase.name}: held {group.stable_repeats}/{len(runs)}, {format_spread(rate, 1)} faces/s, "
+                     f"p99 {format_spread(p99)} ms (median (min-max) over repeats)")
+    return lines
 
 
 def _write(path: Path, spec: ExperimentSpec, results: list[PhaseResult]) -> None:
@@ -71,4 +98,6 @@ def _summary(result: PhaseResult) -> str:
     ready = ", ".join(f"{stage} {count}" for stage, count in result.replicas.items())
     stages = "; ".join(f"{stage}: {s.events} events, compute p50 {s.compute_ms['p50']} ms"
                        for stage, s in result.stages.items())
-    return f"replicas {ready}" + (f"; {stages}" if stages else f" ({result.note})" if result.note else "")
+    verdict = "" if result.run is None else f"; {'stable' if result.run.stable else 'UNSTABLE'}"
+    return (f"replicas {ready}{verdict}"
+            + (f"; {stages}" if stages else f" ({result.note})" if result.note else ""))

@@ -1,113 +1,149 @@
-"""`aitax run`: the stage processes against the local stack, the way Deployments would run them on a cluster.
+"""A run's stage processes on this machine: the real stages (`identify`, `ingest-detect`) or the emulated ones
+(`emulate-consumers`, `emulate-producers`), the way Deployments run them on a cluster.
 
-Producers (ingest-detect) ingest for `--duration` seconds and then drain: they finish the frames already queued
-and wait for every face's acknowledgement. Consumers (identify) run until the group has no lag left, so every
-face that was produced is identified before the run ends. Ctrl-C starts the same drain early.
+Consumers start first and report ready (their model loaded, their partitions assigned), so start-up is never
+measured as broker wait; producers then offer the workload's load. Children report through the status channel
+(`ground.children`), never through their logs.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from ground import children
 from ground.errors import UserError
-from ground.paths import aitax_home
-from pipeline.schema import DEFAULT_KEYING
+from pipeline.schema import DEFAULT_TOPICS, Topics
+from telemetry.results import Driver, Workload
 
-DRAIN_TIMEOUT_S = 300
-READY_TIMEOUT_S = 180
-
-
-@dataclass(frozen=True)
-class LocalPipelineRun:
-    video: Path  # every producer's video (looped)
-    gallery: Path
-    producers: int = 1  # ingest-detect processes
-    consumers: int = 2  # identify processes
-    duration_s: float = 60.0  # of ingestion
-    run_id: str | None = None  # default: a new one
-    events_dir: Path | None = None  # default: .aitax/runs/RUN_ID
-    pace: str = "native"
-    keying: str = DEFAULT_KEYING
-
-    def __post_init__(self) -> None:
-        if self.producers < 1 or self.consumers < 1:
-            raise UserError(f"--producers {self.producers} --consumers {self.consumers}: need at least one of each")
-        if self.duration_s <= 0:
-            raise UserError(f"--duration {self.duration_s}: must be positive")
+READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
+PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
+STOP_TIMEOUT_S = 60.0
+LAG_POLL_S = 0.5
 
 
-def run_local_pipeline(run: LocalPipelineRun, bootstrap: str, default_events: str) -> int:
-    """Run the stages against `bootstrap`; events go to the run's folder and to `default_events`. Returns the
-    exit status (130 when interrupted), raises UserError when a stage failed or faces were left unidentified."""
-    from tqdm import tqdm
+def split(total: int, parts: int) -> list[int]:
+    """`total` instances over at most `parts` processes, as evenly as they go."""
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
-    from pipeline.frames import open_video
-    from pipeline.gallery import load_gallery
-    from pipeline.runtime import new_run_id
-    from pipeline.schema import FACES_TOPIC
-    from pipeline.transport.admin import group_lag, partition_count, require_brokers
 
-    open_video(str(run.video)).release()
-    load_gallery(run.gallery)
-    require_brokers(bootstrap)
-    partitions = partition_count(bootstrap, FACES_TOPIC)
-    if run.consumers > partitions:
-        # An identify process beyond the partition count gets none: it would never report ready.
-        raise UserError(f"--consumers {run.consumers}: the {FACES_TOPIC} topic has {partitions} partitions, so at "
-                        f"most {partitions} identify processes can share its faces")
-    run_id = run.run_id or new_run_id()
-    events_dir = run.events_dir or aitax_home() / "runs" / run_id
-    logs = events_dir / "logs"
-    events = ",".join(filter(lambda spec: spec != "none", [f"file:{events_dir}", default_events]))
-    common = ["--bootstrap", bootstrap, "--events", events]
-    print(f"run {run_id}: {run.producers} ingest-detect + {run.consumers} identify processes; "
-          f"events and logs in {events_dir}")
+class LocalLoad:
+    """One run's processes. `topic_prefix` gives an emulated run topics of its own; real stages use the
+    pipeline's topics and the `identify` group."""
 
-    consumers = [children.spawn(f"identify-{i}", ["identify", "--gallery", str(run.gallery), *common], logs)
-                 for i in range(1, run.consumers + 1)]
-    try:
-        # Producers start once every consumer has loaded its model: start-up is not measured as broker wait.
-        children.wait_reported(consumers, children.READY, READY_TIMEOUT_S, "identify processes")
-    except UserError:
-        children.stop(consumers, 30)
-        raise
-    producers = [children.spawn(f"ingest-detect-{i}", ["ingest-detect", "--video", str(run.video), "--stream-id",
-                                                       f"cam-{i}", "--run-id", run_id, "--loop", "--pace", run.pace,
-                                                       "--keying", run.keying, *common], logs)
-                 for i in range(1, run.producers + 1)]
-    interrupted = False
-    try:
-        with tqdm(total=int(run.duration_s), desc="ingesting", unit="s") as bar:
-            started = time.monotonic()
-            while (elapsed := time.monotonic() - started) < run.duration_s:
-                if not all(child.running() for child in producers + consumers):
-                    break  # a stage died: stop and report it
-                time.sleep(1)
-                bar.update(int(elapsed) - bar.n)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("interrupted: draining in-flight faces")
-    children.stop(producers, DRAIN_TIMEOUT_S)  # producers drain and flush before exiting
-    drain_deadline = time.monotonic() + DRAIN_TIMEOUT_S
-    lag = -1
-    with tqdm(desc="identifying backlog", unit="face") as bar:
-        while time.monotonic() < drain_deadline and all(child.running() for child in consumers):
-            lag = group_lag(bootstrap, "identify", FACES_TOPIC)
-            bar.set_postfix(lag=lag)
-            if lag == 0:
-                break
-            time.sleep(1)
-    children.stop(consumers, 60)
+    def __init__(self, workload: Workload, driver: Driver, run_id: str, bootstrap: str, logs: Path, events: str,
+                 topic_prefix: str = "", group: str = "identify", env: dict[str, str] | None = None) -> None:
+        if topic_prefix and workload.mode == "real":
+            raise UserError("a topic prefix is for emulated runs: the real stages use the pipeline's topics")
+        self.workload, self.driver, self.run_id, self.bootstrap = workload, driver, run_id, bootstrap
+        self.logs, self.env, self.group = logs, env, group
+        self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
+        common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
+        if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
+            common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
+                       "--metrics-port", "-1", "--topic-prefix", topic_prefix]
+        self.common = common
+        self.consumers: list[children.Child] = []
+        self.producers: list[children.Child] = []
+        self.killed: set[int] = set()  # pids a fault scenario killed on purpose: not failures
 
-    failed = children.failed(producers + consumers)
-    for child in producers + consumers:
-        print(f"  {child.name:<18} exit {child.returncode}: {child.tail(1)}")
-    print(f"run id: {run_id}")
-    if failed:
-        raise UserError(f"{', '.join(child.name for child in failed)} failed; see {logs}")
-    if lag != 0:
-        raise UserError(f"the identify group still lags by {lag} faces after {DRAIN_TIMEOUT_S} s")
-    return 130 if interrupted else 0
+    def check(self) -> None:
+        """What can be checked before a process starts: files, brokers, partitions enough for the consumers."""
+        from pipeline.transport.admin import partition_count, require_brokers
+
+        if self.workload.mode == "real":
+            from pipeline.frames import open_video
+            from pipeline.gallery import load_gallery
+
+            if self.workload.video is None or self.workload.gallery is None:
+                raise UserError("a real workload needs a video and a gallery")
+            open_video(self.workload.video).release()
+            load_gallery(Path(self.workload.gallery))
+        require_brokers(self.bootstrap)
+        partitions = partition_count(self.bootstrap, self.topics.faces)
+        if partitions and self.workload.consumers > partitions:
+            # A consumer beyond the partition count gets none: it would never report ready.
+            raise UserError(f"--consumers {self.workload.consumers}: the {self.topics.faces} topic has {partitions} "
+                            f"partitions, so at most {partitions} identify instances can share its faces")
+
+    def start_consumers(self) -> None:
+        """Start the consumers and return once every one reported ready."""
+        w = self.workload
+        if w.mode == "real":
+            argv = ["identify", "--gallery", str(w.gallery), "--group", self.group]
+            self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
+        else:
+            self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
+                                                            self.group])
+                              for i, n in enumerate(split(w.consumers, w.consumer_processes))]
+        children.wait_reported(self.consumers, children.READY, READY_TIMEOUT_S[w.mode], f"{w.mode} consumers")
+
+    def start_producers(self) -> None:
+        w = self.workload
+        if w.mode == "real":
+            self.producers = [self._spawn(f"ingest-detect-{i}", [
+                "ingest-detect", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
+                "--pace", w.pace, "--keying", self.driver.keying]) for i in range(1, w.producers + 1)]
+        else:
+            self.producers = [self._spawn(f"producers-{i}", [
+                "emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}", "--duration",
+                f"{w.duration_s:g}", "--keying", self.driver.keying,
+                *(["--in-flight", str(w.in_flight)] if w.in_flight else [])])
+                for i, n in enumerate(split(w.producers, w.producer_processes))]
+
+    def _spawn(self, name: str, argv: list[str]) -> children.Child:
+        return children.spawn(name, [*argv, *self.common], self.logs, self.env)
+
+    def pids(self) -> dict[str, list[int]]:
+        """The load's processes by role, as the resource verdict names whoever burnt the CPU."""
+        producers, consumers = (("the emulator's producers", "the emulator's consumers")
+                                if self.workload.mode == "emulated" else ("ingest-detect", "identify"))
+        return {producers: [c.pid for c in self.producers], consumers: [c.pid for c in self.consumers]}
+
+    def alive(self) -> bool:
+        """Every process still running (producers of an emulated run may have finished their duration)."""
+        return all(c.running() or c.returncode == 0 for c in self.producers + self.consumers)
+
+    def finish_producers(self, interrupted: bool) -> None:
+        """End the offered load: emulated producers stop by themselves after the duration; real ones loop a
+        video, so they are told to stop. Either way each flushes and waits for its acknowledgements."""
+        if self.workload.mode == "emulated" and not interrupted:
+            deadline = time.monotonic() + self.workload.duration_s + PRODUCER_SLACK_S
+            while any(c.running() for c in self.producers) and time.monotonic() < deadline:
+                time.sleep(LAG_POLL_S)
+        children.stop(self.producers, max(STOP_TIMEOUT_S, self.workload.drain_s))
+
+    def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:
+        """Wait for the consumers to catch up; returns the faces still not identified. One consumer dying does not
+        end the drain (the group gives its partitions to the others); all of them gone does."""
+        from pipeline.transport.admin import group_lag
+
+        deadline = time.monotonic() + timeout_s
+        backlog = group_lag(self.bootstrap, self.group, self.topics.faces)
+        while backlog > 0 and time.monotonic() < deadline and any(c.running() for c in self.consumers):
+            on_lag(backlog)
+            time.sleep(LAG_POLL_S)
+            backlog = group_lag(self.bootstrap, self.group, self.topics.faces)
+        return backlog
+
+    def stop(self) -> None:
+        children.stop(self.producers + self.consumers, STOP_TIMEOUT_S)
+
+    def failures(self) -> list[str]:
+        """'name: exit N, log PATH' for each process that failed (except those killed on purpose)."""
+        return [f"{c.name}: exit {c.returncode}, log {c.log}: {c.tail(1)}"
+                for c in children.failed(self.producers + self.consumers, self.killed)]
+
+    def produced(self) -> tuple[int, float]:
+        """Faces acknowledged and mean thumbnail bytes, from the producer processes' summaries."""
+        summaries = [status for child in self.producers for status in child.statuses(children.SUMMARY)]
+        faces = sum(summary["acknowledged"] for summary in summaries)
+        return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
+
+    def identities(self) -> tuple[list, int]:
+        """The run's identities (first of each face) and the duplicates published."""
+        from pipeline.evaluate import read_identities
+
+        return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)

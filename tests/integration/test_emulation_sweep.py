@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
-from emulation.sweep import SweepSpec, highest_stable, run_factor
+from emulation.sweep import SweepSpec, run_factor
+from telemetry.results import SweepResult
 
 pytestmark = pytest.mark.integration
 
@@ -24,32 +25,42 @@ def _spec(producers: int, consumers: int, duration_s: float = 8.0) -> SweepSpec:
 def test_light_load_is_stable_and_reports_every_field(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
     # 1 stream at 10 faces/s; 3 consumers at 131.5 ms per face can take 22 faces/s.
     result = run_factor(_spec(producers=1, consumers=3), stack, 1.0, unique_name, tmp_path)
-    assert result.stable, result.reasons
+    assert result.stable, result.verdict.reasons
+    assert [c.name for c in result.verdict.conditions] == ["throughput", "latency bounded"]
     assert result.offered_faces_per_s == pytest.approx(10.0)
     assert result.achieved_faces_per_s >= 8.0
     assert result.produced_faces >= result.identified_faces >= 70
     assert result.face_bytes_mean == pytest.approx(37_300)
-    assert result.latency is not None and result.latency.faces == result.identified_faces
+    # Latency counts the faces scheduled in the measurement window: after the 2 s ramp-up, 6 s of 10 faces/s.
+    assert result.latency is not None and 50 <= result.latency.faces < result.identified_faces
+    assert result.window_start_ns - result.load_started_ns == 2_000_000_000
+    assert result.latency.tail.count == result.latency.faces
+    assert result.latency.tail.too_few_samples == ["p90", "p99", "p99.9"]  # 60 faces: p90 needs 100
     # One face takes at least its emulated compute: 18.8 + 74.8 + 131.5 ms.
     assert result.latency.mean_ms > 225
     assert set(result.latency.breakdown_ms) == {"schedule_delay", "ingest", "frame_queue", "detect",
                                                 "broker_wait", "identify"}
     # A face waits for its whole batch's emulated compute: at least its own 131.5 ms.
     assert result.latency.breakdown_ms["identify"] >= 131.5 * 0.95
-    assert set(result.broker_write_bytes_per_s) == set(stack.node_ids)
+    used = result.resources
+    assert set(used.broker_write_bytes_per_s) == set(stack.node_ids)
     # RF 3: every broker writes the thumbnails' bytes (10 x 37.3 kB/s), give or take Kafka's own overhead.
-    assert result.broker_disk_write_bytes_per_s > 100_000
-    assert 0 < result.machine_cpu_busy <= 1
-    for field in dataclasses.fields(result):
-        assert getattr(result, field.name) is not None, field.name
+    assert used.broker_disk_write_bytes_per_s > 100_000
+    assert 0 < used.machine_cpu_busy <= 1
+    assert set(used.client_cpu_cores) == {"the emulator's producers", "the emulator's consumers"}
+    assert used.saturated and result.brokers == stack.brokers and result.process_failures == []
+    assert result.window_end_ns - result.window_start_ns == 6_000_000_000  # 8 s of load less the ramp-up
 
 
 def test_overload_is_judged_unstable(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
     # 3 streams offer 30 faces/s; one consumer can take 7.6 faces/s: faces pile up in the brokers.
     result = run_factor(_spec(producers=3, consumers=1), stack, 1.0, unique_name, tmp_path)
     assert not result.stable
+    assert result.verdict.reasons[0].startswith("throughput: identified")
     assert result.achieved_faces_per_s < 0.5 * result.offered_faces_per_s
-    assert highest_stable([result]) is None
+    sweep = SweepResult(run_id="r", profile="paper", replication_factor=3, brokers=3, drives_per_broker=1,
+                        duration_s=8, kafka_client="confluent-kafka", runs=[result])
+    assert sweep.highest_stable_factor is None
 
 
 def test_bad_input_is_refused_before_anything_starts(stack: StackConfig) -> None:
@@ -60,3 +71,18 @@ def test_bad_input_is_refused_before_anything_starts(stack: StackConfig) -> None
                                 text=True, timeout=60)
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
+    # 2 streams keeping 2 frames each (the paper profile: one face per frame) at 4x: 4 faces in the pipeline.
+    spec = replace(_spec(producers=2, consumers=3), in_flight=(2,))
+    result = run_factor(spec, stack, 4.0, unique_name, tmp_path, in_flight=2)
+    assert result.stable, result.verdict.reasons
+    assert result.offered_faces_per_s is None and result.workload.in_flight == 2
+    assert [c.name for c in result.verdict.conditions] == ["every acknowledged face identified", "latency bounded"]
+    # Little's law: faces in the pipeline = throughput x time each spends there. A window that leaked would hold
+    # more than 4; one that stalled, far fewer.
+    in_pipeline = result.achieved_faces_per_s * result.latency.mean_ms / 1000
+    assert 2.5 <= in_pipeline <= 4.4, (result.achieved_faces_per_s, result.latency.mean_ms)
+    # Open loop at 4x would offer 2 x 40 faces/s; the closed loop takes only what completes.
+    assert result.achieved_faces_per_s < 60

@@ -14,6 +14,7 @@ from aitax.stack.config import StackConfig
 from pipeline.evaluate import evaluate_run
 from pipeline.gallery import load_gallery
 from pipeline.synth_video import load_truth
+from telemetry.results import RunResult, read_results
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]
@@ -61,7 +62,13 @@ def test_run_identifies_faces_end_to_end(stack: StackConfig, gallery: Path, vide
                              "--consumers", "2", "--duration", "20", "--run-id", unique_name, "--events-dir",
                              str(events)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "0 failed" in result.stdout
+    # The run's result, in the one results model: every acknowledged face identified, none left queued.
+    run = read_results(events / "result.json", RunResult)
+    assert run.verdict.held, run.verdict.reasons
+    assert run.workload.mode == "real" and run.process_failures == [] and run.backlog_faces == 0
+    assert run.identified_faces == run.produced_faces > 0 and run.duplicates == 0
+    assert run.latency is not None and run.resources is not None and run.brokers == stack.brokers
+    assert "[held] every acknowledged face identified" in result.stdout
 
     evaluation = evaluate_run(video, unique_name, stack.bootstrap_servers, events)
     assert evaluation.frames >= 40, "ingestion processed too few frames to judge"

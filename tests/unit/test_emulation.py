@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from aitax.load.resources import saturated_resource
 from emulation import workers
-from emulation.analysis import judge, saturated_resource, summarize
 from emulation.profile import Distribution, derive_profile, load_profile, paper_profile
 from ground.errors import UserError
 from pipeline import identify, ingest_detect
-from pipeline.schema import IdentityMessage
 
 
 def test_emulated_stages_are_the_pipelines_own_loops() -> None:
@@ -52,15 +51,19 @@ def test_profile_round_trips_through_yaml(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("version: 1\nname: x\n", "field compute_ms missing"),
+    ("version: 1\nname: x\n", "bad.yaml: compute_ms: field required"),
     ("version: 2\n", "profile version 2"),
     ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]]}\n"
-     "thumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\n", "lacks stage identify"),
+     "thumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\n", "bad.yaml: compute_ms: lacks stage identify"),
     ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]], "
      "identify: [[0.5, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\n",
-     "compute_ms.identify must start at quantile 0"),
+     "bad.yaml: compute_ms.identify: must start at quantile 0 and end at quantile 1"),
     ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]], "
-     "identify: [[0, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 0.5}\n", "sum to 1"),
+     "identify: [[0, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 0.5}\n",
+     "faces_per_frame: probabilities must sum to 1"),
+    ("version: 1\nname: x\ncompute_ms: {ingest: [[0, 1], [1, 2]], detect: [[0, 1], [1, 2]], "
+     "identify: [[0, 1], [1, 2]]}\nthumbnail_bytes: [[0, 1], [1, 2]]\nfaces_per_frame: {1: 1}\nfps: fast\n",
+     "fps 'fast': input should be a valid number"),
 ])
 def test_bad_profiles_are_named(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.yaml"
@@ -89,41 +92,9 @@ def test_profile_derived_from_events_has_their_quantiles() -> None:
         derive_profile([e for e in events if e["stage"] != "identify"], "r")
 
 
-def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
-    start = int(scheduled_ms * 1e6)
-    step = int(latency_ms * 1e6 / 6)
-    marks = [start + i * step for i in range(7)]
-    return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
-                           box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
-                           detect_start_ns=marks[3], detected_ns=marks[4], identify_start_ns=marks[5],
-                           identified_ns=marks[6])
-
-
-def test_steady_latency_at_full_throughput_is_stable() -> None:
-    identities = [_identity(i * 100, 300) for i in range(100)]
-    verdict = judge(identities, offered_faces=100, produced_faces=100)
-    assert verdict.stable and verdict.reasons == []
-    summary = summarize(identities)
-    assert summary.mean_ms == pytest.approx(300, abs=0.01)
-    assert sum(summary.breakdown_ms.values()) == pytest.approx(summary.mean_ms, abs=0.01)
-    assert summary.broker_wait_share == pytest.approx(1 / 6, abs=0.001)
-
-
-def test_growing_latency_is_unstable() -> None:
-    identities = [_identity(i * 100, 200 + 20 * i) for i in range(100)]
-    verdict = judge(identities, offered_faces=100, produced_faces=100)
-    assert not verdict.stable
-    assert "latency growing" in verdict.reasons[0]
-
-
-def test_missing_throughput_is_unstable() -> None:
-    verdict = judge([_identity(i * 100, 300) for i in range(50)], offered_faces=100, produced_faces=100)
-    assert not verdict.stable and "50 of 100" in verdict.reasons[0]
-
-
 def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
            consumers_cores: float = 0.2, under_min_isr: int = 0):
-    from emulation.resources import Usage
+    from aitax.load.resources import Usage
 
     return Usage(20.0, broker_cpu_cores={1: 0.3, 2: 0.3, 3: 0.3}, broker_write_bytes_per_s={1: write, 2: write},
                  machine_cpu_busy=cpu, broker_handler_busy={1: handlers, 2: handlers / 2},
@@ -145,7 +116,7 @@ def test_saturated_resource_names_the_busiest_and_who_burnt_the_cpu() -> None:
 
 
 def test_broker_signals_per_window() -> None:
-    from emulation.resources import Sample, usage_between
+    from aitax.load.resources import Sample, usage_between
 
     def sample(at: float, idle_ns: float, network_idle: float) -> Sample:
         return Sample(at, {1: at}, {1: 0}, {1: 0}, at, 2 * at, 0,
@@ -171,3 +142,53 @@ def test_a_warm_up_is_none_or_long_enough_to_matter(warmup_s: float, accepted: b
     else:
         with pytest.raises(UserError, match=r"--warmup 3: 0 \(none\) or at least 5 s"):
             make()
+
+
+def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_identified() -> None:
+    window = workers.FramesInFlight(2)
+    stats = workers.ClosedLoopStats(window=window)
+
+    def running() -> bool:
+        return False
+
+    def stopped_while_waiting():  # one wait for a slot, then the stream is stopped
+        return iter([False, True]).__next__
+
+    assert window.admit(running) and window.admit(running)
+    assert not window.admit(stopped_while_waiting())  # both slots taken
+    stats.frame_sent(0, 2)
+    stats.frame_sent(1, 0)  # no faces: done at once, its slot free
+    assert window.admit(running)
+    window.identified(0, 1)
+    window.identified(0, 1)  # a redelivered face counts once
+    assert not window.admit(stopped_while_waiting())
+    window.identified(0, 0)  # frame 0's last face
+    assert window.admit(running)
+    window.identified(0, 0)  # a late duplicate of a finished frame frees nothing
+    assert not window.admit(stopped_while_waiting())
+    assert stats.done_through == -1  # acknowledgements, not identities, move the resume point: frame 0 has none
+
+
+def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monkeypatch, tmp_path: Path) -> None:
+    from aitax.stack.config import StackConfig
+    from emulation import sweep as sweep_module
+    from tests.unit.results_builders import emulated_run
+
+    probed: list[float] = []
+
+    def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
+        probed.append(factor)
+        return emulated_run(factor, stable=factor <= 5.3, writes=1e6).model_copy(
+            update={"workload": emulated_run(factor, True, 1e6).workload.model_copy(
+                update={"latency_bound_ms": 500.0, "quantiles": [0.5, 0.99]})})
+
+    monkeypatch.setattr(sweep_module, "run_factor", run_factor)
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    spec = sweep_module.SweepSpec([1, 32], 10, 4, 8, 2, paper_profile(), "paper", latency_bound_ms=500)
+    result = sweep_module.search_latency_bound(spec, StackConfig(), progress=lambda _: None)
+    assert probed[:2] == [1, 32] and len(probed) <= 2 + 6
+    assert 5.3 / 1.1 <= result.highest_stable_factor <= 5.3
+    assert result.latency_bound == (0.99, 500.0)
+    with pytest.raises(UserError, match="needs --latency-bound and an open loop"):
+        sweep_module.search_latency_bound(
+            sweep_module.SweepSpec([1, 32], 10, 4, 8, 2, paper_profile(), "paper"), StackConfig())

@@ -112,13 +112,26 @@ def test_end_to_end_latency_and_its_breakdown(report: Report) -> None:
     assert latency.faces == 5
     assert (latency.e2e.count, latency.e2e.mean_ms, latency.e2e.p50_ms) == (5, 520.0, 400.0)
     assert latency.e2e.p99_ms == pytest.approx(500 + 0.96 * 800)  # rank 3.96 of 5, interpolated
-    means = {"ingest": 12.0, "frame_queue": 6.0, "detect": 50.0, "broker_wait": 312.0, "identify": 140.0}
+    # Schema-1 events carry no schedule: end to end starts at capture, with no schedule delay.
+    means = {"schedule_delay": 0.0, "ingest": 12.0, "frame_queue": 6.0, "detect": 50.0, "broker_wait": 312.0,
+             "identify": 140.0}
     assert [s.stage for s in latency.stages] == list(means)
     for name, mean in means.items():
         assert stage(report, name).mean_ms == pytest.approx(mean)
         assert stage(report, name).share == pytest.approx(mean / 520)
     assert stage(report, "broker_wait").share == pytest.approx(0.6)
     assert math.fsum(s.share for s in latency.stages) == pytest.approx(1.0)
+
+
+def test_end_to_end_starts_at_the_schedule_when_events_carry_it() -> None:
+    documents = synthetic_documents()
+    for document in documents:
+        if document["stage"] == "ingest":  # every frame started 30 ms after its schedule wanted it
+            document["scheduled_ns"] = document["wall_start_ns"] - 30 * 1_000_000
+    late = build_report(RUN, documents).latency
+    assert late.e2e.mean_ms == pytest.approx(550.0)
+    (delay,) = [s for s in late.stages if s.stage == "schedule_delay"]
+    assert delay.mean_ms == pytest.approx(30.0) and delay.standalone.mean_ms == pytest.approx(30.0)
 
 
 def test_tail_breakdown_and_standalone_p99(report: Report) -> None:
@@ -292,7 +305,7 @@ def test_unknown_run_is_a_one_line_user_error(tmp_path: Path) -> None:
 def test_terminal_table(report: Report) -> None:
     text = format_text(report)
     print(text)  # shown with -s: the report of the synthetic run
-    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:8]}
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:9]}
     assert rows["broker_wait"][1:6] == ["312.0", "210.0", "988.8", "60.0%", "1,020.0"]
     assert rows["broker_wait"][-2:] == ["126.1", "116.0"]
     assert rows["end"][3:8] == ["520.0", "400.0", "1,268.0", "100.0%", "1,300.0"]

@@ -57,8 +57,8 @@ def test_a_stack_never_started_is_one_line_and_exit_2(argv: list[str], tmp_path)
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["--producers", "0"], "--producers 0 --consumers 2: need at least one of each"),
-    (["--duration", "-1"], "--duration -1.0: must be positive"),
+    (["--producers", "0"], "--producers 0: input should be greater than or equal to 1"),
+    (["--duration", "-1"], "--duration -1.0: input should be greater than 0"),
 ])
 def test_bad_run_options_are_named_before_the_stack_is_looked_for(argv: list[str], expected: str, tmp_path) -> None:
     result = _run(["run", "--video", "v.mp4", "--gallery", "g.npz", *argv], tmp_path / "empty", tmp_path)

@@ -6,7 +6,6 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +25,7 @@ from tco.capacity import (
     throughput_speedup,
 )
 from tco.catalog import load_catalog
+from tests.unit.results_builders import emulated_run, write_sweep
 
 
 @pytest.fixture(scope="module")
@@ -110,73 +110,37 @@ def test_a_purely_linear_model_misses_more_rows(parameters: CapacityParameters) 
     assert {("brokers", 6, 1), ("brokers", 8, 1), ("drives", 3, 4)} <= missed
 
 
-def entry(factor: float, stable: bool, writes: float, **overrides: Any) -> dict[str, Any]:
-    fields = {
-        "factor": factor,
-        "stable": stable,
-        "brokers": 3,
-        "producers": 840,
-        "face_bytes_mean": 37_300,
-        "broker_disk_write_bytes_per_s": writes,
-    }
-    return {**fields, **overrides}
-
-
-def write_results(tmp_path: Path, factors: list[dict[str, Any]], **top: Any) -> Path:
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({"replication_factor": 3, "factors": factors, **top}), encoding="utf-8")
-    return path
-
-
-def test_loader_reads_the_documented_fields_and_ignores_others(tmp_path: Path) -> None:
-    path = write_results(tmp_path, [entry(1, True, 110e6, latency_ms=351)], emulator="v1")
-
-    results = load_emulation_results(path)
+def test_loader_reads_a_sweep_and_takes_the_median_of_repeats(tmp_path: Path) -> None:
+    runs = [emulated_run(1, True, writes) for writes in (100e6, 110e6, 130e6)]
+    results = load_emulation_results(write_sweep(tmp_path, runs))
 
     assert isinstance(results, EmulationResults)
-    assert results.replication_factor == 3
-    (factor,) = results.factors
-    assert (factor.factor, factor.stable, factor.brokers, factor.producers) == (1.0, True, 3, 840)
-    assert factor.broker_disk_write_bytes_per_s == 110e6
+    assert results.sweep.replication_factor == 3
+    (native,) = results.sweep.by_factor()
+    assert (native.factor, native.stable, len(native.runs)) == (1.0, True, 3)
+    assert results.faces_per_stream(native) == pytest.approx(110e6 * 3 / (840 * 37_300 * 3))
 
 
-@pytest.mark.parametrize(
-    ("bad_entry", "message"),
-    [
-        ({"stable": "yes"}, r"factors\[0\]: field 'stable' must be true or false, got 'yes'"),
-        ({"brokers": 2.5}, r"factors\[0\]: field 'brokers' must be a whole number, got 2.5"),
-        ({"face_bytes_mean": "37kB"}, r"factors\[0\]: field 'face_bytes_mean' must be a number"),
-        (
-            {"broker_disk_write_bytes_per_s": -1},
-            r"field 'broker_disk_write_bytes_per_s' must be non-negative",
-        ),
-        ({"factor": 0}, r"field 'factor' must be positive"),
-    ],
-)
-def test_loader_names_an_ill_typed_field(tmp_path: Path, bad_entry: dict[str, Any], message: str) -> None:
-    path = write_results(tmp_path, [{**entry(1, True, 110e6), **bad_entry}])
-
-    with pytest.raises(UserError, match=message):
+def test_loader_names_a_bad_field_and_what_the_planner_needs(tmp_path: Path) -> None:
+    path = write_sweep(tmp_path, [emulated_run(1, True, 110e6)])
+    document = json.loads(path.read_text())
+    document["runs"][0]["face_bytes_mean"] = "37kB"
+    path.write_text(json.dumps(document))
+    with pytest.raises(UserError, match=r"results.json: runs.0.face_bytes_mean '37kB': input should be a valid number"):
         load_emulation_results(path)
 
-
-def test_loader_names_a_missing_field(tmp_path: Path) -> None:
-    broken = entry(1, True, 110e6)
-    del broken["producers"]
-    path = write_results(tmp_path, [entry(2, True, 200e6), broken])
-
-    with pytest.raises(UserError, match=r"results.json: factors\[1\]: missing field 'producers'"):
-        load_emulation_results(path)
+    with pytest.raises(UserError, match=r"runs: empty"):
+        load_emulation_results(write_sweep(tmp_path, []))
+    unsampled = emulated_run(1, True, 1.0).model_copy(update={"resources": None})
+    with pytest.raises(UserError, match=r"runs.0.resources: missing"):
+        load_emulation_results(write_sweep(tmp_path, [unsampled]))
 
 
-def test_loader_rejects_missing_replication_factor_and_empty_factors(tmp_path: Path) -> None:
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({"factors": [entry(1, True, 1.0)]}), encoding="utf-8")
-    with pytest.raises(UserError, match=r"missing field 'replication_factor'"):
-        load_emulation_results(path)
+def test_one_unstable_repeat_makes_a_factor_unstable(tmp_path: Path, parameters: CapacityParameters) -> None:
+    path = write_sweep(tmp_path, [emulated_run(1, True, 110e6), emulated_run(1, False, 110e6)])
 
-    with pytest.raises(UserError, match=r"'factors' must be a non-empty list"):
-        load_emulation_results(write_results(tmp_path, []))
+    with pytest.raises(UserError, match=r"needs a stable run with factor 1"):
+        calibrate_from_emulation(parameters, load_emulation_results(path))
 
 
 def test_loader_rejects_files_that_are_not_json(tmp_path: Path) -> None:
@@ -185,7 +149,7 @@ def test_loader_rejects_files_that_are_not_json(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match=r"results.json: not JSON"):
         load_emulation_results(path)
-    with pytest.raises(UserError, match=r"cannot read emulation results"):
+    with pytest.raises(UserError, match=r"cannot read results"):
         load_emulation_results(tmp_path / "absent.json")
 
 
@@ -197,29 +161,39 @@ def test_calibration_recovers_the_rate_and_unaccelerated_fraction(
         speedup = 1 / (0.05 + 0.95 / factor)
         return 2.0 * 420 * 30_000 * 3 * speedup / 2  # 2 faces/s per stream, 30 kB faces, RF 3, 2 brokers
 
-    factors = [
-        entry(f, f < 8, writes(f), brokers=2, producers=420, face_bytes_mean=30_000) for f in (1, 2, 4, 6, 8)
+    runs = [
+        emulated_run(f, f < 8, writes(f), brokers=2, producers=420, face_bytes_mean=30_000) for f in (1, 2, 4, 6, 8)
     ]
-    calibration = calibrate_from_emulation(
-        parameters, load_emulation_results(write_results(tmp_path, factors))
-    )
+    calibration = calibrate_from_emulation(parameters, load_emulation_results(write_sweep(tmp_path, runs, brokers=2)))
 
     assert faces_per_stream_at_1x(calibration.parameters) == pytest.approx(2.0)
     assert calibration.parameters.unaccelerated_fraction == pytest.approx(0.05)
     assert "fitted on 3 stable factor(s)" in calibration.note
 
 
-def test_calibration_needs_a_stable_native_run(tmp_path: Path, parameters: CapacityParameters) -> None:
-    path = write_results(tmp_path, [entry(1, False, 110e6), entry(2, True, 200e6)])
+def test_a_latency_bounded_search_calibrates_from_the_factors_within_its_bound(
+    tmp_path: Path, parameters: CapacityParameters
+) -> None:
+    bounded = {"latency_bound_ms": 500.0, "quantiles": [0.5, 0.99]}
+    runs = [emulated_run(f, f <= 5.66, 110e6 * f) for f in (1, 32, 5.66, 8, 4)]  # bisection order
+    runs = [run.model_copy(update={"workload": run.workload.model_copy(update=bounded)}) for run in runs]
+    calibration = calibrate_from_emulation(parameters, load_emulation_results(write_sweep(tmp_path, runs)))
 
-    with pytest.raises(UserError, match=r"needs a stable entry with factor 1"):
+    assert "fitted on 2 stable factor(s)" in calibration.note  # 4x and 5.66x
+    assert calibration.note.endswith("; p99 <= 500 ms held up to 5.66x on 3 brokers")
+
+
+def test_calibration_needs_a_stable_native_run(tmp_path: Path, parameters: CapacityParameters) -> None:
+    path = write_sweep(tmp_path, [emulated_run(1, False, 110e6), emulated_run(2, True, 200e6)])
+
+    with pytest.raises(UserError, match=r"needs a stable run with factor 1"):
         calibrate_from_emulation(parameters, load_emulation_results(path))
 
 
 def test_calibration_keeps_the_catalog_fraction_without_stable_factors_above_1x(
     tmp_path: Path, parameters: CapacityParameters
 ) -> None:
-    path = write_results(tmp_path, [entry(1, True, 110e6), entry(8, False, 700e6)])
+    path = write_sweep(tmp_path, [emulated_run(1, True, 110e6), emulated_run(8, False, 700e6)])
 
     calibration = calibrate_from_emulation(parameters, load_emulation_results(path))
 

@@ -12,6 +12,7 @@ import pytest
 import aitax.cli
 from aitax.commands.tco import register
 from ground.errors import UserError
+from tests.unit.results_builders import emulated_run, write_sweep
 
 
 def run(argv: list[str]) -> int:
@@ -100,16 +101,8 @@ def test_plan_prints_both_designs_and_writes_json(tmp_path: Path, capsys: pytest
 def test_plan_from_emulation_uses_the_measured_rate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    results = tmp_path / "results.json"
-    native = {
-        "factor": 1,
-        "stable": True,
-        "brokers": 3,
-        "producers": 6,
-        "face_bytes_mean": 37_300,
-        "broker_disk_write_bytes_per_s": 2 * 6 * 37_300,  # 1 face/s per stream, RF 3 over 3 brokers
-    }
-    results.write_text(json.dumps({"replication_factor": 3, "factors": [native]}), encoding="utf-8")
+    # 1 face/s per stream, RF 3 over 3 brokers
+    results = write_sweep(tmp_path, [emulated_run(1, True, 2 * 6 * 37_300, producers=6)])
 
     assert run(["plan", "--accel", "8", "--streams", "840", "--from-emulation", str(results)]) == 0
 
@@ -119,7 +112,7 @@ def test_plan_from_emulation_uses_the_measured_rate(
 def test_bad_input_is_a_user_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"unknown catalog 'nope'"):
         run(["tco", "compare", "--catalog", "nope"])
-    with pytest.raises(UserError, match=r"absent.json: cannot read emulation results"):
+    with pytest.raises(UserError, match=r"absent.json: cannot read results"):
         run(["plan", "--accel", "8", "--streams", "10", "--from-emulation", str(tmp_path / "absent.json")])
 
 

@@ -1,4 +1,4 @@
-"""What the brokers and the machine spend during an emulated run, sampled once a second.
+"""What the brokers and the machine spend during a load run, sampled once a second, and what saturated first.
 
 Per broker process: CPU seconds and block-layer write/read bytes (psutil's I/O counters: what the kernel
 accounts to the process for storage, page-cache reads excluded) — the paper's Fig. 11b. Per broker, from its
@@ -19,6 +19,10 @@ import psutil
 
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
+from telemetry.latency import LatencySummary
+from telemetry.results import Resources
+
+SATURATION = 0.85  # a resource busier than this is saturated (the paper saw storage give out near 67%)
 
 # The broker meters read (names from aitax/stack/maven/kafka-metrics.yaml), each line's name up to its value.
 BROKER_METERS = {
@@ -182,3 +186,57 @@ class Sampler:
                                                  for m in s.broker_meters.values()) if window[-1].broker_meters
                                              else 0)
         return usage
+
+
+def resources(usage: Usage, disk_write_capacity: float, latency: LatencySummary | None) -> Resources:
+    """The results model's view of a window's usage, with what saturated first."""
+    def mean(values: dict[int, float]) -> float:
+        return sum(values.values()) / len(values) if values else 0.0
+
+    return Resources(
+        broker_disk_write_bytes_per_s=mean(usage.broker_write_bytes_per_s),
+        broker_disk_read_bytes_per_s=mean(usage.broker_read_bytes_per_s),
+        broker_write_bytes_per_s=usage.broker_write_bytes_per_s, broker_cpu_cores=usage.broker_cpu_cores,
+        machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s,
+        broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
+        under_min_isr_partitions=usage.under_min_isr_partitions, produce_p99_ms=usage.produce_p99_ms,
+        fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,
+        saturated=saturated_resource(usage, disk_write_capacity, latency))
+
+
+def saturated_resource(usage: Usage, disk_write_capacity: float, latency: LatencySummary | None) -> str:
+    """Which resource ran out first, from the brokers' own meters, utilisation, and where faces waited.
+
+    A saturated machine CPU is attributed to whoever burnt the most of it: the brokers, or the load's own
+    producers or consumers (then the verdict is about the load generator, not about Kafka)."""
+    writes = usage.broker_write_bytes_per_s
+    handlers = max(usage.broker_handler_busy.values(), default=0.0)
+    network = max(usage.broker_network_busy.values(), default=0.0)
+    utilisation = {
+        "the brokers' request handlers": handlers,
+        "the brokers' network threads": network,
+        "broker storage writes": (sum(writes.values()) / len(writes) if writes else 0.0) / disk_write_capacity,
+        "cpu (machine)": usage.machine_cpu_busy,
+    }
+    name, busiest = max(utilisation.items(), key=lambda item: item[1])
+    under_min_isr = (f", {usage.under_min_isr_partitions} partition(s) under min ISR"
+                     if usage.under_min_isr_partitions else "")
+    signals = (f"[broker handlers {handlers:.0%} busy, network {network:.0%}, produce p99 {usage.produce_p99_ms:.0f} "
+               f"ms, fetch p99 {usage.fetch_p99_ms:.0f} ms{under_min_isr}]")
+    if busiest >= SATURATION:
+        verdict = f"{name} at {busiest:.0%}"
+        if name == "cpu (machine)":
+            verdict += ", " + cpu_owner(usage)
+        return f"{verdict} {signals}"
+    if latency is not None:
+        stage = max(latency.breakdown_ms, key=lambda s: latency.breakdown_ms[s])
+        return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}); faces waited most in {stage} {signals}"
+    return f"none above {SATURATION:.0%} (busiest: {name} {busiest:.0%}) {signals}"
+
+
+def cpu_owner(usage: Usage) -> str:
+    """'mostly the brokers (1.10 cores; ...)': who used the CPU, in cores."""
+    cores = {"the brokers": sum(usage.broker_cpu_cores.values()), **usage.role_cpu_cores}
+    owner = max(cores, key=lambda role: cores[role])
+    others = "; ".join(f"{role} {used:.2f}" for role, used in cores.items() if role != owner)
+    return f"mostly {owner} ({cores[owner]:.2f} cores{'; ' + others if others else ''})"

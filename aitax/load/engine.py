@@ -1,0 +1,161 @@
+"""One load engine: consumers started and ready, producers offering the workload for its duration, a drain, then
+the faces read back and judged. `aitax run`, the emulation sweep and scaling study, local experiment phases and
+the fault scenarios all run their load through `run_load` and get the same `RunResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aitax.load.local import LocalLoad
+from aitax.load.resources import Sampler, resources
+from aitax.stack.config import StackConfig
+from ground.errors import UserError
+from telemetry.latency import summarize
+from telemetry.results import Driver, RunResult, Workload, judge, write_results
+
+REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
+DISK_WRITE_CAPACITY = 2.2e9  # bytes/s per broker: this machine's sequential write, measured with fio
+DISRUPTION_JOIN_S = 120.0
+
+
+def run_load(load: LocalLoad, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
+             disk_write_capacity: float = DISK_WRITE_CAPACITY, disruption: Callable[[], None] | None = None,
+             disruption_after_s: float | None = None, progress: bool = False, repeat: int = 1) -> RunResult:
+    """Run `load`'s workload once. `offered_faces_per_s`: what the producers' schedule offers (None for a
+    real video). `stack`: the local brokers, sampled for CPU, disk and their own meters. `disruption` runs
+    in a thread `disruption_after_s` into the load (default: a quarter in; a fault scenario). Ctrl-C during the
+    load ends it early and still drains and collects."""
+    from tqdm import tqdm
+
+    workload = load.workload
+    notes: list[str] = []
+    interrupted = False
+    sampler = Sampler(stack) if stack is not None else None
+    try:
+        with sampler or contextlib.nullcontext():
+            load.start_consumers()
+            load.start_producers()
+            if sampler is not None:
+                for role, pids in load.pids().items():
+                    sampler.watch(role, pids)
+            spawned, spawned_ns = time.monotonic(), time.time_ns()
+            disrupter = _start_later(disruption, workload.duration_s / 4 if disruption_after_s is None
+                                     else disruption_after_s)
+            try:
+                with tqdm(total=round(workload.duration_s), desc="load", unit="s", disable=not progress) as bar:
+                    while (elapsed := time.monotonic() - spawned) < workload.duration_s and load.alive():
+                        time.sleep(min(1.0, workload.duration_s - elapsed))
+                        bar.update(round(time.monotonic() - spawned) - bar.n)
+            except KeyboardInterrupt:
+                interrupted = True
+                notes.append("interrupted: the load ended early, in-flight faces drained")
+            load.finish_producers(interrupted)
+            ended, ended_ns = time.monotonic(), time.time_ns()
+            if disrupter is not None:
+                disrupter.join(DISRUPTION_JOIN_S)
+            with tqdm(desc="draining", unit="face", disable=not progress) as bar:
+                backlog = load.drain(workload.drain_s, on_lag=lambda lag: bar.set_postfix(lag=lag))
+            # The brokers' usage over the measurement window (by the clock the sampler keeps).
+            usage = (sampler.usage(spawned + workload.ramp_up_s, ended - workload.ramp_down_s)
+                     if sampler is not None else None)
+    finally:
+        load.stop()
+    produced, face_bytes = load.produced()
+    identities, duplicates = load.identities()
+    # The window is laid on the schedule, which starts once the producer processes are up, not at their spawn.
+    schedule_start_ns = min((i.scheduled_ns for i in identities), default=spawned_ns)
+    measured_from_ns = schedule_start_ns + round(workload.ramp_up_s * 1e9)
+    measured_to_ns = schedule_start_ns + round((workload.duration_s - workload.ramp_down_s) * 1e9)
+    measured = [i for i in identities if measured_from_ns <= i.scheduled_ns < measured_to_ns]
+    in_window = sum(measured_from_ns <= i.identified_ns < measured_to_ns for i in identities)
+    offered = None if offered_faces_per_s is None else round(offered_faces_per_s * workload.window_s)
+    latency = summarize(measured, workload.quantiles)
+    if backlog:
+        notes.append(f"{backlog} faces still queued after a {workload.drain_s:g} s drain")
+    return RunResult(
+        run_id=load.run_id, workload=workload, driver=load.driver, repeat=repeat,
+        brokers=stack.brokers if stack else None, drives_per_broker=stack.log_dirs_per_broker if stack else None,
+        load_started_ns=schedule_start_ns, load_ended_ns=ended_ns, window_start_ns=measured_from_ns,
+        window_end_ns=measured_to_ns, offered_faces_per_s=offered_faces_per_s,
+        achieved_faces_per_s=in_window / workload.window_s,
+        produced_faces=produced, identified_faces=len(identities), duplicates=duplicates, backlog_faces=backlog,
+        face_bytes_mean=face_bytes, latency=latency,
+        verdict=judge(latency, offered_faces=offered, identified_in_window=in_window,
+                      produced_faces=produced, identified_faces=len(identities), backlog_faces=backlog,
+                      drained=workload.mode == "real",
+                      latency_bound=None if workload.latency_bound_ms is None
+                      else (workload.latency_bound_quantile, workload.latency_bound_ms)),
+        resources=None if usage is None else resources(usage, disk_write_capacity, latency),
+        process_failures=load.failures(), interrupted=interrupted, notes=notes)
+
+
+def _start_later(action: Callable[[], None] | None, delay_s: float) -> threading.Thread | None:
+    if action is None:
+        return None
+
+    def later() -> None:
+        time.sleep(delay_s)
+        action()
+
+    thread = threading.Thread(target=later, name="disruption", daemon=True)
+    thread.start()
+    return thread
+
+
+def local_stack_for(bootstrap: str) -> StackConfig | None:
+    """The local stack when `bootstrap` is its brokers (then a run samples them), else None."""
+    from aitax.stack.stack import current_config
+
+    config = current_config()
+    return config if config is not None and config.bootstrap_servers == bootstrap else None
+
+
+def print_result(result: RunResult) -> None:
+    """The run in a few lines, then each condition of its verdict and whether it held."""
+    latency = result.latency
+    offered = "" if result.offered_faces_per_s is None else f" of {result.offered_faces_per_s:.1f} offered"
+    print(f"run {result.run_id}: {result.produced_faces} faces acknowledged, {result.identified_faces} identified "
+          f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} faces/s")
+    if latency is not None:
+        print(f"  end to end (from the schedule) mean {latency.mean_ms:.0f} ms, p50 {latency.p50_ms:.0f} ms, "
+              f"p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} of it")
+    if result.resources is not None:
+        print(f"  saturated: {result.resources.saturated}")
+    for condition in result.verdict.conditions:
+        print(f"  [{'held' if condition.held else 'FAILED'}] {condition.name}: {condition.measured} "
+              f"(required: {condition.required})")
+    for line in result.process_failures + result.notes:
+        print(f"  {line}")
+
+
+def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, bootstrap: str,
+                       events_dir: Path | None = None, events: str | None = None) -> RunResult:
+    """The real stages as local processes (`aitax run`, the demo, a local experiment phase): events go to the
+    run's folder and to `events` (default: the local stack's), the result is written beside them. A failed
+    stage or faces left unidentified are a UserError."""
+    from aitax.stack.stack import default_events
+    from ground.paths import aitax_home
+    from pipeline.runtime import new_run_id
+
+    run_id = run_id or new_run_id()
+    events_dir = events_dir or aitax_home() / "runs" / run_id
+    sinks = ",".join(spec for spec in (f"file:{events_dir}", events or default_events()) if spec != "none")
+    load = LocalLoad(workload, driver, run_id, bootstrap, events_dir / "logs", sinks)
+    load.check()
+    print(f"run {run_id}: {workload.producers} ingest-detect + {workload.consumers} identify processes; events and "
+          f"logs in {events_dir}")
+    result = run_load(load, stack=local_stack_for(bootstrap), progress=True)
+    print_result(result)
+    print(f"result: {write_results(result, events_dir / 'result.json')}")
+    if result.process_failures:
+        failed = ", ".join(line.split(":")[0] for line in result.process_failures)
+        raise UserError(f"{failed} failed; see {events_dir / 'logs'}")
+    if result.backlog_faces:
+        raise UserError(f"the identify group still lags by {result.backlog_faces} faces after "
+                        f"{workload.drain_s:.0f} s")
+    return result

@@ -1,0 +1,331 @@
+"""What a load run measured, and a sweep of runs: the one versioned results model that every reader imports.
+
+A run is described by its workload (what load, as an OpenMessaging Benchmark workload file) and its driver (how
+the Kafka clients behave, as its driver file), and judged by a verdict that lists each condition, what was
+measured and whether it held (as MLPerf LoadGen prints them). `aitax run`, the emulation sweep, the scaling
+study, experiment phases and the fault scenarios all produce `RunResult`s; the sweep table, the plots, the
+experiment results and `aitax tco plan --from-emulation` read them back through `read_results`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ground.errors import UserError, invalid
+from telemetry.latency import LatencySummary, Tail
+from telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key
+
+RESULTS_SCHEMA_VERSION = 1
+THROUGHPUT_FLOOR = 0.9  # identified below 90% of offered during the window: faces pile up somewhere
+LATENCY_GROWTH = 1.5  # second half of the run slower than 1.5x the first: queues are growing
+LATENCY_GROWTH_MIN_MS = 100.0  # ... by at least this much (noise on a small machine)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Workload(_Model):
+    """What load ran: the same description for real and emulated stages, local processes or pods."""
+
+    mode: Literal["real", "emulated"]
+    producers: int = Field(ge=1)  # ingest-detect instances (streams)
+    consumers: int = Field(ge=1)  # identify instances
+    producer_processes: int = Field(1, ge=1)  # OS processes the producer instances share (emulated)
+    consumer_processes: int = Field(1, ge=1)
+    duration_s: float = Field(gt=0)  # of offered load
+    factor: float = Field(1.0, gt=0)  # AI acceleration (emulated: compute sleeps divided by it)
+    profile: str | None = None  # emulated: built-in profile name or YAML path
+    video: str | None = None  # real: every producer's video (looped)
+    gallery: str | None = None  # real
+    pace: Literal["native", "max"] = "native"
+    drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog
+    # The measurement window (ramp-up, window, ramp-down): latency counts the faces scheduled in it, throughput
+    # the faces identified in it, after `ramp_up_s` of the schedule and before its last `ramp_down_s`.
+    ramp_up_s: float = Field(0.0, ge=0)
+    ramp_down_s: float = Field(0.0, ge=0)
+    quantiles: list[float] = Field(default_factory=lambda: list(DEFAULT_QUANTILES))
+    # Closed loop (emulated): each stream keeps this many frames between ingest and their last identity and
+    # takes the next frame when one completes, instead of following the fps x factor schedule. None: open loop.
+    in_flight: int | None = Field(None, ge=1)
+    # A latency bound the run is also judged by: the `latency_bound_quantile` of end to end within it.
+    latency_bound_ms: float | None = Field(None, gt=0)
+    latency_bound_quantile: float = Field(0.99, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _window_left(self) -> Workload:
+        if self.ramp_up_s + self.ramp_down_s >= self.duration_s:
+            raise ValueError(f"ramp-up {self.ramp_up_s:g} s + ramp-down {self.ramp_down_s:g} s leave no "
+                             f"measurement window in {self.duration_s:g} s")
+        if self.latency_bound_ms is not None and self.latency_bound_quantile not in self.quantiles:
+            raise ValueError(f"the bound's quantile {self.latency_bound_quantile:g} is not among the quantiles "
+                             f"{self.quantiles}")
+        if self.in_flight is not None and self.mode != "emulated":
+            raise ValueError("a closed loop (in_flight) is for emulated stages")
+        return self
+
+    @property
+    def window_s(self) -> float:
+        return self.duration_s - self.ramp_up_s - self.ramp_down_s
+
+
+class Driver(_Model):
+    """How the Kafka clients behave."""
+
+    kafka_client: Literal["confluent-kafka", "kafka-python"] = "confluent-kafka"
+    keying: str = "face"  # of the `faces` records (pipeline.schema.KEYINGS)
+    acks: Literal["all"] = "all"
+
+
+class Condition(_Model):
+    name: str
+    held: bool
+    measured: str
+    required: str
+
+
+class Verdict(_Model):
+    conditions: list[Condition]
+
+    @property
+    def held(self) -> bool:
+        return all(condition.held for condition in self.conditions)
+
+    @property
+    def reasons(self) -> list[str]:
+        """One line per condition that did not hold."""
+        return [f"{c.name}: {c.measured} (required: {c.required})" for c in self.conditions if not c.held]
+
+
+class Resources(_Model):
+    """What the brokers, the machine and the load's own processes spent during the window."""
+
+    broker_disk_write_bytes_per_s: float  # mean per broker (the TCO planner's input)
+    broker_disk_read_bytes_per_s: float
+    broker_write_bytes_per_s: dict[int, float] = Field(default_factory=dict)
+    broker_cpu_cores: dict[int, float] = Field(default_factory=dict)
+    machine_cpu_busy: float = 0.0  # share of all cores
+    loopback_bytes_per_s: float = 0.0
+    broker_handler_busy: dict[int, float] = Field(default_factory=dict)
+    broker_network_busy: dict[int, float] = Field(default_factory=dict)
+    under_min_isr_partitions: int = 0
+    produce_p99_ms: float = 0.0
+    fetch_p99_ms: float = 0.0
+    client_cpu_cores: dict[str, float] = Field(default_factory=dict)  # the load's producers and consumers
+    saturated: str = ""  # which resource ran out first, and the brokers' own signals
+
+
+class RunResult(_Model):
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    run_id: str
+    workload: Workload
+    driver: Driver
+    brokers: int | None = None  # None: brokers the run did not manage (an external bootstrap)
+    drives_per_broker: int | None = None
+    repeat: int = 1  # which repeat of the same workload (1..N)
+    load_started_ns: int  # the producers' schedule began (the first face's scheduled time)
+    load_ended_ns: int  # the producers stopped
+    window_start_ns: int  # the measurement window, after the warm-up
+    window_end_ns: int  # ... and before the cool-down
+    offered_faces_per_s: float | None  # None: a real video offers what its frames hold
+    achieved_faces_per_s: float  # identified during the measurement window, over its length
+    produced_faces: int  # acknowledged by the brokers
+    identified_faces: int  # distinct faces with an identity
+    duplicates: int = 0  # identities published more than once (redelivery after a crash or rebalance)
+    backlog_faces: int  # still queued when the drain ended
+    face_bytes_mean: float
+    latency: LatencySummary | None
+    verdict: Verdict
+    resources: Resources | None = None  # None: not sampled (brokers not local)
+    process_failures: list[str] = Field(default_factory=list)  # "name: exit N, log PATH"
+    interrupted: bool = False  # Ctrl-C ended the load early
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def stable(self) -> bool:
+        return self.verdict.held
+
+
+@dataclass(frozen=True)
+class FactorRuns:
+    """The repeats of one point of a sweep (a factor, and in a closed loop the frames in flight), read
+    together: medians, spreads and the merged tail."""
+
+    factor: float
+    in_flight: int | None
+    runs: list[RunResult]
+
+    @property
+    def label(self) -> str:
+        return f"{self.factor:g}x" + ("" if self.in_flight is None else f" {self.in_flight} in flight")
+
+    @property
+    def stable_repeats(self) -> int:
+        return sum(run.stable for run in self.runs)
+
+    @property
+    def stable(self) -> bool:
+        """Every repeat held: one unstable repeat is enough to doubt a factor."""
+        return self.stable_repeats == len(self.runs)
+
+    def spread(self, value: Callable[[RunResult], float | None]) -> Spread | None:
+        values = [v for v in map(value, self.runs) if v is not None]
+        return Spread(statistics.median(values), min(values), max(values)) if values else None
+
+    def tail(self, quantiles: Sequence[float]) -> Tail | None:
+        return Tail.merged([run.latency.tail for run in self.runs if run.latency is not None], quantiles)
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+
+def format_spread(spread: Spread | None, digits: int = 0) -> str:
+    """"7 (4-10)": the median and, where repeats differ, their min-max."""
+    if spread is None:
+        return "-"
+    if spread.low == spread.high:
+        return f"{spread.median:.{digits}f}"
+    return f"{spread.median:.{digits}f} ({spread.low:.{digits}f}-{spread.high:.{digits}f})"
+
+
+class SweepResult(_Model):
+    """One run per acceleration factor and repeat, on one broker layout (the paper's Fig. 10 and 11)."""
+
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    run_id: str
+    profile: str
+    replication_factor: int = Field(ge=1)
+    brokers: int = Field(ge=1)
+    drives_per_broker: int = Field(ge=1)
+    duration_s: float
+    kafka_client: str
+    repeats: int = Field(1, ge=1)
+    quantiles: list[float] = Field(default_factory=lambda: list(DEFAULT_QUANTILES))
+    runs: list[RunResult]
+
+    def by_factor(self) -> list[FactorRuns]:
+        """The runs grouped by point: open-loop factors in order, then closed-loop ones by frames in flight."""
+        points = sorted({(run.workload.in_flight or 0, run.workload.factor) for run in self.runs})
+        return [FactorRuns(factor, in_flight or None,
+                           [run for run in self.runs if (run.workload.in_flight or 0, run.workload.factor)
+                            == (in_flight, factor)])
+                for in_flight, factor in points]
+
+    @property
+    def latency_bound(self) -> tuple[float, float] | None:
+        """(quantile, ms) the runs were also judged by, if any."""
+        workload = self.runs[0].workload if self.runs else None
+        if workload is None or workload.latency_bound_ms is None:
+            return None
+        return workload.latency_bound_quantile, workload.latency_bound_ms
+
+    @property
+    def highest_stable_factor(self) -> float | None:
+        """The highest open-loop factor below the first unstable one (the paper's reading of Fig. 10 and 15;
+        with a latency bound, the latency-bounded throughput's factor)."""
+        best = None
+        for factor in self.by_factor():
+            if factor.in_flight is not None:
+                continue
+            if not factor.stable:
+                break
+            best = factor.factor
+        return best
+
+
+class ScalingRow(_Model):
+    value: float
+    paper: float | None  # the paper's Fig. 15 highest stable factor for this configuration
+    sweep: SweepResult
+
+
+class ScalingResult(_Model):
+    """One sweep per configuration along a dimension (the paper's Fig. 15)."""
+
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    dimension: Literal["brokers", "drives", "face-size"]
+    rows: list[ScalingRow]
+
+
+def judge(latency: LatencySummary | None, *, offered_faces: int | None, identified_in_window: int,
+          produced_faces: int, identified_faces: int, backlog_faces: int, drained: bool,
+          latency_bound: tuple[float, float] | None = None) -> Verdict:
+    """The conditions a run is held to. Throughput during the window against the offered load (or, for a real
+    video whose load is what its frames hold, every acknowledged face identified); latency not growing over the
+    run (queueing theory's "infinite latency": faces enter faster than they leave); and, where the workload
+    drains, no backlog left."""
+    conditions = []
+    if offered_faces is not None:
+        ratio = identified_in_window / offered_faces if offered_faces else 0.0
+        conditions.append(Condition(
+            name="throughput", held=ratio >= THROUGHPUT_FLOOR,
+            measured=f"identified {identified_in_window} of {offered_faces} offered faces during the window "
+                     f"({ratio:.0%}; produced {produced_faces})",
+            required=f">= {THROUGHPUT_FLOOR:.0%} of offered"))
+    else:
+        conditions.append(Condition(name="every acknowledged face identified",
+                                    held=identified_faces >= produced_faces,
+                                    measured=f"{identified_faces} of {produced_faces}",
+                                    required="all of them"))
+    if latency is not None and latency.first_half_ms:
+        first, second = latency.first_half_ms, latency.second_half_ms
+        conditions.append(Condition(
+            name="latency bounded",
+            held=not (second > first * LATENCY_GROWTH and second - first > LATENCY_GROWTH_MIN_MS),
+            measured=f"mean end to end {first:.0f} ms -> {second:.0f} ms from the first half to the second",
+            required=f"second half <= {LATENCY_GROWTH:g}x the first or within {LATENCY_GROWTH_MIN_MS:.0f} ms"))
+    if latency_bound is not None:
+        conditions.append(_within_bound(latency, *latency_bound))
+    if drained:
+        conditions.append(Condition(name="backlog drained", held=backlog_faces == 0,
+                                    measured=f"{backlog_faces} faces still queued", required="0"))
+    return Verdict(conditions=conditions)
+
+
+def _within_bound(latency: LatencySummary | None, quantile: float, bound_ms: float) -> Condition:
+    key = quantile_key(quantile)
+    if latency is None:
+        return Condition(name=f"{key} within bound", held=False, measured="no faces in the window",
+                         required=f"<= {bound_ms:g} ms")
+    value = latency.tail.quantiles_ms[key]
+    few = (f" (only {latency.tail.count} faces: {key} wants {min_samples(quantile)})"
+           if key in latency.tail.too_few_samples else "")
+    return Condition(name=f"{key} within bound", held=value <= bound_ms, measured=f"{key} {value:.0f} ms{few}",
+                     required=f"<= {bound_ms:g} ms")
+
+
+Result = TypeVar("Result", RunResult, SweepResult, ScalingResult)
+
+
+def write_results(result: BaseModel, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_results(path: Path, kind: type[Result]) -> Result:
+    """A results file, validated: a wrong one is one line naming the file, the field and what is wrong."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UserError(f"{path}: cannot read results: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: not JSON: {error}") from None
+    if isinstance(raw, dict) and raw.get("schema_version") not in (None, RESULTS_SCHEMA_VERSION):
+        raise UserError(f"{path}: schema_version {raw['schema_version']!r}: this aitax reads version "
+                        f"{RESULTS_SCHEMA_VERSION}")
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as error:
+        raise invalid(error, str(path)) from None

@@ -1,0 +1,49 @@
+"""An experiment spec on the local backend: each phase runs through the load engine and keeps its RunResult."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aitax.stack.config import StackConfig
+from telemetry.results import RunResult
+
+pytestmark = pytest.mark.integration
+
+
+def test_each_phase_of_an_emulated_experiment_is_a_judged_run(stack: StackConfig, tmp_path: Path,
+                                                                unique_name: str) -> None:
+    name = unique_name.lower().replace("_", "-")[-30:].strip("-")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""
+name: {name}
+mode: emulated
+profile: paper
+phases:
+  - name: native
+    duration: 10s
+    replicas: {{emulate-producers: 1, emulate-consumers: 1}}
+    instances: {{producers: 1, consumers: 3}}
+  - name: twice
+    duration: 10s
+    factor: 2
+""")
+    result = subprocess.run([sys.executable, "-m", "aitax.cli", "experiment", "run", str(spec), "--backend", "local",
+                             "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (results_file,) = (tmp_path / "out").glob(f"{name}-*.json")
+    phases = json.loads(results_file.read_text())["phases"]
+    assert [phase["phase"] for phase in phases] == ["native", "twice"]
+    for phase, factor in zip(phases, (1.0, 2.0), strict=True):
+        run = RunResult.model_validate(phase["run"])
+        assert run.run_id == phase["run_id"] and run.workload.factor == factor
+        assert (run.workload.producers, run.workload.consumers, run.workload.consumer_processes) == (1, 3, 1)
+        # 10 faces/s at 1x and 20 at 2x against 3 consumers of 131.5 ms / factor each: comfortably carried.
+        assert run.verdict.held and run.verdict.conditions[0].name == "throughput", run.verdict.reasons
+        assert run.identified_faces >= run.produced_faces > 0 and run.process_failures == []
+        assert run.resources is not None and run.latency is not None
+        assert run.offered_faces_per_s == pytest.approx(10 * factor)  # 1 stream of the paper profile

@@ -1,0 +1,59 @@
+"""The experiment runner's repeats: every phase again per pass, each run marked with its repeat and summarised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aitax.experiment.runner import run_experiment
+from aitax.experiment.spec import parse_spec
+from ground.errors import UserError
+from tests.unit.results_builders import emulated_run
+
+SPEC = """
+name: twice
+mode: emulated
+profile: paper
+phases:
+  - name: native
+    duration: 10s
+    replicas: {emulate-producers: 1, emulate-consumers: 1}
+  - name: fast
+    duration: 10s
+    factor: 4
+"""
+
+
+class FakeBackend:
+    """Phases that hold at 1x and break at 4x in its second pass."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[int, str]] = []
+
+    def prepare(self) -> None: ...
+
+    def run_phase(self, index: int, run_id: str):
+        self.ran.append((index, run_id))
+        factor = (1.0, 4.0)[index]
+        stable = not (factor == 4.0 and len(self.ran) > 2)
+        run = emulated_run(factor, stable, writes=1e6).model_copy(update={
+            "run_id": run_id, "achieved_faces_per_s": 10.0 * factor + len(self.ran)})
+        return {"emulate-consumers": 1, "emulate-producers": 1}, run
+
+    def restore(self) -> None: ...
+
+
+def test_repeats_run_every_phase_again_and_end_with_each_phases_spread(tmp_path: Path) -> None:
+    backend, lines = FakeBackend(), []
+    spec = parse_spec(yaml.safe_load(SPEC), "spec.yaml")
+    results, out_file = run_experiment(spec, backend, None, tmp_path, lines.append, repeats=2)
+    assert [index for index, _ in backend.ran] == [0, 1, 0, 1]
+    assert [r.run_id.rsplit("-", 1)[-1] for r in results] == ["r1", "r1", "r2", "r2"]
+    assert [r.repeat for r in results] == [r.run.repeat for r in results] == [1, 1, 2, 2]
+    assert lines[-2:] == ["native: held 2/2, 12.0 (11.0-13.0) faces/s, p99 - ms (median (min-max) over repeats)",
+                          "fast: held 1/2, 43.0 (42.0-44.0) faces/s, p99 - ms (median (min-max) over repeats)"]
+    assert out_file.exists()
+    with pytest.raises(UserError, match="--repeat 0: at least 1"):
+        run_experiment(spec, backend, None, tmp_path, lines.append, repeats=0)

@@ -1,0 +1,247 @@
+"""The one results model: latency summaries, verdicts that list each condition, and results files read back."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from ground.errors import UserError
+from pipeline.schema import IdentityMessage
+from telemetry.latency import Tail, summarize, tail_of
+from telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key
+from telemetry.results import (
+    Driver,
+    Resources,
+    RunResult,
+    SweepResult,
+    Workload,
+    judge,
+    read_results,
+    write_results,
+)
+
+
+def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
+    start = int(scheduled_ms * 1e6)
+    step = int(latency_ms * 1e6 / 6)
+    marks = [start + i * step for i in range(7)]
+    return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
+                           box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
+                           detect_start_ns=marks[3], detected_ns=marks[4], identify_start_ns=marks[5],
+                           identified_ns=marks[6])
+
+
+def _emulated_verdict(identities: list[IdentityMessage], offered: int):
+    return judge(summarize(identities), offered_faces=offered, identified_in_window=len(identities),
+                 produced_faces=offered, identified_faces=len(identities), backlog_faces=0, drained=False)
+
+
+def test_steady_latency_at_full_throughput_holds_every_condition() -> None:
+    identities = [_identity(i * 100, 300) for i in range(100)]
+    verdict = _emulated_verdict(identities, 100)
+    assert verdict.held and verdict.reasons == []
+    assert [c.name for c in verdict.conditions] == ["throughput", "latency bounded"]
+    summary = summarize(identities)
+    assert summary.mean_ms == pytest.approx(300, abs=0.01)
+    assert sum(summary.breakdown_ms.values()) == pytest.approx(summary.mean_ms, abs=0.01)
+    assert summary.broker_wait_share == pytest.approx(1 / 6, abs=0.001)
+
+
+def test_growing_latency_fails_its_condition() -> None:
+    verdict = _emulated_verdict([_identity(i * 100, 200 + 20 * i) for i in range(100)], 100)
+    assert not verdict.held
+    (failed,) = [c for c in verdict.conditions if not c.held]
+    assert failed.name == "latency bounded" and "-> " in failed.measured
+    assert verdict.reasons[0].startswith("latency bounded: mean end to end")
+
+
+def test_missing_throughput_fails_its_condition() -> None:
+    verdict = _emulated_verdict([_identity(i * 100, 300) for i in range(50)], 100)
+    assert not verdict.held and "50 of 100" in verdict.reasons[0]
+
+
+def test_a_real_run_is_held_to_every_face_identified_and_a_drained_backlog() -> None:
+    identities = [_identity(i * 100, 300) for i in range(30)]
+    held = judge(summarize(identities), offered_faces=None, identified_in_window=30, produced_faces=30,
+                 identified_faces=30, backlog_faces=0, drained=True)
+    assert held.held and [c.name for c in held.conditions] == [
+        "every acknowledged face identified", "latency bounded", "backlog drained"]
+    short = judge(summarize(identities), offered_faces=None, identified_in_window=30, produced_faces=32,
+                  identified_faces=30, backlog_faces=2, drained=True)
+    assert [c.name for c in short.conditions if not c.held] == ["every acknowledged face identified",
+                                                                 "backlog drained"]
+
+
+def test_quantiles_match_exact_values_within_the_histograms_precision() -> None:
+    values = [float(v) for v in range(1, 10_001)]  # 1..10,000 ms: the nearest-rank q-quantile is 10,000 q
+    tail = tail_of(values, (0.5, 0.9, 0.99, 0.999))
+    for key, exact in (("p50", 5_000), ("p90", 9_000), ("p99", 9_900), ("p99.9", 9_990)):
+        assert tail.quantiles_ms[key] == pytest.approx(exact, rel=1e-3), key  # 3 significant digits
+    assert tail.count == 10_000 and tail.too_few_samples == []
+    assert tail.max_ms == pytest.approx(10_000, rel=1e-3)
+    assert tail.stdev_ms == pytest.approx(statistics.pstdev(values), rel=1e-3)
+
+
+def test_a_quantile_is_flagged_below_ten_samples_beyond_it() -> None:
+    assert [min_samples(q) for q in (0.5, 0.9, 0.99, 0.999)] == [20, 100, 1000, 10_000]
+    tail = tail_of([100.0] * 999, (0.5, 0.99, 0.999))
+    assert tail.too_few_samples == ["p99", "p99.9"]  # 999 faces: p99 needs 1,000 and p99.9 10,000
+    assert tail_of([100.0] * 1000, (0.99,)).too_few_samples == []
+
+
+def test_repeats_merge_histograms_not_quantiles() -> None:
+    fast, slow = tail_of([10.0] * 900), tail_of([1000.0] * 100)
+    merged = Tail.merged([fast, slow], (0.5, 0.95))
+    assert merged.count == 1000
+    assert merged.quantiles_ms["p50"] == pytest.approx(10, rel=1e-3)  # the median of all faces, not of medians
+    assert merged.quantiles_ms["p95"] == pytest.approx(1000, rel=1e-3)
+
+
+def test_quantiles_are_parsed_and_bad_ones_named() -> None:
+    assert parse_quantiles("0.999, 0.5,0.99") == (0.5, 0.99, 0.999)
+    assert quantile_key(0.999) == "p99.9" and quantile_key(0.5) == "p50"
+    for text, message in (("0.5,99", "between 0 and 1"), ("x", "'x' is not a number"), ("", "no quantiles")):
+        with pytest.raises(ValueError, match=message):
+            parse_quantiles(text)
+
+
+def test_a_window_needs_room_after_its_ramps() -> None:
+    with pytest.raises(ValueError, match="leave no measurement window in 10 s"):
+        Workload(mode="emulated", producers=1, consumers=1, duration_s=10, ramp_up_s=8, ramp_down_s=2)
+    assert Workload(mode="emulated", producers=1, consumers=1, duration_s=10, ramp_up_s=2).window_s == 8
+
+
+def _run(factor: float, stable: bool, repeat: int = 1) -> RunResult:
+    identities = [_identity(i * 100, 300) for i in range(40)]
+    offered = 40 if stable else 100
+    return RunResult(
+        run_id=f"r-x{factor:g}", workload=Workload(mode="emulated", producers=2, consumers=4, duration_s=10,
+                                                   factor=factor, profile="paper"),
+        driver=Driver(), repeat=repeat, brokers=3, drives_per_broker=1,
+        load_started_ns=0, load_ended_ns=10**10, window_start_ns=0, window_end_ns=10**10,
+        offered_faces_per_s=offered / 10, achieved_faces_per_s=4.0, produced_faces=40, identified_faces=40,
+        backlog_faces=0, face_bytes_mean=37_300.0, latency=summarize(identities),
+        verdict=_emulated_verdict(identities, offered),
+        resources=Resources(broker_disk_write_bytes_per_s=1e6 * factor, broker_disk_read_bytes_per_s=0.0))
+
+
+def test_a_factor_is_stable_when_every_repeat_held() -> None:
+    sweep = _sweep(_run(1, True, 1), _run(2, True, 1), _run(1, True, 2), _run(2, False, 2))
+    one, two = sweep.by_factor()
+    assert (one.stable_repeats, one.stable, two.stable_repeats, two.stable) == (2, True, 1, False)
+    assert sweep.highest_stable_factor == 1
+    spread = two.spread(lambda run: run.offered_faces_per_s)
+    assert (spread.median, spread.low, spread.high) == (7.0, 4.0, 10.0)
+
+
+def _sweep(*runs: RunResult) -> SweepResult:
+    return SweepResult(run_id="emu-1", profile="paper", replication_factor=3, brokers=3, drives_per_broker=1,
+                       duration_s=10, kafka_client="confluent-kafka", runs=list(runs))
+
+
+def test_a_sweep_round_trips_and_names_its_highest_stable_factor(tmp_path: Path) -> None:
+    sweep = _sweep(_run(1, True), _run(2, True), _run(4, False), _run(8, True))
+    path = write_results(sweep, tmp_path / "results.json")
+    again = read_results(path, SweepResult)
+    assert again == sweep
+    assert again.highest_stable_factor == 2  # below the first unstable factor, even if a higher one held
+    assert json.loads(path.read_text())["schema_version"] == 1
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["runs"][0]["workload"].update(producers=0),
+     r"results.json: runs.0.workload.producers 0: input should be greater than or equal to 1"),
+    (lambda d: d["runs"][0].pop("verdict"), r"results.json: runs.0.verdict: field required"),
+    (lambda d: d.update(brokers="three"), r"results.json: brokers 'three': input should be a valid integer"),
+    (lambda d: d.update(schema_version=2), r"results.json: schema_version 2: this aitax reads version 1"),
+    (lambda d: d["runs"][0].update(surprise=1), r"results.json: runs.0.surprise 1: extra inputs are not permitted"),
+])
+def test_a_bad_results_file_is_one_line_naming_the_field(tmp_path: Path, change, message: str) -> None:
+    document = json.loads(_sweep(_run(1, True)).model_dump_json())
+    change(document)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(UserError, match=message):
+        read_results(path, SweepResult)
+
+
+def test_files_that_are_not_results_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    path.write_text("{")
+    with pytest.raises(UserError, match=r"results.json: not JSON"):
+        read_results(path, SweepResult)
+    with pytest.raises(UserError, match=r"absent.json: cannot read results"):
+        read_results(tmp_path / "absent.json", SweepResult)
+
+
+def test_a_latency_bound_is_a_condition_naming_its_quantile_and_sample() -> None:
+    identities = [_identity(i * 10, 100 + (400 if i % 50 == 0 else 0)) for i in range(1000)]
+    summary = summarize(identities, (0.5, 0.99, 0.999))
+
+    def bound(ms: float):
+        verdict = judge(summary, offered_faces=1000, identified_in_window=1000, produced_faces=1000,
+                        identified_faces=1000, backlog_faces=0, drained=False, latency_bound=(0.99, ms))
+        return verdict.conditions[-1]
+
+    held, broken = bound(600), bound(300)
+    assert held.name == "p99 within bound" and held.held and held.measured == "p99 500 ms"
+    assert not broken.held and broken.required == "<= 300 ms"
+    few = judge(summarize(identities[:200], (0.99,)), offered_faces=200, identified_in_window=200,
+                produced_faces=200, identified_faces=200, backlog_faces=0, drained=False,
+                latency_bound=(0.99, 600)).conditions[-1]
+    assert few.measured.endswith("(only 200 faces: p99 wants 1000)")
+
+
+def test_a_workload_names_a_bound_quantile_it_does_not_measure_and_a_real_closed_loop() -> None:
+    with pytest.raises(ValueError, match=r"the bound.s quantile 0\.95 is not among the quantiles"):
+        Workload(mode="emulated", producers=1, consumers=1, duration_s=10, latency_bound_ms=500,
+                 latency_bound_quantile=0.95)
+    with pytest.raises(ValueError, match="a closed loop"):
+        Workload(mode="real", producers=1, consumers=1, duration_s=10, in_flight=2)
+
+
+def test_closed_loop_points_are_grouped_apart_and_never_count_as_the_highest_stable_factor() -> None:
+    closed = [_run(4, True, 1).model_copy(update={
+        "workload": _run(4, True).workload.model_copy(update={"in_flight": n}), "offered_faces_per_s": None})
+        for n in (4, 1)]
+    sweep = _sweep(_run(1, True), _run(2, False), *closed)
+    groups = sweep.by_factor()
+    assert [g.label for g in groups] == ["1x", "2x", "4x 1 in flight", "4x 4 in flight"]
+    assert sweep.highest_stable_factor == 1 and sweep.latency_bound is None
+
+
+@pytest.mark.parametrize(("text", "ms"), [("500ms", 500.0), ("0.5s", 500.0), ("250", 250.0), (" 2S ", 2000.0)])
+def test_latency_bounds_are_read_in_ms_or_s(text: str, ms: float) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize(("text", "message"), [("fast", "'fast': expected a duration such as 500ms"),
+                                               ("0ms", "'0ms': must be > 0")])
+def test_bad_latency_bounds_are_named(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_duration_ms(text)
+
+
+def test_the_sweep_table_plots_and_page_show_every_point_and_the_bound(tmp_path: Path) -> None:
+    from emulation.plots import format_table, write_html, write_plots
+
+    bound = {"latency_bound_ms": 500.0}
+    open_loop = [_run(f, f < 4, repeat) for f in (1, 2, 4) for repeat in (1, 2)]
+    open_loop = [r.model_copy(update={"workload": r.workload.model_copy(update=bound)}) for r in open_loop]
+    closed = _run(2, True).model_copy(update={
+        "workload": _run(2, True).workload.model_copy(update={"in_flight": 8}), "offered_faces_per_s": None})
+    sweep = _sweep(*open_loop, closed).model_copy(update={"repeats": 2})
+    lines = format_table(sweep)
+    rows = {line.split()[0] + (" " + line.split()[1] if "flight" in line else ""): line for line in lines[2:]}
+    assert "stable 2/2" in rows["1x"] and "UNSTABLE 0/2" in rows["4x"]
+    assert rows["2x 8"].split()[6] == "-"  # a closed loop offers no rate
+    assert all(rows[point].count("*") == 3 for point in ("1x", "2x", "4x", "2x 8"))  # 40-80 faces: p90.. flagged
+    assert lines[-1] == "latency-bounded throughput (p99 <= 500 ms, every condition held, 3 brokers): 2x, 4 faces/s"
+    figures = write_plots(sweep, tmp_path / "plots")
+    assert [f.name for f in figures] == ["fig10_latency_throughput.png", "fig11_bandwidth.png",
+                                         "latency_quantiles.png", "throughput_latency.png"]
+    page = write_html(sweep, figures, tmp_path / "sweep.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and "2x 8 in flight" in page
