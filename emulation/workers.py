@@ -133,7 +133,8 @@ def close_the_loop(consumer: Consumer, run_id: str, windows: Mapping[str, Frames
                    should_stop: Callable[[], bool]) -> None:
     """Free each stream's slots as its frames' identities arrive (a thread beside the instances)."""
     while not should_stop():
-        for record in consumer.poll_batch(500, 0.2):
+        # Wait for one record, then take what else is buffered: a batch call waits out its whole timeout.
+        for record in [*consumer.poll_batch(1, 0.2), *consumer.poll_batch(500, 0)]:
             try:
                 identity = decode_identity(record.value or b"")
             except MalformedRecordError:
