@@ -112,10 +112,7 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     throughput_axis.set(title="Fig. 10b: throughput", xlabel="AI acceleration factor", ylabel="faces/s",
                         xscale="log", yscale="log")
     throughput_axis.legend()
-    figure.tight_layout()
-    fig10 = folder / "fig10_latency_throughput.png"
-    figure.savefig(fig10, dpi=110)
-    plt.close(figure)
+    fig10 = _save(figure, folder / "fig10_latency_throughput.png", plt)
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for label, value, style in (
@@ -126,10 +123,7 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     axis.set(title="Fig. 11: bandwidth under acceleration", xlabel="AI acceleration factor", ylabel="MB/s",
              xscale="log")
     axis.legend()
-    figure.tight_layout()
-    fig11 = folder / "fig11_bandwidth.png"
-    figure.savefig(fig11, dpi=110)
-    plt.close(figure)
+    fig11 = _save(figure, folder / "fig11_bandwidth.png", plt)
     return [fig10, fig11]
 
 
@@ -149,11 +143,7 @@ def _quantile_plot(sweep: SweepResult, folder: Path, plt) -> Path:
     ticks = (0.5, 0.9, 0.99, 0.999, 0.9999)
     axis.set_xticks([1 / (1 - q) for q in ticks], [quantile_key(q) for q in ticks])
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    path = folder / "latency_quantiles.png"
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(figure, folder / "latency_quantiles.png", plt)
 
 
 def _trajectory(sweep: SweepResult, folder: Path, plt) -> Path:
@@ -177,8 +167,11 @@ def _trajectory(sweep: SweepResult, folder: Path, plt) -> Path:
     axis.set(title="Throughput vs end-to-end latency (points: factor, or frames in flight)",
              xlabel="achieved faces/s (median over repeats)", ylabel="ms", yscale="log")
     axis.legend(fontsize=8)
+    return _save(figure, folder / "throughput_latency.png", plt)
+
+
+def _save(figure, path: Path, plt) -> Path:
     figure.tight_layout()
-    path = folder / "throughput_latency.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

@@ -177,10 +177,10 @@ def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Pa
     seen: list[dict] = []
 
     class Recording(KubernetesBackend):
-        def run_phase(self, index: int, run_id: str) -> dict[str, int]:
-            ready = super().run_phase(index, run_id)
+        def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], None]:
+            ready, load = super().run_phase(index, run_id)
             seen.append({"ready": ready, "api": _replicas(plane), "env": _env(plane, "exp-aitax-identify")})
-            return ready
+            return ready, load
 
     spec = parse_spec(SPEC, source="scale-test.yaml")
     cluster = KubernetesCluster(kubeconfig=str(plane.kubeconfig), namespace=NAMESPACE)
