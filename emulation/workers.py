@@ -15,6 +15,7 @@ pipeline, as a concurrency sweep does.
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import random
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulation.profile import Profile
-from pipeline.frames import Frame
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
 from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Topics, decode_identity
+from pipeline.stream import Frame, hand_off, schedule
 from pipeline.transport import Consumer, Producer
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -90,12 +91,14 @@ class FramesInFlight:
         self._lock = threading.Lock()
         self._faces_left: dict[int, set[int]] = {}  # frame index -> faces not yet identified
 
-    def admit(self, should_stop: Callable[[], bool]) -> bool:
-        """Wait for a free slot; False once stopped."""
-        while not should_stop():
-            if self._slots.acquire(timeout=0.2):
-                return True
-        return False
+    def admissions(self, should_stop: Callable[[], bool]) -> Iterator[tuple[int, int]]:
+        """Frame indices with the time each was admitted, as slots free up, until stopped: the loop, not a
+        clock, sets the pace (the same shape as `schedule`)."""
+        for index in itertools.count():
+            while not self._slots.acquire(timeout=0.2):
+                if should_stop():
+                    return
+            yield index, time.time_ns()
 
     def detected(self, frame_index: int, faces: int) -> None:
         """Called before the frame's faces are sent, so no identity of theirs can come first."""
@@ -150,31 +153,16 @@ def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random
     ingestion. The paper's streams were compute-bound at about 10 FPS: an accelerated pipeline takes frames
     `factor` times as fast (its Fig. 10 throughput grows with the factor). With a `window`, a frame whenever
     the window has a free slot instead."""
-    period_ns = int(1e9 / (profile.fps * factor))
-    start_ns = time.time_ns()
-    index = 0
+    slots = schedule(profile.fps * factor) if window is None else window.admissions(should_stop)
     try:
-        while not should_stop():
-            if window is not None:
-                if not window.admit(should_stop):
-                    break
-                scheduled_ns = time.time_ns()
-            else:
-                scheduled_ns = start_ns + index * period_ns
-                delay_s = (scheduled_ns - time.time_ns()) / 1e9
-                if delay_s > 0:
-                    time.sleep(delay_s)
+        for index, scheduled_ns in slots:
+            if should_stop():
+                break
             captured_ns = time.time_ns()
             ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
             emulated_compute(ingest_ms / 1000)
             frame = Frame(stream_id, index, _TINY_FRAME, captured_ns, time.time_ns(), ingest_ms, 0.0, scheduled_ns)
-            while not should_stop():
-                try:
-                    frames.put(frame, timeout=0.2)  # blocks when detection falls behind, as the real queue does
-                    break
-                except queue.Full:
-                    continue
-            index += 1
+            hand_off(frames, frame, should_stop)  # blocks when detection falls behind, as the real queue does
     finally:
         frames.put(END_OF_STREAM)
 

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import cv2
-import numpy as np
 
 from ground.errors import UserError
+from pipeline.stream import PACES, Frame, schedule
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "udp://", "tcp://", "rtmp://")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """A resized RGB frame on its way from ingestion to detection, with ingestion's measurements."""
-
-    stream_id: str
-    index: int
-    rgb: np.ndarray
-    captured_ns: int  # wall clock when decoding of this frame began
-    ingested_ns: int  # wall clock when it was resized and handed to detection
-    decode_ms: float
-    resize_ms: float
-    scheduled_ns: int  # when the pacing schedule wanted it: lateness shows up instead of hiding
 
 
 def open_video(source: str) -> cv2.VideoCapture:
@@ -68,8 +54,8 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
     `start_frame` resumes a file where a previous run stopped (indices continue from it)."""
     from pipeline.crop import resize_frame
 
-    if pace not in ("native", "max"):
-        raise UserError(f"--pace {pace!r}: expected native or max")
+    if pace not in PACES:
+        raise UserError(f"--pace {pace!r}: expected {' or '.join(PACES)}")
     capture = open_video(source)
     if start_frame:
         length = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
@@ -78,26 +64,17 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
         if start_frame >= length and not loop:
             return
         capture.set(cv2.CAP_PROP_POS_FRAMES, start_frame % length)
-    period_ns = int(1e9 / native_fps(capture))
-    start_ns = time.time_ns()
-    index = start_frame
+    slots = schedule(native_fps(capture), pace, start_frame)
     try:
-        while max_frames is None or index - start_frame < max_frames:
-            scheduled_ns = start_ns + (index - start_frame) * period_ns
-            if pace == "native":
-                delay = (scheduled_ns - time.time_ns()) / 1e9
-                if delay > 0:
-                    time.sleep(delay)
-            captured_ns = time.time_ns()
-            if pace == "max":
-                scheduled_ns = captured_ns  # no schedule: a frame is wanted the moment ingestion can take it
+        for index, scheduled_ns in islice(slots, max_frames):
+            captured_ns = scheduled_ns if pace == "max" else time.time_ns()
             started = time.perf_counter()
             ok, bgr = capture.read()
+            if not ok and loop and index > 0:
+                capture.release()
+                capture = open_video(source)
+                ok, bgr = capture.read()
             if not ok:
-                if loop and index > 0:
-                    capture.release()
-                    capture = open_video(source)
-                    continue
                 return
             rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
             decoded = time.perf_counter()
@@ -105,6 +82,5 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
             finished = time.perf_counter()
             yield Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - started) * 1000,
                         (finished - decoded) * 1000, scheduled_ns)
-            index += 1
     finally:
         capture.release()

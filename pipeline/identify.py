@@ -19,7 +19,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import cv2
 import numpy as np
 
 from pipeline.ingest_detect import identity_of_process
@@ -83,6 +82,8 @@ class FaceNetIdentifier:
 
 
 def decode_thumbnail(face: FaceMessage) -> np.ndarray | MalformedRecordError:
+    import cv2  # here, not at the top: the emulator runs identify's loop without OpenCV
+
     bgr = cv2.imdecode(np.frombuffer(face.thumbnail, np.uint8), cv2.IMREAD_COLOR)
     if bgr is None:
         return MalformedRecordError(f"thumbnail does not decode as {face.meta.encoding}")

@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from ground.errors import UserError
-from pipeline.frames import Frame
 from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
+from pipeline.stream import Frame, hand_off
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
@@ -51,6 +50,8 @@ class MtcnnFaceFinder:
 
     def __init__(self, min_face_size: int, margin: float = 0.2, encoding: str = "png", jpeg_quality: int = 90,
                  min_confidence: float = 0.9) -> None:
+        import cv2
+
         from pipeline.detect import FaceDetector
 
         if encoding not in ("png", "jpeg"):
@@ -63,6 +64,8 @@ class MtcnnFaceFinder:
         self._extension = ".jpg" if encoding == "jpeg" else ".png"
 
     def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
+        import cv2
+
         from pipeline.crop import crop_face
 
         faces = []
@@ -233,13 +236,7 @@ def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: st
     try:
         for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
                                  start_frame=start_frame):
-            while not stopping():
-                try:
-                    frames.put(frame, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-            if stopping():
+            if not hand_off(frames, frame, stopping):
                 break
     finally:
         if os.getppid() == parent:

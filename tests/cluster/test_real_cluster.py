@@ -239,7 +239,7 @@ def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, 
                                 rollout_timeout_s=600)
     backend.prepare()
     try:
-        ready, load = backend.run_phase(0, "brokers")
+        ready, _ = backend.run_phase(0, "brokers")
         assert ready == {"kafka": 4}, ready
         assert 3 in _brokers_holding(cluster, release, "faces")
         assert not _under_replicated(cluster, release)

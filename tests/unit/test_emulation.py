@@ -154,18 +154,21 @@ def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_ident
     def stopped_while_waiting():  # one wait for a slot, then the stream is stopped
         return iter([False, True]).__next__
 
-    assert window.admit(running) and window.admit(running)
-    assert not window.admit(stopped_while_waiting())  # both slots taken
+    def admit(should_stop) -> bool:
+        return next(window.admissions(should_stop), None) is not None
+
+    assert admit(running) and admit(running)
+    assert not admit(stopped_while_waiting())  # both slots taken
     stats.frame_sent(0, 2)
     stats.frame_sent(1, 0)  # no faces: done at once, its slot free
-    assert window.admit(running)
+    assert admit(running)
     window.identified(0, 1)
     window.identified(0, 1)  # a redelivered face counts once
-    assert not window.admit(stopped_while_waiting())
+    assert not admit(stopped_while_waiting())
     window.identified(0, 0)  # frame 0's last face
-    assert window.admit(running)
+    assert admit(running)
     window.identified(0, 0)  # a late duplicate of a finished frame frees nothing
-    assert not window.admit(stopped_while_waiting())
+    assert not admit(stopped_while_waiting())
     assert stats.done_through == -1  # acknowledgements, not identities, move the resume point: frame 0 has none
 
 
@@ -192,3 +195,16 @@ def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monke
     with pytest.raises(UserError, match="needs --latency-bound and an open loop"):
         sweep_module.search_latency_bound(
             sweep_module.SweepSpec([1, 32], 10, 4, 8, 2, paper_profile(), "paper"), StackConfig())
+
+
+def test_the_emulated_stages_need_no_opencv() -> None:
+    """The emulator image carries no OpenCV: everything its entry points import must load without it."""
+    import subprocess
+    import sys
+
+    modules = ("aitax.cli", "aitax.commands.emulation", "aitax.experiment.kafka_probe", "emulation.workers",
+               "pipeline.runtime", "pipeline.transport")
+    script = ("import importlib, sys\nsys.modules['cv2'] = None  # any `import cv2` now raises ImportError\n"
+              f"for name in {modules!r}:\n    importlib.import_module(name)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -1,0 +1,64 @@
+"""What ingestion hands detection, and the two things every ingest loop does: keep a frame schedule and hand
+frames over a bounded queue. The real ingest process and the emulator's ingest threads share them, and none of
+it needs OpenCV, so the emulator image does not carry it."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+PACES = ("native", "max")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A resized RGB frame on its way from ingestion to detection, with ingestion's measurements."""
+
+    stream_id: str
+    index: int
+    rgb: np.ndarray
+    captured_ns: int  # wall clock when decoding of this frame began
+    ingested_ns: int  # wall clock when it was resized and handed to detection
+    decode_ms: float
+    resize_ms: float
+    scheduled_ns: int  # when the pacing schedule wanted it: lateness shows up instead of hiding
+
+
+def schedule(fps: float, pace: str = "native", start_index: int = 0) -> Iterator[tuple[int, int]]:
+    """Frame indices from `start_index` with the wall-clock time each is due, waiting until then (`native`).
+
+    The schedule is fixed at the start: a frame taken late does not push the later ones back, so a loop that
+    falls behind shows up as lateness instead of silently offering less load. With `max` there is no schedule:
+    a frame is due the moment the loop asks for it."""
+    if pace not in PACES:
+        raise ValueError(f"pace {pace!r}: expected one of {', '.join(PACES)}")
+    period_ns = int(1e9 / fps)
+    start_ns = time.time_ns()
+    index = start_index
+    while True:
+        if pace == "max":
+            yield index, time.time_ns()
+        else:
+            due_ns = start_ns + (index - start_index) * period_ns
+            delay_s = (due_ns - time.time_ns()) / 1e9
+            if delay_s > 0:
+                time.sleep(delay_s)
+            yield index, due_ns
+        index += 1
+
+
+def hand_off(frames: queue.Queue[Any] | Any, item: object, stopping: Callable[[], bool]) -> bool:
+    """Put `item` on a bounded queue, blocking while detection falls behind (that back-pressure is the paper's
+    design) but giving up once `stopping()`; True when it was put."""
+    while not stopping():
+        try:
+            frames.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
