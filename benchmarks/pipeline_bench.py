@@ -41,7 +41,7 @@ def main() -> int:
     from tqdm import tqdm
 
     from pipeline.assets import ensure_assets
-    from pipeline.crop import crop_face, iou, resize_frame
+    from pipeline.crop import face_thumbnail, iou, resize_frame
     from pipeline.facenet import FaceEmbedder, set_tf_threads
 
     set_tf_threads(1, 1)
@@ -88,7 +88,7 @@ def main() -> int:
             box = tuple(int(v) for v in theirs_face["box"])
             if any(iou(box, d.box) >= 0.9 for d in ours):
                 agree += 1
-        faces += [crop_face(frame, d.box) for d in ours_40 if d.confidence >= 0.9]
+        faces += [face_thumbnail(frame, d.box, d.landmarks) for d in ours_40 if d.confidence >= 0.9]
 
     embedder = FaceEmbedder(assets.facenet_weights)
     batch = np.stack((faces * 8)[:8]) if faces else np.zeros((8, 160, 160, 3), np.uint8)

@@ -29,7 +29,7 @@ import numpy as np
 from emulation.profile import Profile
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
-from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Topics, decode_identity
+from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Match, Topics, decode_identity
 from pipeline.stream import Frame, hand_off, schedule
 from pipeline.transport import Consumer, Producer
 from telemetry.sinks import EventSink
@@ -80,7 +80,7 @@ class EmulatedIdentifier:
         with watch.time("emulated"):
             per_face = sum(self.profile.compute_ms["identify"].sample(self.rng) for _ in faces)
             emulated_compute(per_face / self.factor / 1000)
-        return [("emulated", 1.0) for _ in faces]
+        return [Match("emulated", 1.0, "emulated") for _ in faces]
 
 
 class FramesInFlight:

@@ -26,6 +26,8 @@ DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)  # PNet, RNet, ONet: the MTCNN paper's valu
 class Detection:
     box: tuple[int, int, int, int]  # x, y, width, height in frame pixels
     confidence: float
+    # ONet's five points in frame pixels: left eye, right eye, nose, left and right mouth corner (as seen)
+    landmarks: tuple[tuple[float, float], ...] = ()
 
 
 def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: float = 0.709) -> list[float]:
@@ -113,6 +115,7 @@ class FaceDetector:
             smart_nms_from_bboxes,
             upscale_bboxes,
         )
+        from mtcnn.utils.landmarks import adjust_landmarks
         watch = watch if watch is not None else Stopwatch()
         height, width = rgb.shape[:2]
         scales = scale_pyramid(width, height, self.min_face_size)
@@ -139,13 +142,14 @@ class FaceDetector:
                 boxes = pick_matches(boxes, score_threshold=self.thresholds[1])
                 boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union",
                                                                initial_sort=True))
-        if len(boxes):  # ONet gives the final boxes and confidences (its landmarks are not needed here)
+        if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
                 patches = crop_and_resize(rgb, boxes[:, 1:5], 48)
             with watch.time("onet"):
-                offsets, _, scores = self._onet(patches)
+                offsets, landmarks, scores = self._onet(patches)
             with watch.time("numpy"):
-                boxes = adjust_bboxes(replace_confidence(boxes, scores), offsets)
+                landmarks = adjust_landmarks(landmarks, boxes)  # relative to the boxes ONet was given
+                boxes = np.concatenate([adjust_bboxes(replace_confidence(boxes, scores), offsets), landmarks], axis=-1)
                 boxes = pick_matches(boxes, scores_column=5, score_threshold=self.thresholds[2])
                 boxes = smart_nms_from_bboxes(boxes, threshold=0.7, method="min", initial_sort=True)
         detections = []
@@ -155,7 +159,8 @@ class FaceDetector:
                 for row in np.asarray(boxes):
                     x1, y1, x2, y2 = (round(float(v)) for v in row[1:5])
                     if x2 - x1 >= 2 and y2 - y1 >= 2:
-                        detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5])))
+                        points = tuple((float(x), float(y)) for x, y in zip(row[6:11], row[11:16], strict=True))
+                        detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5]), points))
         return detections
 
     def largest(self, rgb: np.ndarray, min_confidence: float = 0.9) -> Detection | None:

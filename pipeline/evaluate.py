@@ -1,4 +1,11 @@
-"""How well a run did: identities read back from Kafka, matched to the video's ground truth, and latency."""
+"""How well a run did: identities read back from Kafka, matched to the video's ground truth, and latency.
+
+Identification is scored as open-set identification is reported (NIST's face recognition evaluations): of the
+detected faces of enrolled people, the share named correctly (the identification rate; 1 - FNIR); of the detected
+faces of strangers, the share given an enrolled person's name (FPIR, the false positive identification rate).
+Every identity carries its score and best candidate, so the whole DET curve (FNIR against FPIR over every
+threshold) comes from one run: `det_curve`, drawn by `plot_det`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,21 @@ from pathlib import Path
 
 from ground.paper import PAPER
 from pipeline.crop import iou
-from pipeline.schema import IDENTITIES_TOPIC, IdentityMessage, MalformedRecordError, decode_identity
+from pipeline.schema import IDENTITIES_TOPIC, UNKNOWN, IdentityMessage, MalformedRecordError, decode_identity
 from pipeline.synth_video import load_truth
 from telemetry.latency import NS_PER_MS, Distribution, distribution, end_to_end_ms
 
 MATCH_IOU = 0.3  # a detection counts as the true face when its box overlaps it this much (scaled frames)
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One detected face's answer, for the DET curve: was its person enrolled, its score, and whether the best
+    candidate was that person."""
+
+    enrolled: bool
+    score: float
+    candidate_right: bool
 
 
 @dataclass
@@ -20,12 +37,16 @@ class Evaluation:
     run_id: str
     frames: int = 0
     truth_faces: int = 0
+    stranger_faces: int = 0  # of truth_faces
     detections: int = 0
     matched: int = 0
+    matched_strangers: int = 0  # of matched
     correct: int = 0
-    unknown: int = 0
+    unknown: int = 0  # enrolled people called unknown
+    strangers_named: int = 0  # strangers given an enrolled person's name
     duplicates: int = 0
     confusions: dict[str, int] = field(default_factory=dict)
+    searches: list[Searched] = field(default_factory=list, repr=False)
     latency_ms: dict[str, Distribution] = field(default_factory=dict)
 
     @property
@@ -37,14 +58,66 @@ class Evaluation:
         return self.matched / self.truth_faces if self.truth_faces else 0.0
 
     @property
-    def identification_accuracy(self) -> float:
-        """Correct names among the faces that were detected."""
-        return self.correct / self.matched if self.matched else 0.0
+    def identification_rate(self) -> float:
+        """Detected faces of enrolled people named correctly (rank 1, at the gallery's threshold): 1 - FNIR."""
+        matched_enrolled = self.matched - self.matched_strangers
+        return self.correct / matched_enrolled if matched_enrolled else 0.0
+
+    @property
+    def false_identification_rate(self) -> float:
+        """Detected faces of strangers named as someone enrolled (FPIR)."""
+        return self.strangers_named / self.matched_strangers if self.matched_strangers else 0.0
 
     @property
     def end_to_end_accuracy(self) -> float:
-        """Ground-truth faces that came out of the pipeline with the right name."""
-        return self.correct / self.truth_faces if self.truth_faces else 0.0
+        """Ground-truth faces of enrolled people that came out of the pipeline with the right name."""
+        enrolled = self.truth_faces - self.stranger_faces
+        return self.correct / enrolled if enrolled else 0.0
+
+
+def det_curve(searches: list[Searched]) -> list[tuple[float, float, float]]:
+    """(threshold, FPIR, FNIR) at every score a face had: a stranger counts against FPIR when its score reaches
+    the threshold, an enrolled face against FNIR unless its candidate is right and its score reaches it."""
+    genuine = [s for s in searches if s.enrolled]
+    impostor = [s for s in searches if not s.enrolled]
+    if not genuine or not impostor:
+        return []
+    points = []
+    for threshold in sorted({s.score for s in searches}):
+        fpir = sum(s.score >= threshold for s in impostor) / len(impostor)
+        fnir = sum(not (s.candidate_right and s.score >= threshold) for s in genuine) / len(genuine)
+        points.append((threshold, fpir, fnir))
+    return points
+
+
+def plot_det(evaluation: Evaluation, threshold: float | None, path: Path) -> Path | None:
+    """The DET curve as a PNG (log axes, as NIST draws them), the operating point marked; None without both
+    enrolled and stranger faces."""
+    points = det_curve(evaluation.searches)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    floor = 1 / (2 * max(len(evaluation.searches), 1))  # log axes: a zero rate is drawn at half a face
+    figure, axis = plt.subplots(figsize=(6, 5))
+    axis.plot([max(f, floor) for _, f, _ in points], [max(n, floor) for _, _, n in points], label="DET")
+    operating = (max(evaluation.false_identification_rate, floor), max(1 - evaluation.identification_rate, floor))
+    axis.plot(*operating, "o", color="C3",
+              label=f"operating point{'' if threshold is None else f' (threshold {threshold:.2f})'}: "
+                    f"FPIR {evaluation.false_identification_rate:.1%}, FNIR {1 - evaluation.identification_rate:.1%}")
+    axis.set(xscale="log", yscale="log", xlabel="FPIR (strangers named as someone enrolled)",
+             ylabel="FNIR (enrolled people not named correctly)",
+             title=f"Open-set identification, run {evaluation.run_id}")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0,
@@ -105,6 +178,8 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
             evaluation.detections += len(found)
             unmatched = list(found)
             for face in expected:
+                enrolled = face.get("enrolled", True)  # version 1 sidecars hold enrolled people only
+                evaluation.stranger_faces += not enrolled
                 x, y, w, h = face["box"]
                 box = (round(x * sx), round(y * sy), round(w * sx), round(h * sy))
                 best = max(unmatched, key=lambda f: iou(box, f.box), default=None)
@@ -112,9 +187,16 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
                     continue
                 unmatched.remove(best)
                 evaluation.matched += 1
-                if best.identity == face["identity"]:
+                evaluation.searches.append(Searched(enrolled, best.score, best.candidate == face["identity"]))
+                if not enrolled:
+                    evaluation.matched_strangers += 1
+                    if best.identity != UNKNOWN:
+                        evaluation.strangers_named += 1
+                        pair = f"stranger->{best.identity}"
+                        evaluation.confusions[pair] = evaluation.confusions.get(pair, 0) + 1
+                elif best.identity == face["identity"]:
                     evaluation.correct += 1
-                elif best.identity == "unknown":
+                elif best.identity == UNKNOWN:
                     evaluation.unknown += 1
                 else:
                     pair = f"{face['identity']}->{best.identity}"
@@ -164,9 +246,13 @@ def print_evaluation(evaluation: Evaluation) -> None:
     print(f"run {e.run_id}: {e.frames} frames, {e.truth_faces} ground-truth faces, {e.detections} detections, "
           f"{e.duplicates} duplicate identities removed")
     print(f"  detection precision {e.detection_precision:.1%}  recall {e.detection_recall:.1%}")
-    print(f"  identification accuracy (detected faces) {e.identification_accuracy:.1%}; unknown {e.unknown}; "
-          f"confusions {e.confusions or 'none'}")
-    print(f"  END-TO-END ACCURACY {e.end_to_end_accuracy:.1%} of ground-truth faces correctly identified")
+    print(f"  identification rate (detected enrolled faces named correctly) {e.identification_rate:.1%}; "
+          f"unknown {e.unknown}; confusions {e.confusions or 'none'}")
+    if e.stranger_faces:
+        print(f"  FALSE IDENTIFICATION RATE {e.false_identification_rate:.1%} of detected stranger faces "
+              f"({e.strangers_named}/{e.matched_strangers}) named as someone enrolled")
+    print(f"  END-TO-END ACCURACY {e.end_to_end_accuracy:.1%} of enrolled people's ground-truth faces correctly "
+          f"identified")
     if e.latency_ms:
         print(f"  {'stage':<12}{'mean ms':>10}{'p50 ms':>10}{'p99 ms':>10}{'count':>8}   paper mean")
         for stage in ("ingest", "detect", "broker_wait", "identify", "end_to_end"):

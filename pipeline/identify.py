@@ -27,6 +27,7 @@ from pipeline.schema import (
     FaceMessage,
     IdentityMessage,
     MalformedRecordError,
+    Match,
     Topics,
     dead_letter_headers,
     decode_face,
@@ -39,8 +40,8 @@ from telemetry.metrics import StageMetrics
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
 
-# What the compute returns per face: (identity, score), or a MalformedRecordError for a thumbnail it cannot use.
-IdentifyResult = tuple[str, float] | MalformedRecordError
+# What the compute returns per face: a Match, or a MalformedRecordError for a thumbnail it cannot use.
+IdentifyResult = Match | MalformedRecordError
 # The identify compute: one result per face, its time recorded into the Stopwatch by sub-step.
 IdentifyFaces = Callable[[Sequence[FaceMessage], Stopwatch], list[IdentifyResult]]
 RECENT_KEYS = 100_000  # faces remembered for duplicate detection after a rebalance
@@ -68,7 +69,7 @@ class FaceNetIdentifier:
                 if isinstance(image, MalformedRecordError):
                     results.append(image)
                     continue
-                results.append(("", 0.0))  # filled in below
+                results.append(Match("", 0.0, ""))  # filled in below
                 images.append(image)
                 positions.append(position)
         if images:
@@ -76,8 +77,8 @@ class FaceNetIdentifier:
                 embeddings = self.embedder.embed(np.stack(images))
             with watch.time("svm"):
                 named = self.gallery.identify(embeddings)
-            for position, (identity, score) in zip(positions, named, strict=True):
-                results[position] = (identity, float(score))
+            for position, match in zip(positions, named, strict=True):
+                results[position] = match
         return results
 
 
@@ -235,11 +236,11 @@ class IdentifyWorker:
         substeps = {k: round(v * share, 3) for k, v in watch.with_other((time.perf_counter() - started) * 1000).items()}
         batch = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named), substeps)
         sending_started = time.perf_counter()
-        for record, face, (identity, score) in named:
-            key, value = encode_identity(IdentityMessage.answering(face.meta, identity, round(score, 4),
-                                                                   identify_start_ns, identified_ns))
+        for record, face, match in named:
+            key, value = encode_identity(IdentityMessage.answering(face.meta, match, identify_start_ns,
+                                                                   identified_ns))
             self.producer.send(self.topics.identities, value, key=key, on_delivery=self._reports.append,
-                               opaque=_Sent(record, face, identity, batch))
+                               opaque=_Sent(record, face, match.identity, batch))
         for record, reason in dead:
             headers = dead_letter_headers(record.headers, reason, record.topic, record.partition, record.offset)
             self.producer.send(self.topics.dlq, record.value or b"", key=record.key, headers=headers,

@@ -46,9 +46,9 @@ FindFaces = Callable[[np.ndarray, Stopwatch], list[FoundFace]]
 
 
 class MtcnnFaceFinder:
-    """The real detection compute: MTCNN, a square crop with margin, 160x160, PNG or JPEG."""
+    """The real detection compute: MTCNN, each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
-    def __init__(self, min_face_size: int, margin: float = 0.2, encoding: str = "png", jpeg_quality: int = 90,
+    def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
                  min_confidence: float = 0.9) -> None:
         import cv2
 
@@ -57,7 +57,6 @@ class MtcnnFaceFinder:
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
         self.detector = FaceDetector(min_face_size=min_face_size)
-        self.margin = margin
         self.encoding = encoding
         self.min_confidence = min_confidence
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
@@ -66,14 +65,15 @@ class MtcnnFaceFinder:
     def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
         import cv2
 
-        from pipeline.crop import crop_face
+        from pipeline.crop import face_thumbnail
 
         faces = []
         for detection in self.detector.detect(rgb, watch):
             if detection.confidence < self.min_confidence:
                 continue
             with watch.time("crop"):
-                thumbnail = cv2.cvtColor(crop_face(rgb, detection.box, self.margin), cv2.COLOR_RGB2BGR)
+                aligned = face_thumbnail(rgb, detection.box, detection.landmarks)
+                thumbnail = cv2.cvtColor(aligned, cv2.COLOR_RGB2BGR)
             with watch.time("encode"):
                 ok, encoded = cv2.imencode(self._extension, thumbnail, self._encode_params)
             if not ok:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
-SCHEMA_VERSION = 1
+# 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
+# Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SCHEMA_HEADER = "aitax.schema"
 META_HEADER = "aitax.meta"
 DLQ_REASON_HEADER = "aitax.dlq.reason"
@@ -96,6 +99,7 @@ def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes | None:
 
 
 _VERSION_BYTES = str(SCHEMA_VERSION).encode()
+_READABLE_VERSION_BYTES = tuple(str(version).encode() for version in READABLE_VERSIONS)
 
 
 def encode_face(message: FaceMessage, keying: str = DEFAULT_KEYING) -> tuple[bytes | None, bytes, dict[str, bytes]]:
@@ -119,8 +123,8 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
     version = headers.get(SCHEMA_HEADER)
     if version is None:
         raise MalformedRecordError(f"missing header {SCHEMA_HEADER}")
-    if version != _VERSION_BYTES:
-        raise MalformedRecordError(f"schema version {version[:16]!r}, expected {SCHEMA_VERSION}")
+    if version not in _READABLE_VERSION_BYTES:
+        raise MalformedRecordError(f"schema version {version[:16]!r}, expected one of {READABLE_VERSIONS}")
     try:
         raw = json.loads(headers[META_HEADER])
     except KeyError:
@@ -147,7 +151,18 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
     return FaceMessage(meta, value)
 
 
-@dataclass(frozen=True, kw_only=True)  # 14 fields: built by name, never by position
+UNKNOWN = "unknown"  # the name given to a face that matches no enrolled identity well enough
+
+
+class Match(NamedTuple):
+    """What identification answers for one face."""
+
+    identity: str  # the name given: an enrolled identity, or UNKNOWN
+    score: float  # similarity to `candidate`: the open-set decision compares it with a threshold
+    candidate: str  # the enrolled identity it resembled most, kept when the name is UNKNOWN (for DET curves)
+
+
+@dataclass(frozen=True, kw_only=True)  # 15 fields: built by name, never by position
 class IdentityMessage:
     run_id: str
     stream_id: str
@@ -163,6 +178,7 @@ class IdentityMessage:
     detected_ns: int
     identify_start_ns: int
     identified_ns: int
+    candidate: str = ""  # absent from version 1 identities
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -170,11 +186,11 @@ class IdentityMessage:
         return (self.run_id, self.stream_id, self.frame_index, self.face_index)
 
     @classmethod
-    def answering(cls, meta: FaceMeta, identity: str, score: float, identify_start_ns: int,
-                  identified_ns: int) -> IdentityMessage:
+    def answering(cls, meta: FaceMeta, match: Match, identify_start_ns: int, identified_ns: int) -> IdentityMessage:
         """The identity of the face `meta` describes, carrying its timestamps on."""
         return cls(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
-                   face_index=meta.face_index, identity=identity, score=score, box=meta.box,
+                   face_index=meta.face_index, identity=match.identity, score=round(match.score, 4),
+                   candidate=match.candidate, box=meta.box,
                    scheduled_ns=meta.scheduled_ns, captured_ns=meta.captured_ns, ingested_ns=meta.ingested_ns,
                    detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns,
                    identify_start_ns=identify_start_ns, identified_ns=identified_ns)
@@ -187,8 +203,9 @@ def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:
 def decode_identity(value: bytes) -> IdentityMessage:
     try:
         raw: dict[str, Any] = json.loads(value)
-        if raw.get("schema_version") != SCHEMA_VERSION:
-            raise MalformedRecordError(f"identity schema version {raw.get('schema_version')!r}")
+        if raw.get("schema_version") not in READABLE_VERSIONS:
+            raise MalformedRecordError(f"identity schema version {raw.get('schema_version')!r}, expected one of "
+                                       f"{READABLE_VERSIONS}")
         return IdentityMessage(**{**raw, "box": tuple(raw["box"])})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"identity record: {error}") from None

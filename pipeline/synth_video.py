@@ -1,28 +1,32 @@
 """A test video with known answers: real face photos moving over a 1920x1080 scene, plus a ground-truth sidecar.
 
-Faces come from a folder per identity (the 5-celebrity validation split: never the enrolled images). Each
-photo's face is located once with MTCNN so the sidecar holds the face's box, not the photo's. Faces per frame
-range over 0-5 and average about 0.64, like the paper's video.
+Faces come from a folder per identity (the 5-celebrity validation split: never the enrolled images) and, with
+`strangers`, from photos of people who are not enrolled (their faces must come out "unknown"). Each photo's face
+is located once with MTCNN so the sidecar holds the face's box, not the photo's. Faces per frame range over 0-5
+and average about 0.64, like the paper's video. An `Augmentation` makes it as hard as real footage: each
+appearance draws its own size, roll, light, blur, motion blur, JPEG quality and occlusion, over a textured scene.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from ground.errors import UserError
+from pipeline.degrade import AUGMENTATIONS, Augmentation, Look, degrade
 
 WIDTH, HEIGHT = 1920, 1080
 LANES = 5  # faces never overlap: each lane holds at most one
 # P(k faces at once), k = 0..5: mean 0.64 (the paper's video: 0-5 faces, 0.64 on average)
 CONCURRENCY_WEIGHTS = (0.64, 0.19, 0.10, 0.04, 0.02, 0.01)
 TARGET_FACES_PER_FRAME = 0.64
-SIDE_CAR_VERSION = 1
+SIDE_CAR_VERSION = 2  # 2: each face says whether its person is enrolled; the augmentation is recorded
+STRANGER_SHARE = 0.3  # of appearances, when strangers are given
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,19 @@ class Sprite:
     source: str
     image: np.ndarray  # RGB, the face with context around it
     face_box: tuple[int, int, int, int]  # the face inside `image`
+    enrolled: bool = True  # False: a stranger, whose right answer is "unknown"
 
 
 def truth_path(video: Path) -> Path:
     return video.with_suffix(".truth.json")
+
+
+def _cut(rgb: np.ndarray, box: tuple[int, int, int, int]) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The face with some hair and shoulders around it, as a camera would see; its box inside the cut."""
+    x, y, w, h = box
+    side = int(max(w, h) * 1.6)
+    left, top = max(0, x + w // 2 - side // 2), max(0, y + h // 2 - side // 2)
+    return np.ascontiguousarray(rgb[top:top + side, left:left + side]), (x - left, y - top, w, h)
 
 
 def load_sprites(faces_dir: Path, find_largest_face) -> list[Sprite]:
@@ -52,20 +65,29 @@ def load_sprites(faces_dir: Path, find_largest_face) -> list[Sprite]:
                 continue
             rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
             box = find_largest_face(rgb)
-            if box is None:
-                continue
-            x, y, w, h = box
-            side = int(max(w, h) * 1.6)  # some hair and shoulders around the face, as a camera would see
-            left, top = max(0, x + w // 2 - side // 2), max(0, y + h // 2 - side // 2)
-            region = rgb[top:top + side, left:left + side]
-            sprites.append(Sprite(folder.name, str(photo), np.ascontiguousarray(region), (x - left, y - top, w, h)))
+            if box is not None:
+                sprites.append(Sprite(folder.name, str(photo), *_cut(rgb, box)))
     if not sprites:
         raise UserError(f"--faces {faces_dir}: no face found in any photo")
     return sprites
 
 
-def background(frame_index: int) -> np.ndarray:
-    """A slowly shifting gradient: a scene that changes without looking like faces."""
+def load_strangers(strangers_dir: Path, find_faces, enrolled: set[str]) -> list[Sprite]:
+    """A sprite per face of a person who is not enrolled (see `pipeline.gallery.stranger_faces`)."""
+    from pipeline.gallery import stranger_faces
+
+    sprites = [Sprite(person, str(photo), *_cut(rgb, face.box), enrolled=False)
+               for person, photo, rgb, face in stranger_faces(strangers_dir, find_faces, enrolled, "--strangers")]
+    if not sprites:
+        raise UserError(f"--strangers {strangers_dir}: no face found in any photo")
+    return sprites
+
+
+def background(frame_index: int, texture: np.ndarray | None = None) -> np.ndarray:
+    """A slowly shifting gradient: a scene that changes without looking like faces; or a cluttered `texture`
+    panning slowly, as a camera sees a street."""
+    if texture is not None:
+        return np.roll(texture, (frame_index * 2) % WIDTH, axis=1)
     shift = (frame_index * 3) % WIDTH
     ramp = ((np.arange(WIDTH) + shift) % WIDTH * 255 // WIDTH).astype(np.uint8)
     frame = np.empty((HEIGHT, WIDTH, 3), np.uint8)
@@ -73,6 +95,21 @@ def background(frame_index: int) -> np.ndarray:
     frame[:, :, 1] = (np.arange(HEIGHT, dtype=np.uint16) * 120 // HEIGHT + 60).astype(np.uint8)[:, None]
     frame[:, :, 2] = 110
     return frame
+
+
+def texture(rng: random.Random) -> np.ndarray:
+    """Clutter: rectangles and lines of random colours over noise, blurred like a lens would."""
+    generator = np.random.default_rng(rng.randrange(2**32))
+    scene = generator.integers(40, 200, (HEIGHT // 8, WIDTH // 8, 3), dtype=np.uint8)
+    scene = cv2.resize(scene, (WIDTH, HEIGHT), interpolation=cv2.INTER_CUBIC)
+    for _ in range(120):
+        x, y = rng.randrange(WIDTH), rng.randrange(HEIGHT)
+        colour = tuple(rng.randrange(256) for _ in range(3))
+        if rng.random() < 0.6:
+            cv2.rectangle(scene, (x, y), (x + rng.randrange(20, 300), y + rng.randrange(20, 300)), colour, -1)
+        else:
+            cv2.line(scene, (x, y), (rng.randrange(WIDTH), rng.randrange(HEIGHT)), colour, rng.randrange(1, 8))
+    return cv2.GaussianBlur(scene, (0, 0), 1.5)
 
 
 @dataclass(frozen=True)
@@ -84,19 +121,23 @@ class Appearance:
     face_height: int
     y_start: int
     y_end: int
+    look: Look = field(default_factory=Look)
 
 
-def plan(sprites: list[Sprite], frames: int, fps: float, rng: random.Random) -> list[Appearance]:
-    """Segments of 1.5-4 s, each with 0-5 faces in distinct lanes, moving down or up across the frame."""
+def plan(sprites: list[Sprite], frames: int, fps: float, rng: random.Random,
+         augmentation: Augmentation = AUGMENTATIONS["none"], strangers: list[Sprite] | None = None) -> list[Appearance]:
+    """Segments of 1.5-4 s, each with 0-5 faces in distinct lanes, moving down or up across the frame; with
+    `strangers`, about STRANGER_SHARE of the faces are theirs."""
     appearances, frame = [], 0
     while frame < frames:
         length = int(rng.uniform(1.5, 4.0) * fps)
         count = rng.choices(range(len(CONCURRENCY_WEIGHTS)), weights=CONCURRENCY_WEIGHTS)[0]
         for lane in rng.sample(range(LANES), count):
-            face_height = rng.randint(150, 260)
+            face_height = rng.randint(*augmentation.face_height)
             y_start, y_end = rng.randint(60, 400), rng.randint(60, 400)
-            appearances.append(Appearance(rng.choice(sprites), lane, frame, min(frames, frame + length) - 1,
-                                          face_height, y_start, y_end))
+            pool = strangers if strangers and rng.random() < STRANGER_SHARE else sprites
+            appearances.append(Appearance(rng.choice(pool), lane, frame, min(frames, frame + length) - 1,
+                                          face_height, y_start, y_end, Look.draw(augmentation, rng)))
         frame += length
     return appearances
 
@@ -106,10 +147,12 @@ def faces_per_frame(appearances: list[Appearance], frames: int) -> float:
 
 
 def plan_near_target(sprites: list[Sprite], frames: int, fps: float, seed: int, tolerance: float = 0.04,
-                     attempts: int = 500) -> list[Appearance]:
+                     attempts: int = 500, augmentation: Augmentation = AUGMENTATIONS["none"],
+                     strangers: list[Sprite] | None = None) -> list[Appearance]:
     """A short video's random schedule can stray far from the target mean: take the first of a deterministic
     series of schedules (seed, seed+1, ...) within `tolerance` of it, or the closest one."""
-    candidates = (plan(sprites, frames, fps, random.Random(seed + attempt)) for attempt in range(attempts))
+    candidates = (plan(sprites, frames, fps, random.Random(seed + attempt), augmentation, strangers)
+                  for attempt in range(attempts))
     best: list[Appearance] = []
     for candidate in candidates:
         error = abs(faces_per_frame(candidate, frames) - TARGET_FACES_PER_FRAME)
@@ -120,15 +163,18 @@ def plan_near_target(sprites: list[Sprite], frames: int, fps: float, seed: int, 
     return best
 
 
-def render(appearances: list[Appearance], frame_index: int) -> tuple[np.ndarray, list[dict]]:
-    frame = background(frame_index)
+def render(appearances: list[Appearance], frame_index: int,
+           scene: np.ndarray | None = None) -> tuple[np.ndarray, list[dict]]:
+    frame = background(frame_index, scene)
     truth = []
     lane_width = WIDTH // LANES
     for a in appearances:
         if not a.first_frame <= frame_index <= a.last_frame:
             continue
         scale = a.face_height / a.sprite.face_box[3]
-        sprite = cv2.resize(a.sprite.image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        sprite = cv2.resize(a.sprite.image, None, fx=scale, fy=scale,
+                            interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+        sprite = degrade(sprite, tuple(round(v * scale) for v in a.sprite.face_box), a.look)
         sprite = sprite[: HEIGHT - 1, : lane_width - 8]
         progress = (frame_index - a.first_frame) / max(1, a.last_frame - a.first_frame)
         top = int(a.y_start + (a.y_end - a.y_start) * progress)
@@ -136,27 +182,36 @@ def render(appearances: list[Appearance], frame_index: int) -> tuple[np.ndarray,
         left = a.lane * lane_width + (lane_width - sprite.shape[1]) // 2
         frame[top:top + sprite.shape[0], left:left + sprite.shape[1]] = sprite
         fx, fy, fw, fh = (round(v * scale) for v in a.sprite.face_box)
-        truth.append({"identity": a.sprite.identity, "box": [left + fx, top + fy, fw, fh],
-                      "source": Path(a.sprite.source).name})
+        truth.append({"identity": a.sprite.identity, "enrolled": a.sprite.enrolled,
+                      "box": [left + fx, top + fy, fw, fh], "source": Path(a.sprite.source).name})
     return frame, truth
 
 
 def make_video(faces_dir: Path, out: Path, seconds: float, fps: float = 10.0, seed: int = 7,
-               progress=None) -> dict:
+               progress=None, augment: str = "none", strangers_dir: Path | None = None) -> dict:
     """Write the video and its sidecar; returns the sidecar's summary."""
     from pipeline.detect import FaceDetector
 
     if seconds <= 0:
         raise UserError(f"--seconds {seconds}: must be positive")
+    if augment not in AUGMENTATIONS:
+        raise UserError(f"--augment {augment!r}: expected one of {', '.join(AUGMENTATIONS)}")
+    augmentation = AUGMENTATIONS[augment]
     detector = FaceDetector(min_face_size=20)
 
     def find_largest_face(rgb: np.ndarray) -> tuple[int, int, int, int] | None:
         face = detector.largest(rgb, min_confidence=0.95)
         return None if face is None else face.box
 
+    def find_clear_faces(rgb: np.ndarray) -> list:
+        return [d for d in detector.detect(rgb) if d.confidence >= 0.95 and d.box[3] >= 40]
+
     sprites = load_sprites(faces_dir, find_largest_face)
+    strangers = (load_strangers(strangers_dir, find_clear_faces, {s.identity for s in sprites})
+                 if strangers_dir else None)
     frames = int(seconds * fps)
-    appearances = plan_near_target(sprites, frames, fps, seed)
+    appearances = plan_near_target(sprites, frames, fps, seed, augmentation=augmentation, strangers=strangers)
+    scene = texture(random.Random(seed)) if augmentation.textured else None
     out.parent.mkdir(parents=True, exist_ok=True)
     writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*"mp4v"), fps, (WIDTH, HEIGHT))
     if not writer.isOpened():
@@ -164,7 +219,7 @@ def make_video(faces_dir: Path, out: Path, seconds: float, fps: float = 10.0, se
     truth_frames = []
     try:
         for index in range(frames):
-            frame, truth = render(appearances, index)
+            frame, truth = render(appearances, index, scene)
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
             truth_frames.append(truth)
             if progress:
@@ -176,7 +231,9 @@ def make_video(faces_dir: Path, out: Path, seconds: float, fps: float = 10.0, se
         "version": SIDE_CAR_VERSION, "video": out.name, "width": WIDTH, "height": HEIGHT, "fps": fps,
         "frames": truth_frames, "faces_total": sum(counts), "faces_per_frame_mean": sum(counts) / len(counts),
         "faces_per_frame_max": max(counts), "identities": sorted({s.identity for s in sprites}),
-        "sprites": len(sprites), "seed": seed,
+        "sprites": len(sprites), "seed": seed, "augment": augment,
+        "strangers": len(strangers or []),
+        "stranger_faces_total": sum(not face["enrolled"] for frame in truth_frames for face in frame),
     }
     truth_path(out).write_text(json.dumps(sidecar))
     return {k: v for k, v in sidecar.items() if k != "frames"}
@@ -188,6 +245,6 @@ def load_truth(video: Path) -> dict:
         truth = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: ground truth unreadable ({error})") from None
-    if truth.get("version") != SIDE_CAR_VERSION or not isinstance(truth.get("frames"), list):
-        raise UserError(f"{path}: not a version {SIDE_CAR_VERSION} ground-truth sidecar")
+    if truth.get("version") not in (1, SIDE_CAR_VERSION) or not isinstance(truth.get("frames"), list):
+        raise UserError(f"{path}: not a version 1 or {SIDE_CAR_VERSION} ground-truth sidecar")
     return truth

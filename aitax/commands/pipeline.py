@@ -29,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     video.add_argument("--seconds", type=float, default=60.0, help="length (default 60)")
     video.add_argument("--fps", type=float, default=10.0, help="frame rate (default 10, the paper's per-stream rate)")
     video.add_argument("--seed", type=int, default=7, help="random seed of the face schedule")
+    video.add_argument("--augment", default="none", metavar="none|hard",
+                       help="none, or hard: faces 100-430 px, +-8 degree roll, +-30%% light, blur, motion blur, "
+                            "JPEG 30-95, 10%% occluded, over a cluttered scene")
+    video.add_argument("--strangers", metavar="DIR|packaged",
+                       help="photos of people who are NOT enrolled (a folder per person, or group photos; "
+                            "packaged: the test strangers, never used for calibration): about 30%% of the faces "
+                            "become theirs and must come out unknown")
     video.set_defaults(func=_make_video)
 
     enroll = subparsers.add_parser("enroll", help="build a gallery from a folder per identity",
@@ -36,6 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                "that cannot execute code when loaded (.npz, no pickle).")
     enroll.add_argument("--images", type=Path, help="folder per identity (default: the 5-celebrity train split)")
     enroll.add_argument("--out", type=Path, required=True, help="gallery file to write (.npz)")
+    enroll.add_argument("--impostors", default="packaged", metavar="DIR|packaged|none",
+                        help="photos of people who are NOT enrolled, to choose the unknown threshold on (default: "
+                             "the packaged calibration strangers; none keeps the fixed threshold)")
+    enroll.add_argument("--target-fpir", type=float, default=0.01, metavar="RATE",
+                        help="the share of strangers the threshold may still name as someone enrolled "
+                             "(default 0.01)")
+    enroll.add_argument("--impostor-views", type=int, default=4, metavar="N",
+                        help="camera views of each impostor face also scored: scaled, rolled, lit, blurred, "
+                             "compressed, occluded as in make-video --augment hard (default 4)")
     enroll.set_defaults(func=_enroll)
 
     ingest = subparsers.add_parser("ingest-detect", help="the ingest/detect container: video -> faces topic",
@@ -108,24 +124,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="event JSONL folder or Elasticsearch URL, for the latency breakdown (default: the "
                                "run's folder under .aitax/runs)")
     evaluate.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
+    evaluate.add_argument("--det", type=Path, metavar="PNG",
+                          help="draw the DET curve (FNIR vs FPIR over every threshold) here; needs a video with "
+                               "strangers (make-video --strangers)")
     evaluate.set_defaults(func=_evaluate)
 
 
 def _make_video(args: argparse.Namespace) -> int:
-    compose_video(args.faces, args.out, args.seconds, args.fps, args.seed)
+    compose_video(args.faces, args.out, args.seconds, args.fps, args.seed, args.augment, args.strangers)
     return 0
 
 
-def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, seed: int) -> None:
+def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, seed: int, augment: str = "none",
+                  strangers: str | None = None) -> None:
     from tqdm import tqdm
 
     from pipeline.synth_video import make_video
 
+    if strangers == "packaged":
+        from pipeline.assets import ensure_strangers
+
+        strangers = ensure_strangers("test")
     with tqdm(total=int(seconds * fps), desc="frames", unit="frame") as bar:
-        summary = make_video(faces or _assets().faces_val_dir, out, seconds, fps, seed, progress=bar.update)
-    print(f"wrote {out} and its ground truth: {summary['faces_total']} faces, "
+        summary = make_video(faces or _assets().faces_val_dir, out, seconds, fps, seed, progress=bar.update,
+                             augment=augment, strangers_dir=Path(strangers) if strangers else None)
+    print(f"wrote {out} and its ground truth: {summary['faces_total']} faces "
+          f"({summary['stranger_faces_total']} of {summary['strangers']} strangers), "
           f"{summary['faces_per_frame_mean']:.2f} per frame on average (max {summary['faces_per_frame_max']}), "
-          f"{summary['sprites']} photos of {len(summary['identities'])} people")
+          f"{summary['sprites']} photos of {len(summary['identities'])} enrolled people, augment {augment}")
 
 
 def _assets():
@@ -135,30 +161,73 @@ def _assets():
 
 
 def _enroll(args: argparse.Namespace) -> int:
-    enroll_gallery(args.images, args.out)
+    if args.impostor_views < 0:
+        raise UserError(f"--impostor-views {args.impostor_views}: 0 or more")
+    enroll_gallery(args.images, args.out, args.impostors, args.target_fpir, args.impostor_views)
     return 0
 
 
-def enroll_gallery(images: Path | None, out: Path) -> None:
-    from pipeline.crop import crop_face
+def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", target_fpir: float = 0.01,
+                   views: int = 4) -> None:
+    """Enroll, then (unless `impostors` is "none") set the unknown threshold from faces of people not enrolled."""
+    from pipeline.crop import face_thumbnail
     from pipeline.detect import FaceDetector
     from pipeline.facenet import FaceEmbedder, set_tf_threads
-    from pipeline.gallery import enroll, save_gallery
+    from pipeline.gallery import calibrate, embed_in_batches, enroll, save_gallery, stranger_faces
 
+    if not 0 <= target_fpir < 1:
+        raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
     set_tf_threads(1, 1)  # before the detector starts TensorFlow
     assets = _assets()
     detector = FaceDetector(min_face_size=20)
+    embedder = FaceEmbedder(assets.facenet_weights)
 
     def largest_face_crop(rgb):
         face = detector.largest(rgb)
-        return None if face is None else crop_face(rgb, face.box)
+        return None if face is None else face_thumbnail(rgb, face.box, face.landmarks)
 
-    gallery = enroll(images or assets.faces_train_dir, largest_face_crop, FaceEmbedder(assets.facenet_weights))
-    save_gallery(gallery, out)
+    gallery = enroll(images or assets.faces_train_dir, largest_face_crop, embedder)
     counts = {identity: int((gallery.labels == identity).sum()) for identity in gallery.identities}
     skipped = sum(gallery.no_face_counts.values())
-    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people into {out} {counts}; "
+    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people {counts}; "
           f"{skipped} photo(s) without a detectable face skipped")
+    if impostors != "none":
+        from pipeline.assets import ensure_strangers
+
+        folder = ensure_strangers("calibration") if impostors == "packaged" else Path(impostors)
+
+        def clear_faces(rgb):
+            return [d for d in detector.detect(rgb) if d.confidence >= 0.95]
+
+        crops = impostor_thumbnails(stranger_faces(folder, clear_faces, gallery.identities), detector, views)
+        gallery.calibration = calibrate(gallery, embed_in_batches(embedder, crops), target_fpir,
+                                        "the packaged calibration strangers" if impostors == "packaged" else impostors)
+        gallery.threshold = gallery.calibration.threshold
+        print(f"calibrated: {gallery.calibration.describe()}")
+    save_gallery(gallery, out)
+    print(f"wrote {out}")
+
+
+def impostor_thumbnails(faces, detector, views: int, seed: int = 0) -> list:
+    """Thumbnails of the impostors as the pipeline would see them: each face as photographed, and in `views`
+    camera views (scaled, rolled, lit, blurred, compressed, occluded as `make-video --augment hard` does) where
+    MTCNN, run again as detection would, still finds it. Degraded strangers score higher against the gallery
+    than clean ones: a threshold calibrated on clean photos lets them through."""
+    import random
+
+    from pipeline.crop import face_thumbnail
+    from pipeline.degrade import AUGMENTATIONS, best_match, camera_views
+
+    rng = random.Random(seed)
+    thumbnails = []
+    for _, _, rgb, face in faces:
+        thumbnails.append(face_thumbnail(rgb, face.box, face.landmarks))
+        for view, box in camera_views(rgb, face.box, AUGMENTATIONS["hard"], views, rng):
+            found = detector.detect(view)
+            match = best_match([d.box for d in found], box)
+            if match is not None:
+                thumbnails.append(face_thumbnail(view, found[match].box, found[match].landmarks))
+    return thumbnails
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
@@ -289,8 +358,8 @@ def _demo(args: argparse.Namespace) -> int:
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
     print("== 1/4 enroll the train split")
     enroll_gallery(None, gallery)
-    print("== 2/4 compose a test video from the val split (never enrolled)")
-    compose_video(None, video, args.seconds, 10.0, 7)
+    print("== 2/4 compose a hard test video: the val split (never enrolled) and strangers (never calibrated on)")
+    compose_video(None, video, args.seconds, 10.0, 7, augment="hard", strangers="packaged")
     print(f"== 3/4 run {args.producers} ingest-detect + {args.consumers} identify for {args.seconds:.0f} s")
     events_dir = out / "runs" / run_id
     bootstrap = resolve_bootstrap(None)
@@ -303,8 +372,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from aitax.stack.stack import resolve_bootstrap
-    from pipeline.evaluate import evaluate_run, print_evaluation
+    from pipeline.evaluate import evaluate_run, plot_det, print_evaluation
 
     result = evaluate_run(args.video, args.run_id, resolve_bootstrap(args.bootstrap), args.events)
     print_evaluation(result)
+    if args.det:
+        if plot_det(result, None, args.det) is None:
+            raise UserError(f"--det {args.det}: the DET curve needs faces of both enrolled people and strangers; "
+                            f"{args.video} has {result.stranger_faces} stranger faces")
+        print(f"DET curve: {args.det}")
     return 0

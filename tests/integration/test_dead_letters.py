@@ -19,6 +19,7 @@ from pipeline.schema import (
     META_HEADER,
     FaceMessage,
     FaceMeta,
+    Match,
     Topics,
     decode_identity,
     encode_face,
@@ -40,8 +41,8 @@ class FirstPixelClassifier:
 
 
 class ByBrightness:
-    def identify(self, embeddings: np.ndarray) -> list[tuple[str, float]]:
-        return [("bright" if value > 127 else "dark", 1.0) for value in embeddings[:, 0]]
+    def identify(self, embeddings: np.ndarray) -> list[Match]:
+        return [Match(name, 1.0, name) for name in ("bright" if value > 127 else "dark" for value in embeddings[:, 0])]
 
 
 def _thumbnail(value: int) -> bytes:
@@ -133,7 +134,7 @@ def test_a_rebalance_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stac
 
     def slow_identify(batch, watch):
         time.sleep(0.03 * len(batch))
-        return [("someone", 1.0) for _ in batch]
+        return [Match("someone", 1.0, "someone") for _ in batch]
 
     stats = [IdentifyStats(), IdentifyStats()]
     deadline = time.monotonic() + 90

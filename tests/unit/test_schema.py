@@ -9,10 +9,12 @@ import pytest
 from pipeline.schema import (
     META_HEADER,
     SCHEMA_HEADER,
+    UNKNOWN,
     FaceMessage,
     FaceMeta,
     IdentityMessage,
     MalformedRecordError,
+    Match,
     dead_letter_headers,
     decode_face,
     decode_identity,
@@ -42,15 +44,25 @@ def test_face_round_trip_and_keying() -> None:
 
 
 def test_identity_answers_its_face() -> None:
-    identity = IdentityMessage.answering(_face().meta, "alice", 0.9, 10, 11)
+    identity = IdentityMessage.answering(_face().meta, Match(UNKNOWN, 0.31234, "alice"), 10, 11)
     assert identity.key == _face().key
+    assert (identity.identity, identity.score, identity.candidate) == (UNKNOWN, 0.3123, "alice")
+    assert decode_identity(encode_identity(identity)[1]) == identity
     assert (identity.box, identity.detected_ns, identity.identify_start_ns, identity.identified_ns) == \
         ((10, 20, 64, 80), 4, 10, 11)
 
 
+def test_a_version_1_identity_still_reads_without_a_candidate() -> None:
+    current = json.loads(encode_identity(IdentityMessage.answering(_face().meta, Match("alice", 0.9, "alice"),
+                                                                   10, 11))[1])
+    del current["candidate"]
+    old = decode_identity(json.dumps({**current, "schema_version": 1}).encode())
+    assert (old.identity, old.candidate, old.schema_version) == ("alice", "", 1)
+
+
 @pytest.mark.parametrize(("mutate", "reason"), [
     (lambda h, v: (h.pop(SCHEMA_HEADER), v)[1], "missing header aitax.schema"),
-    (lambda h, v: (h.update({SCHEMA_HEADER: b"2"}), v)[1], "schema version"),
+    (lambda h, v: (h.update({SCHEMA_HEADER: b"3"}), v)[1], "schema version"),
     (lambda h, v: (h.update({META_HEADER: b"{not json"}), v)[1], "not JSON"),
     (lambda h, v: (h.update({META_HEADER: b"[1, 2]"}), v)[1], "not a JSON object"),
     (lambda h, v: b"", "empty thumbnail"),
