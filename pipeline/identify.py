@@ -59,6 +59,7 @@ class FaceNetIdentifier:
     def __init__(self, embedder, gallery) -> None:
         self.embedder = embedder
         self.gallery = gallery
+        self.precision: str = embedder.precision  # of the last call: identify events record it
 
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
         results: list[IdentifyResult] = []
@@ -75,6 +76,7 @@ class FaceNetIdentifier:
         if images:
             with watch.time("embed"):
                 embeddings = self.embedder.embed(np.stack(images))
+            self.precision = self.embedder.last_precision
             with watch.time("svm"):
                 named = self.gallery.identify(embeddings)
             for position, match in zip(positions, named, strict=True):
@@ -162,6 +164,7 @@ class _Batch:
     compute_ms_per_face: float
     faces: int
     substeps_ms: dict[str, float]
+    precision: str | None  # FaceNet's arithmetic in this call, when the compute says (the emulator's has none)
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,8 @@ class IdentifyWorker:
                  if isinstance(result, MalformedRecordError)]
         share = 1 / max(1, len(named))
         substeps = {k: round(v * share, 3) for k, v in watch.with_other((time.perf_counter() - started) * 1000).items()}
-        batch = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named), substeps)
+        batch = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named), substeps,
+                       getattr(self.identify_faces, "precision", None))
         sending_started = time.perf_counter()
         for record, face, match in named:
             key, value = encode_identity(IdentityMessage.answering(face.meta, match, identify_start_ns,
@@ -344,7 +348,8 @@ class IdentifyWorker:
                              substeps_ms=split, **common))
         self.sink.emit(Event(stage="identify", wall_start_ns=batch.identify_start_ns, wall_end_ns=batch.identified_ns,
                              compute_time_ms=batch.compute_ms_per_face, face_count=batch.faces,
-                             data_size_bytes=len(face.thumbnail), substeps_ms=batch.substeps_ms, **common))
+                             data_size_bytes=len(face.thumbnail), substeps_ms=batch.substeps_ms,
+                             precision=batch.precision, **common))
 
 
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,

@@ -150,8 +150,11 @@ def plan_near_target(sprites: list[Sprite], frames: int, fps: float, seed: int, 
                      attempts: int = 500, augmentation: Augmentation = AUGMENTATIONS["none"],
                      strangers: list[Sprite] | None = None) -> list[Appearance]:
     """A short video's random schedule can stray far from the target mean: take the first of a deterministic
-    series of schedules (seed, seed+1, ...) within `tolerance` of it, or the closest one."""
-    candidates = (plan(sprites, frames, fps, random.Random(seed + attempt), augmentation, strangers)
+    series of schedules within `tolerance` of it, or the closest one. The series of one seed never meets another
+    seed's (seed, then "seed/1", "seed/2", ...: strings seed deterministically), so seeds 1001 and 1002 are two
+    videos, not one schedule found twice."""
+    candidates = (plan(sprites, frames, fps, random.Random(seed if attempt == 0 else f"{seed}/{attempt}"),
+                       augmentation, strangers)
                   for attempt in range(attempts))
     best: list[Appearance] = []
     for candidate in candidates:

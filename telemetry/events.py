@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 # 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
-EVENT_SCHEMA_VERSION = 2
+# 3: identify events carry `precision`, the arithmetic FaceNet ran in (fp32, bf16).
+EVENT_SCHEMA_VERSION = 3
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
@@ -53,6 +54,7 @@ class Event:
     consumer_lag: int | None = None
     substeps_ms: dict[str, float] | None = None
     scheduled_ns: int | None = None  # ingest: when the stream's schedule wanted the frame (v2; v1 events lack it)
+    precision: str | None = None  # identify: FaceNet's arithmetic (v3)
     schema_version: int = EVENT_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -88,6 +90,7 @@ _FIELD_TYPES = {
     "broker_append_ns": _LONG,
     "consumer_lag": _LONG,
     "scheduled_ns": _LONG,
+    "precision": _KEYWORD,
     "schema_version": _INTEGER,
     "substeps_ms": {
         "dynamic": "strict",

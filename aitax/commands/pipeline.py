@@ -87,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     identify.add_argument("--group", default="identify", help="consumer group (default identify)")
     identify.add_argument("--max-batch", type=int, default=8, help="faces embedded per call (default 8)")
     identify.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
+    identify.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
+                          help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
+                               "else fp32; the precision in use is printed and in every identify event")
     add_kafka_options(identify)
     identify.set_defaults(func=_identify)
 
@@ -293,7 +296,8 @@ def _identify(args: argparse.Namespace) -> int:
     from pipeline.identify import RESULTS_LINGER_MS, FaceNetIdentifier, identify_loop
     from pipeline.schema import FACES_TOPIC
 
-    embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads)
+    embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads, precision=args.precision)
+    print(f"identify: FaceNet in {embedder.precision}", flush=True)
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)

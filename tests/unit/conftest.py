@@ -14,7 +14,7 @@ def assets() -> Assets:
 
 @pytest.fixture(scope="session")
 def embedder(assets: Assets):
-    """Built once: the model takes seconds to build and hundreds of MB to hold."""
+    """Built once: the model takes seconds to build and hundreds of MB to hold. FP32, the reference precision."""
     from pipeline.facenet import FaceEmbedder
 
-    return FaceEmbedder(assets.facenet_weights)
+    return FaceEmbedder(assets.facenet_weights, precision="fp32")

@@ -134,3 +134,49 @@ def test_batching_does_not_change_embeddings(embedder, val_faces) -> None:
     assert embedder.embed(faces[:0]).shape == (0, 128)
     with pytest.raises(ValueError, match="uint8"):
         embedder.embed(faces.astype(np.float32))
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ("fpu avx512f avx512_bf16 amx_tile", True), ("fpu avx512f amx_bf16", True), ("fpu avx2 avx512f", False)])
+def test_bf16_is_found_in_the_cpu_flags(tmp_path: Path, flags: str, expected: bool) -> None:
+    from pipeline.facenet import cpu_has_bf16
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_has_bf16(cpuinfo) is expected
+    assert cpu_has_bf16(tmp_path / "missing") is False
+
+
+def test_auto_precision_follows_the_cpu_and_an_impossible_choice_is_refused() -> None:
+    from pipeline.facenet import resolve_precision
+
+    assert (resolve_precision("auto", True), resolve_precision("auto", False)) == ("bf16", "fp32")
+    assert resolve_precision("fp32", True) == "fp32"
+    with pytest.raises(UserError, match="--precision bf16: this CPU has neither"):
+        resolve_precision("bf16", False)
+    with pytest.raises(UserError, match="--precision 'fp16'"):
+        resolve_precision("fp16", True)
+
+
+def test_bf16_embeddings_stay_within_cosine_0_99_of_fp32_where_the_cpu_has_bf16(embedder, assets: Assets,
+                                                                               val_faces) -> None:
+    """Accuracy guards the faster arithmetic: on this CPU (when it has AVX-512 BF16 or AMX) every val face's
+    bf16 embedding is within cosine 0.99 of FP32's and names the same nearest person; elsewhere auto means fp32."""
+    from pipeline.facenet import FaceEmbedder, cpu_has_bf16
+
+    faces, labels = val_faces
+    fast = FaceEmbedder(assets.facenet_weights, precision="auto")
+    if not cpu_has_bf16():
+        assert fast.precision == "fp32"
+        return
+    assert fast.precision == "bf16"
+    reference, reduced = embedder.embed(faces), fast.embed(faces)
+    assert fast.last_precision == "bf16"
+    lone = fast.embed(faces[:1])  # one face: the FP32 twin, faster than bf16 for a single image
+    assert fast.last_precision == "fp32"
+    np.testing.assert_allclose(lone, reference[:1], atol=1e-4)
+    assert reduced.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(reduced, axis=1), 1.0, atol=1e-5)
+    assert (reference * reduced).sum(axis=1).min() >= 0.99
+    reference_nearest, reduced_nearest = (np.argsort(-(e @ e.T), axis=1)[:, 1] for e in (reference, reduced))
+    assert [labels[j] for j in reference_nearest] == [labels[j] for j in reduced_nearest]

@@ -164,3 +164,31 @@ def test_the_final_commit_repeats_positions_an_asynchronous_commit_may_have_lost
     assert consumer.commits == [({P0: 2}, True)]  # sent asynchronously; suppose it failed at the broker
     worker.finish()
     assert consumer.commits[-1] == ({P0: 2}, False)
+
+
+def test_identify_events_record_the_precision_the_compute_ran_in() -> None:
+    class Recording:
+        enabled = True
+
+        def __init__(self) -> None:
+            self.events = []
+
+        def emit(self, event) -> None:
+            self.events.append(event)
+
+        def close(self) -> None:
+            pass
+
+    class InBf16:
+        precision = "bf16"
+
+        def __call__(self, faces, watch):
+            return _name_all(faces, watch)
+
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    worker = IdentifyWorker(consumer, producer, InBf16(), sink, stats=IdentifyStats(), commit_interval_s=0.0)
+    worker.handle([_record(0, 0, 0)])
+    worker.settle()
+    identify = [event for event in sink.events if event.stage == "identify"]
+    assert [event.precision for event in identify] == ["bf16"]
+    assert {event.precision for event in sink.events if event.stage == "broker_wait"} == {None}

@@ -169,3 +169,12 @@ def test_the_best_match_is_the_most_overlapping_box_above_the_floor() -> None:
     assert best_match(boxes, (56, 56, 40, 40)) == 2
     assert best_match(boxes, (200, 200, 10, 10)) is None
     assert best_match([], (0, 0, 1, 1)) is None
+
+
+def test_neighbouring_seeds_make_different_videos() -> None:
+    from pipeline.synth_video import faces_per_frame, plan_near_target
+
+    sprites = [Sprite(name, f"{name}.jpg", np.zeros((10, 10, 3), np.uint8), (2, 2, 6, 6)) for name in "abcde"]
+    plans = [plan_near_target(sprites, 400, 10.0, seed) for seed in (1001, 1002, 1003)]
+    assert len({tuple((a.sprite.identity, a.first_frame, a.lane) for a in p) for p in plans}) == 3
+    assert all(abs(faces_per_frame(p, 400) - 0.64) <= 0.04 for p in plans)
