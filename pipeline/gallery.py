@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import zipfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +41,7 @@ from ground.errors import UserError
 from pipeline.schema import UNKNOWN, Match
 
 if TYPE_CHECKING:
-    from pipeline.detect import Detection
+    from pipeline.detect import Detection, FaceDetector
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,27 @@ def stranger_faces(folder: Path, find_faces: FindFaces, enrolled: Collection[str
             faces = find_faces(rgb)
             if faces:
                 yield person.name, photo, rgb, max(faces, key=lambda face: face.box[2] * face.box[3])
+
+
+def impostor_thumbnails(faces: Iterable[tuple[str, Path, np.ndarray, Detection]], detector: FaceDetector,
+                        views: int, seed: int = 0) -> list[np.ndarray]:
+    """Thumbnails of the impostors as the pipeline would see them: each face (from `stranger_faces`) as
+    photographed, and in `views` camera views (scaled, rolled, lit, blurred, compressed, occluded as `make-video
+    --augment hard` does) where MTCNN, run again as detection would, still finds it. Degraded strangers score
+    higher against the gallery than clean ones: a threshold calibrated on clean photos lets them through."""
+    from pipeline.crop import face_thumbnail
+    from pipeline.degrade import AUGMENTATIONS, best_match, camera_views
+
+    rng = random.Random(seed)
+    thumbnails = []
+    for _, _, rgb, face in faces:
+        thumbnails.append(face_thumbnail(rgb, face.box, face.landmarks))
+        for view, box in camera_views(rgb, face.box, AUGMENTATIONS["hard"], views, rng):
+            found = detector.detect(view)
+            match = best_match([d.box for d in found], box)
+            if match is not None:
+                thumbnails.append(face_thumbnail(view, found[match].box, found[match].landmarks))
+    return thumbnails
 
 
 def _bordered(rgb: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import queue
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,7 +52,13 @@ def schedule(fps: float, pace: str = "native", start_index: int = 0) -> Iterator
         index += 1
 
 
-def hand_off(frames: queue.Queue[Any] | Any, item: object, stopping: Callable[[], bool]) -> bool:
+class BoundedQueue(Protocol):
+    """A thread's `queue.Queue` or a process's `multiprocessing.Queue`: both raise `queue.Full` on timeout."""
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None: ...
+
+
+def hand_off(frames: BoundedQueue, item: object, stopping: Callable[[], bool]) -> bool:
     """Put `item` on a bounded queue, blocking while detection falls behind (that back-pressure is the paper's
     design) but giving up once `stopping()`; True when it was put."""
     while not stopping():

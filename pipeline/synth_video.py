@@ -166,19 +166,31 @@ def plan_near_target(sprites: list[Sprite], frames: int, fps: float, seed: int, 
     return best
 
 
-def render(appearances: list[Appearance], frame_index: int,
-           scene: np.ndarray | None = None) -> tuple[np.ndarray, list[dict]]:
+def _as_seen(a: Appearance) -> np.ndarray:
+    """The appearance's sprite at its size and with its look (the same in every frame it is in)."""
+    scale = a.face_height / a.sprite.face_box[3]
+    sprite = cv2.resize(a.sprite.image, None, fx=scale, fy=scale,
+                        interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    sprite = degrade(sprite, tuple(round(v * scale) for v in a.sprite.face_box), a.look)
+    return sprite[: HEIGHT - 1, : WIDTH // LANES - 8]
+
+
+def render(appearances: list[Appearance], frame_index: int, scene: np.ndarray | None = None,
+           seen: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, list[dict]]:
+    """One frame and its truth. `seen` keeps each appearance's sprite from its first frame to its last: resizing
+    and degrading it again in every frame would give the same pixels."""
     frame = background(frame_index, scene)
     truth = []
     lane_width = WIDTH // LANES
+    seen = {} if seen is None else seen
     for a in appearances:
         if not a.first_frame <= frame_index <= a.last_frame:
+            seen.pop(id(a), None)
             continue
+        if id(a) not in seen:
+            seen[id(a)] = _as_seen(a)
+        sprite = seen[id(a)]
         scale = a.face_height / a.sprite.face_box[3]
-        sprite = cv2.resize(a.sprite.image, None, fx=scale, fy=scale,
-                            interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-        sprite = degrade(sprite, tuple(round(v * scale) for v in a.sprite.face_box), a.look)
-        sprite = sprite[: HEIGHT - 1, : lane_width - 8]
         progress = (frame_index - a.first_frame) / max(1, a.last_frame - a.first_frame)
         top = int(a.y_start + (a.y_end - a.y_start) * progress)
         top = min(top, HEIGHT - sprite.shape[0])
@@ -220,9 +232,10 @@ def make_video(faces_dir: Path, out: Path, seconds: float, fps: float = 10.0, se
     if not writer.isOpened():
         raise UserError(f"--out {out}: OpenCV cannot write an mp4 there")
     truth_frames = []
+    seen: dict[int, np.ndarray] = {}
     try:
         for index in range(frames):
-            frame, truth = render(appearances, index, scene)
+            frame, truth = render(appearances, index, scene, seen)
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
             truth_frames.append(truth)
             if progress:

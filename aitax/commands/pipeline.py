@@ -178,7 +178,7 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
     from pipeline.crop import face_thumbnail
     from pipeline.detect import FaceDetector
     from pipeline.facenet import FaceEmbedder, set_tf_threads
-    from pipeline.gallery import calibrate, embed_in_batches, enroll, save_gallery, stranger_faces
+    from pipeline.gallery import calibrate, embed_in_batches, enroll, impostor_thumbnails, save_gallery, stranger_faces
 
     if not 0 <= target_fpir < 1:
         raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
@@ -211,28 +211,6 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
         print(f"calibrated: {gallery.calibration.describe()}")
     save_gallery(gallery, out)
     print(f"wrote {out}")
-
-
-def impostor_thumbnails(faces, detector, views: int, seed: int = 0) -> list:
-    """Thumbnails of the impostors as the pipeline would see them: each face as photographed, and in `views`
-    camera views (scaled, rolled, lit, blurred, compressed, occluded as `make-video --augment hard` does) where
-    MTCNN, run again as detection would, still finds it. Degraded strangers score higher against the gallery
-    than clean ones: a threshold calibrated on clean photos lets them through."""
-    import random
-
-    from pipeline.crop import face_thumbnail
-    from pipeline.degrade import AUGMENTATIONS, best_match, camera_views
-
-    rng = random.Random(seed)
-    thumbnails = []
-    for _, _, rgb, face in faces:
-        thumbnails.append(face_thumbnail(rgb, face.box, face.landmarks))
-        for view, box in camera_views(rgb, face.box, AUGMENTATIONS["hard"], views, rng):
-            found = detector.detect(view)
-            match = best_match([d.box for d in found], box)
-            if match is not None:
-                thumbnails.append(face_thumbnail(view, found[match].box, found[match].landmarks))
-    return thumbnails
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
