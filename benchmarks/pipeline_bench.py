@@ -71,7 +71,9 @@ def main() -> int:
 
     from pipeline.detect import FaceDetector
 
-    ours20, ours40, stock = FaceDetector(min_face_size=20), FaceDetector(min_face_size=40), MTCNN()
+    size = (frames[0].shape[1], frames[0].shape[0])
+    ours20, ours40 = FaceDetector(min_face_size=20, frame_size=size), FaceDetector(min_face_size=40, frame_size=size)
+    stock = MTCNN()
     for detector in (ours20.detect, ours40.detect, stock.detect_faces):
         detector(frames[0])  # trace the tf.functions before timing
     timings: dict[str, list[float]] = {"ours@20": [], "ours@40": [], "stock@20": []}

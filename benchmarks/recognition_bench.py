@@ -55,7 +55,7 @@ def main() -> int:
     if args.gallery is None:
         enroll_gallery(None, gallery_path)
     gallery = load_gallery(gallery_path)
-    finder = MtcnnFaceFinder(min_face_size=40)
+    finder = MtcnnFaceFinder(min_face_size=40, frame_size=(960, 540))
     identifier = FaceNetIdentifier(FaceEmbedder(ensure_assets().facenet_weights), gallery)
 
     pooled = Evaluation("pooled")

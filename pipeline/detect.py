@@ -2,17 +2,20 @@
 
 The package's scale pyramid ignores the minimum face size when counting scales: with any `min_face_size`
 other than 20 its last scales shrink the frame below PNet's 12x12 input and the whole call returns no faces.
-`FaceDetector` runs the package's own three networks and box arithmetic with a corrected pyramid, and prepares
-their inputs with OpenCV and NumPy instead of the package's eager TensorFlow ops (a float64 copy of the frame,
-one TF resize per pyramid level, TF crop_and_resize per stage), which cost more CPU than the three networks.
+`FaceDetector` runs the package's own three networks with a corrected pyramid and the package's arithmetic, made
+cheaper: its eager TensorFlow ops per pyramid level and per stage (with a float64 copy of the frame), and per-call
+tensor conversions in its box code, cost more CPU than the three networks. Here the same ops run inside traced
+graphs (a stream's whole pyramid in one call, PNet on all its levels in another), patches are sampled from the uint8
+frame, and the box arithmetic is NumPy on plain arrays. Boxes agree with stock `mtcnn` (tests/unit/test_detect.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from telemetry.timing import Stopwatch
@@ -43,45 +46,100 @@ def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: flo
     return [first * scale_factor**level for level in range(levels)]
 
 
-def normalize(pixels: np.ndarray) -> np.ndarray:
-    """MTCNN's input range: [0, 255] -> [-1, 1) as float32 (the package's `normalize_images`)."""
-    return (pixels.astype(np.float32) - 127.5) * (1 / 128)
+def level_sizes(width: int, height: int, scales: list[float]) -> tuple[tuple[int, int], ...]:
+    """Each pyramid level's (height, width), truncated as the package truncates them."""
+    return tuple((int(height * scale), int(width * scale)) for scale in scales)
 
 
-def pyramid(rgb: np.ndarray, scales: list[float]) -> list[np.ndarray]:
-    """PNet's inputs: the normalised frame at each scale, (1, h, w, 3) float32, by OpenCV area resizes (the
-    package's TF AREA resizes; sizes truncated as its are). Resizing the uint8 frame and normalising after would be
-    cheaper, but its rounding moved a box by a few pixels (IoU 0.89 against stock) on the demo video."""
-    height, width = rgb.shape[:2]
-    frame = normalize(rgb)
-    return [cv2.resize(frame, (int(width * scale), int(height * scale)), interpolation=cv2.INTER_AREA)[None]
-            for scale in scales]
+def normalize(frame):
+    """MTCNN's input range, as a graph op: uint8 [0, 255] -> float32 [-1, 1) (the package's `normalize_images`)."""
+    import tensorflow as tf
+
+    return (tf.cast(frame, tf.float32) - 127.5) * (1 / 128)
 
 
-def crop_and_resize(rgb: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarray:
-    """RNet's and ONet's inputs: for each box (x1, y1, x2, y2 in frame pixels) a size x size bilinear sample of the
-    normalised frame, points outside the frame 0: `tf.image.crop_and_resize` as the package calls it (box corners
-    divided by the frame's size, which TF then maps onto pixel positions 0..height-1 and 0..width-1), vectorised
-    over the boxes."""
-    height, width = rgb.shape[:2]
-    steps = np.arange(size) / (size - 1)
-    ys = (boxes[:, 1:2] + steps * (boxes[:, 3:4] - boxes[:, 1:2])) * ((height - 1) / height)
-    xs = (boxes[:, 0:1] + steps * (boxes[:, 2:3] - boxes[:, 0:1])) * ((width - 1) / width)
-    y_floor, x_floor = np.floor(ys), np.floor(xs)
-    y0 = np.clip(y_floor, 0, height - 1).astype(np.intp)[:, :, None]
-    x0 = np.clip(x_floor, 0, width - 1).astype(np.intp)[:, None, :]
-    y1 = np.minimum(y0 + 1, height - 1)
-    x1 = np.minimum(x0 + 1, width - 1)
-    dy = (ys - y_floor).astype(np.float32)[:, :, None, None]
-    dx = (xs - x_floor).astype(np.float32)[:, None, :, None]
-    top = normalize(rgb[y0, x0])
-    top += (normalize(rgb[y0, x1]) - top) * dx
-    bottom = normalize(rgb[y1, x0])
-    bottom += (normalize(rgb[y1, x1]) - bottom) * dx
-    patches = top + (bottom - top) * dy
-    inside = (((ys >= 0) & (ys <= height - 1))[:, :, None] & ((xs >= 0) & (xs <= width - 1))[:, None, :])
-    patches[~inside] = 0
-    return patches
+def area_resize(image, size):
+    """One pyramid level: the package's TF area resize."""
+    import tensorflow as tf
+
+    return tf.image.resize(image, size, method=tf.image.ResizeMethod.AREA)
+
+
+def pyramid(frame, sizes: tuple[tuple[int, int], ...]) -> list:
+    """PNet's inputs: the frame (1, h, w, 3) uint8 normalised and area-resized to each (height, width)."""
+    normalized = normalize(frame)
+    return [area_resize(normalized, size) for size in sizes]
+
+
+def patches(frame, boxes, size: int):
+    """RNet's and ONet's inputs, inside a TensorFlow graph: for each box (x1, y1, x2, y2 in frame pixels) a size x
+    size bilinear sample of the normalised frame, 0 outside it, with the box corners divided by the frame's size as
+    the package divides them. Sampling the uint8 frame and normalising the patches is the same arithmetic as the
+    package's sampling of a normalised frame (both are linear), on far fewer pixels."""
+    import tensorflow as tf
+
+    height_width = tf.cast(tf.shape(frame)[1:3], tf.float32)
+    corners = tf.gather(tf.cast(boxes, tf.float32), [1, 0, 3, 2], axis=1) / tf.tile(height_width, [2])
+    sampled = tf.image.crop_and_resize(frame, corners, tf.zeros(tf.shape(boxes)[0], tf.int32), (size, size),
+                                       extrapolation_value=127.5)  # 127.5 normalises to the package's 0
+    return (sampled - 127.5) * (1 / 128)
+
+
+def pnet_candidates(regression: np.ndarray, probability: np.ndarray, scale: float, threshold: float) -> np.ndarray:
+    """One pyramid level's face windows: rows (0, x1, y1, x2, y2, score) in frame pixels, best first. The package's
+    `generate_bounding_box` and `upscale_bboxes` (PNet's 12 px window every 2 px, its four offsets in window
+    widths), on one level's arrays without its per-call tensor conversions."""
+    rows, columns = np.nonzero(probability > threshold)
+    scores = probability[rows, columns]
+    offsets = regression[rows, columns].T.astype(np.float64)  # the package multiplies in float64
+    top, left = rows * 2 + 1, columns * 2 + 1
+    window = 11  # the package's 12 px cell measured from its first pixel's centre
+    boxes = np.stack([np.zeros(len(rows)), left + offsets[0] * window, top + offsets[1] * window,
+                      left + window + offsets[2] * window, top + window + offsets[3] * window, scores], axis=1)
+    boxes = boxes[np.argsort(boxes[:, 5])[::-1]]  # the package's descending order, ties included
+    boxes[:, 1:5] /= scale
+    return boxes
+
+
+def suppress(boxes: np.ndarray, threshold: float, method: str = "union", sort: bool = True) -> np.ndarray:
+    """The package's non-maximum suppression (`smart_nms_from_bboxes` on one image): a box goes when any box ranked
+    above it, kept or not, overlaps it by more than `threshold` (IoU over the union, or over the smaller box)."""
+    if sort:
+        boxes = boxes[np.argsort(boxes[:, 5])[::-1]]
+    x1, y1, x2, y2 = (boxes[:, column] for column in range(1, 5))
+    areas = (x2 - x1) * (y2 - y1)
+    overlap_w = np.maximum(0, np.minimum(x2[:, None], x2[None]) - np.maximum(x1[:, None], x1[None]))
+    overlap_h = np.maximum(0, np.minimum(y2[:, None], y2[None]) - np.maximum(y1[:, None], y1[None]))
+    overlap = overlap_w * overlap_h
+    if method == "union":
+        ratio = overlap / (areas[:, None] + areas[None] - overlap)
+    else:
+        ratio = overlap / np.minimum(areas[:, None], areas[None])
+    with np.errstate(invalid="ignore"):
+        beaten = np.triu(ratio > threshold, k=1).any(axis=0)
+    return boxes[~beaten]
+
+
+@dataclass(frozen=True)
+class _GraphOps:
+    """The input preparation as relaxed-shape graphs, shared by every detector in the process."""
+    normalize: Callable
+    area_resize: Callable
+    patches: Callable
+
+
+@functools.cache
+def _graph_ops() -> _GraphOps:
+    import tensorflow as tf
+
+    return _GraphOps(*(tf.function(op, reduce_retracing=True) for op in (normalize, area_resize, patches)))
+
+
+@dataclass(frozen=True)
+class _FrameGraphs:
+    """One frame size's graphs: the whole pyramid in one call, PNet on all its levels in another."""
+    pyramid: Callable
+    pnet: Callable
 
 
 class FaceDetector:
@@ -91,7 +149,10 @@ class FaceDetector:
     preparation (the pyramid and the patches: `tf_support`, named for what it replaced) and NumPy box arithmetic."""
 
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
-                 thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS) -> None:
+                 thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
+                 frame_size: tuple[int, int] | None = None) -> None:
+        """`frame_size` (width, height): the size of a stream's frames, whose whole pyramid then runs in two graph
+        calls traced here, before the first frame. Frames of other sizes (photos) take relaxed per-level graphs."""
         import tensorflow as tf
         from mtcnn.stages import StageONet, StagePNet, StageRNet
 
@@ -99,21 +160,39 @@ class FaceDetector:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
-        # Graph functions instead of eager calls: the per-call Python overhead of eager Keras dominates at
-        # PNet's many small pyramid levels. A frame size's levels are traced once, then reused.
-        self._pnet, self._rnet, self._onet = (tf.function(stage()._model, reduce_retracing=True)
-                                              for stage in (StagePNet, StageRNet, StageONet))
+        # Graph functions instead of eager calls: eager ops and numpy inputs cost more per call than PNet's small
+        # pyramid levels take to compute. Inputs are prepared in graphs of their own so that the Stopwatch tells
+        # preparation from the networks. Relaxed shapes serve any frame size with a trace or two.
+        pnet, rnet, onet = (stage()._model for stage in (StagePNet, StageRNet, StageONet))
+        self._pnet_level, self._rnet, self._onet = (tf.function(net, reduce_retracing=True)
+                                                    for net in (pnet, rnet, onet))
+        self._stream_sizes: tuple[tuple[int, int], ...] = ()
+        self._stream_graphs: _FrameGraphs | None = None
+        if frame_size is not None:
+            width, height = frame_size
+            sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
+            self._stream_sizes = sizes
+            self._stream_graphs = _FrameGraphs(tf.function(lambda frame: pyramid(frame, sizes)),
+                                               tf.function(lambda levels: [pnet(level) for level in levels]))
+            self._trace(width, height)
+
+    def _trace(self, width: int, height: int) -> None:
+        """Trace every graph a stream's frames use, so that no frame's time includes tracing (the patch graphs and
+        RNet/ONet twice: their second trace relaxes the number of boxes)."""
+        frame = np.zeros((1, height, width, 3), np.uint8)
+        self._stream_graphs.pnet(self._stream_graphs.pyramid(frame))
+        for boxes in (1, 2):
+            for size, net in ((24, self._rnet), (48, self._onet)):
+                net(_graph_ops().patches(frame, np.zeros((boxes, 4)), size))
 
     def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
+        import tensorflow as tf
         from mtcnn.utils.bboxes import (
             adjust_bboxes,
-            generate_bounding_box,
             limit_bboxes,
             pick_matches,
             replace_confidence,
             resize_to_square,
-            smart_nms_from_bboxes,
-            upscale_bboxes,
         )
         from mtcnn.utils.landmarks import adjust_landmarks
         watch = watch if watch is not None else Stopwatch()
@@ -121,37 +200,43 @@ class FaceDetector:
         scales = scale_pyramid(width, height, self.min_face_size)
         if not scales:
             return []
+        sizes = level_sizes(width, height, scales)
+        graphs = self._stream_graphs if sizes == self._stream_sizes else None
+        graph_ops = _graph_ops()
         with watch.time("tf_support"):
-            levels = pyramid(rgb, scales)
+            frame = tf.convert_to_tensor(rgb[None])
+            if graphs:
+                levels = graphs.pyramid(frame)
+            else:
+                normalized = graph_ops.normalize(frame)
+                levels = [graph_ops.area_resize(normalized, tf.constant(size)) for size in sizes]
         with watch.time("pnet"):
-            pnet_outputs = [self._pnet(level) for level in levels]
+            pnet_outputs = graphs.pnet(levels) if graphs else [self._pnet_level(level) for level in levels]
         with watch.time("numpy"):
-            proposals = [generate_bounding_box(out[0], out[1], self.thresholds[0]) for out in pnet_outputs]
-            upscaled = [upscale_bboxes(b, np.asarray([s])) for b, s in zip(proposals, scales, strict=True)]
-            per_scale = [smart_nms_from_bboxes(b, threshold=0.5, method="union", initial_sort=False)
-                         for b in upscaled]
-            boxes = np.concatenate(per_scale, axis=0) if per_scale else np.empty((0, 6))
-            boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union", initial_sort=True))
+            per_scale = [suppress(pnet_candidates(regression.numpy()[0], probability.numpy()[0, :, :, 1], scale,
+                                                  self.thresholds[0]), 0.5, sort=False)
+                         for (regression, probability), scale in zip(pnet_outputs, scales, strict=True)]
+            boxes = resize_to_square(suppress(np.concatenate(per_scale), 0.7))
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
-                patches = crop_and_resize(rgb, boxes[:, 1:5], 24)
+                rnet_input = graph_ops.patches(frame, boxes[:, 1:5], 24)
             with watch.time("rnet"):
-                offsets, scores = self._rnet(patches)
+                offsets, scores = (output.numpy() for output in self._rnet(rnet_input))
             with watch.time("numpy"):
                 boxes = adjust_bboxes(replace_confidence(boxes, scores), offsets)
                 boxes = pick_matches(boxes, score_threshold=self.thresholds[1])
-                boxes = resize_to_square(smart_nms_from_bboxes(boxes, threshold=0.7, method="union",
-                                                               initial_sort=True))
+                boxes = resize_to_square(suppress(boxes, 0.7))
         if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
-                patches = crop_and_resize(rgb, boxes[:, 1:5], 48)
+                onet_input = graph_ops.patches(frame, boxes[:, 1:5], 48)
             with watch.time("onet"):
-                offsets, landmarks, scores = self._onet(patches)
+                offsets, landmarks, scores = self._onet(onet_input)
+                offsets, scores = offsets.numpy(), scores.numpy()  # landmarks: adjust_landmarks wants a tensor
             with watch.time("numpy"):
                 landmarks = adjust_landmarks(landmarks, boxes)  # relative to the boxes ONet was given
                 boxes = np.concatenate([adjust_bboxes(replace_confidence(boxes, scores), offsets), landmarks], axis=-1)
                 boxes = pick_matches(boxes, scores_column=5, score_threshold=self.thresholds[2])
-                boxes = smart_nms_from_bboxes(boxes, threshold=0.7, method="min", initial_sort=True)
+                boxes = suppress(boxes, 0.7, method="min")
         detections = []
         if len(boxes):
             with watch.time("numpy"):

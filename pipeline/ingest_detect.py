@@ -49,14 +49,14 @@ class MtcnnFaceFinder:
     """The real detection compute: MTCNN, each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
-                 min_confidence: float = 0.9) -> None:
+                 min_confidence: float = 0.9, frame_size: tuple[int, int] | None = None) -> None:
         import cv2
 
         from pipeline.detect import FaceDetector
 
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
-        self.detector = FaceDetector(min_face_size=min_face_size)
+        self.detector = FaceDetector(min_face_size=min_face_size, frame_size=frame_size)
         self.encoding = encoding
         self.min_confidence = min_confidence
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []

@@ -230,7 +230,8 @@ def _ingest_detect(args: argparse.Namespace) -> int:
     from pipeline.ingest_detect import Checkpoint, MtcnnFaceFinder, run_ingest_detect
 
     set_tf_threads(args.threads, 1)
-    find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality)
+    find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality,
+                                 frame_size=args.size)
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     run_id, start_frame, checkpoint = args.run_id or new_run_id(), 0, None
     if args.resume and not args.checkpoint:

@@ -1,5 +1,5 @@
-"""MTCNN's inputs prepared with OpenCV and NumPy give what the package's TensorFlow ops give, and the detector finds
-the boxes stock `mtcnn` finds."""
+"""MTCNN's inputs and box arithmetic give what the package's give, and the detector finds the boxes stock `mtcnn`
+finds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.crop import iou
-from pipeline.detect import FaceDetector, crop_and_resize, normalize, pyramid, scale_pyramid
+from pipeline.detect import FaceDetector, patches, pnet_candidates, suppress
 
 
 @pytest.fixture(scope="module")
@@ -17,32 +17,50 @@ def frame() -> np.ndarray:
     return cv2.GaussianBlur(noise, (7, 7), 3)  # image-like: neighbouring pixels correlate
 
 
-def test_pyramid_matches_tensorflows_area_resize(frame: np.ndarray) -> None:
-    import tensorflow as tf
-
-    scales = scale_pyramid(960, 540, 20)
-    levels = pyramid(frame, scales)
-    assert len(levels) == len(scales)
-    for scale, level in zip(scales, levels, strict=True):
-        expected = tf.image.resize(normalize(frame)[None], (int(540 * scale), int(960 * scale)),
-                                   method=tf.image.ResizeMethod.AREA).numpy()
-        assert level.shape == expected.shape and level.dtype == np.float32
-        assert np.abs(level - expected).max() < 1e-3, scale
-
-
-def test_patches_match_tensorflows_crop_and_resize(frame: np.ndarray) -> None:
+def test_patches_match_the_packages_crop_of_the_normalised_frame(frame: np.ndarray) -> None:
     import tensorflow as tf
 
     # Inside, across every edge, fractional corners, and one larger than the frame: TF samples 0 outside.
     boxes = np.array([[100, 50, 180, 140], [-20, -10, 40, 60], [900, 500, 1000, 560], [10.5, 20.25, 50.75, 61.5],
                       [-100, -100, 1100, 700]], dtype=np.float64)
+    normalized = (frame.astype(np.float32) - 127.5) / 128
     for size in (24, 48):
-        ours = crop_and_resize(frame, boxes, size)
+        ours = patches(tf.constant(frame[None]), boxes, size).numpy()
         yx = boxes[:, [1, 0, 3, 2]] / np.array([540, 960, 540, 960])
-        theirs = tf.image.crop_and_resize(normalize(frame)[None], yx, np.zeros(len(boxes), np.int32),
-                                          (size, size)).numpy()
+        theirs = tf.image.crop_and_resize(normalized[None], yx, np.zeros(len(boxes), np.int32), (size, size)).numpy()
         assert ours.shape == (len(boxes), size, size, 3) and ours.dtype == np.float32
         assert np.abs(ours - theirs).max() < 1e-4
+
+
+def test_candidates_and_suppression_are_the_packages() -> None:
+    import tensorflow as tf
+    from mtcnn.utils.bboxes import generate_bounding_box, smart_nms_from_bboxes, upscale_bboxes
+
+    rng = np.random.default_rng(3)
+    regression = rng.normal(0, 0.2, (1, 40, 60, 4)).astype(np.float32)
+    probability = rng.uniform(0, 1, (1, 40, 60, 2)).astype(np.float32)
+    theirs = upscale_bboxes(generate_bounding_box(tf.constant(regression), tf.constant(probability), 0.6),
+                            np.asarray([0.3]))
+    ours = pnet_candidates(regression[0], probability[0, :, :, 1], 0.3, 0.6)
+    assert len(ours) > 100
+    np.testing.assert_array_equal(ours, theirs)
+    for threshold, method, sort in ((0.5, "union", False), (0.7, "union", True), (0.7, "min", True)):
+        expected = smart_nms_from_bboxes(theirs, threshold=threshold, method=method, initial_sort=sort)
+        kept = suppress(ours, threshold, method, sort)
+        assert 0 < len(kept) < len(ours)
+        np.testing.assert_array_equal(kept, expected)
+
+
+def test_a_streams_frame_size_runs_its_own_graphs_and_finds_what_the_relaxed_ones_find(assets) -> None:
+    photo = sorted(assets.faces_val_dir.glob("*/*.jpg"))[0]
+    rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
+    height, width = rgb.shape[:2]
+    relaxed, stream = FaceDetector(min_face_size=20), FaceDetector(min_face_size=20, frame_size=(width, height))
+    found, found_by_stream = relaxed.detect(rgb), stream.detect(rgb)
+    assert relaxed._stream_graphs is None and stream._stream_graphs is not None
+    assert found and [d.box for d in found] == [d.box for d in found_by_stream]
+    np.testing.assert_allclose([d.confidence for d in found], [d.confidence for d in found_by_stream], atol=1e-5)
+    assert stream.detect(cv2.resize(rgb, (width // 2 * 2 - 2, height)))  # another size: the relaxed graphs
 
 
 def test_boxes_agree_with_stock_mtcnn(assets) -> None:
