@@ -4,9 +4,9 @@
 
 Prints per-frame ingest (decode + resize) and detect CPU ms, our detector vs `mtcnn.MTCNN().detect_faces` on
 the same frames (boxes must agree within IoU 0.9; the ratio is printed), identify CPU ms per face at batch 1
-and 8 in fp32 and in the fastest precision this CPU has (bf16 on AVX-512 BF16 / AMX), FaceNet's GFLOP per face
-against the thread's fp32 matmul rate, thumbnail bytes per encoding, and this process's RSS. Not a test: the
-machine is shared and noisy.
+and 8 in TensorFlow fp32 (the reference) and through the default runtime, OpenVINO, in the fastest precision this
+CPU has (bf16 on AVX-512 BF16 / AMX), FaceNet's GFLOP per face against the thread's fp32 matmul rate, thumbnail
+bytes per encoding, and this process's RSS. Not a test: the machine is shared and noisy.
 """
 
 from __future__ import annotations
@@ -94,14 +94,14 @@ def main() -> int:
                 agree += 1
         faces += [face_thumbnail(frame, d.box, d.landmarks) for d in ours_40 if d.confidence >= 0.9]
 
-    embedder = FaceEmbedder(assets.facenet_weights, precision="fp32")
+    embedder = FaceEmbedder(assets.facenet_weights, precision="fp32", runtime="tensorflow")
     batch = np.stack((faces * 8)[:8]) if faces else np.zeros((8, 160, 160, 3), np.uint8)
     embedder.embed(batch[:1])
     embedder.embed(batch)
     batch1 = [cpu_ms(embedder.embed, batch[i % 8:i % 8 + 1])[0] for i in range(16)]
     batch8 = [cpu_ms(embedder.embed, batch)[0] / 8 for _ in range(6)]
-    fastest = FaceEmbedder(assets.facenet_weights, precision="auto")  # bf16 where the CPU has it
-    fastest.embed(batch[:1])  # both paths traced before timing (bf16 sends lone faces to an FP32 twin)
+    fastest = FaceEmbedder(assets.facenet_weights, precision="auto")  # OpenVINO, bf16 where the CPU has it
+    fastest.embed(batch[:1])  # both batch sizes compiled before timing
     fastest.embed(batch)
     fastest1 = [cpu_ms(fastest.embed, batch[i % 8:i % 8 + 1])[0] for i in range(16)]
     fastest8 = [cpu_ms(fastest.embed, batch)[0] / 8 for _ in range(6)]
@@ -122,10 +122,10 @@ def main() -> int:
     print(f"{'stage':<34}{'mean ms':>10}{'p50 ms':>10}{'paper ms':>10}")
     rows = [("ingest (decode 1080p + resize)", ingest_ms, PAPER.mean_ms["ingest"])]
     rows += [(f"detect {name}", values, PAPER.mean_ms["detect"]) for name, values in timings.items()]
-    rows += [("identify per face, batch 1", batch1, PAPER.mean_ms["identify"]),
-             ("identify per face, batch 8", batch8, PAPER.mean_ms["identify"]),
-             (f"identify {fastest.precision} per face, batch 1", fastest1, PAPER.mean_ms["identify"]),
-             (f"identify {fastest.precision} per face, batch 8", fastest8, PAPER.mean_ms["identify"])]
+    rows += [("identify tensorflow fp32, batch 1", batch1, PAPER.mean_ms["identify"]),
+             ("identify tensorflow fp32, batch 8", batch8, PAPER.mean_ms["identify"]),
+             (f"identify {fastest.runtime} {fastest.precision}, batch 1", fastest1, PAPER.mean_ms["identify"]),
+             (f"identify {fastest.runtime} {fastest.precision}, batch 8", fastest8, PAPER.mean_ms["identify"])]
     for name, values, paper in rows:
         print(f"{name:<34}{mean(values):>10.1f}{statistics.median(values):>10.1f}{paper:>10.1f}")
     ratio = mean(timings["stock@20"]) / mean(timings["ours@20"])
@@ -134,11 +134,15 @@ def main() -> int:
     print(f"stock MTCNN @20 / ours @40 (the pipeline's default): {default_ratio:.2f}x"
           " (stock finds no face at all at 40: its pyramid bug)")
     print(f"identify batch 1 / batch 8 per face: {mean(batch1) / mean(batch8):.2f}x")
-    print(f"identify fp32 / fastest per face: {mean(batch8) / mean(fastest8):.2f}x ({fastest.precision}; at batch 8, "
+    print(f"identify fp32 / fastest per face: {mean(batch8) / mean(fastest8):.2f}x ({fastest.precision}, "
+          f"{fastest.runtime}; at batch 8, "
           f"embeddings within cosine {agreement:.4f} of fp32; at batch 1 {mean(batch1) / mean(fastest1):.2f}x)")
     achieved = gflop_per_face / (mean(batch8) / 1000)
     print(f"FaceNet {gflop_per_face:.2f} GFLOP per face; fp32 at batch 8 runs {achieved:.0f} GFLOP/s, "
           f"{achieved / matmul_gflops:.2f} of this thread's fp32 matmul rate ({matmul_gflops:.0f} GFLOP/s)")
+    fastest_rate = gflop_per_face / (mean(fastest8) / 1000)
+    print(f"{fastest.runtime} {fastest.precision} at batch 8 runs {fastest_rate:.0f} GFLOP/s, "
+          f"{fastest_rate / matmul_gflops:.2f}x that fp32 rate")
     print("thumbnail bytes (paper: 37,300): " + ", ".join(f"{k} {mean(v):,.0f}" for k, v in sizes.items() if v))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process (three detectors + FaceNet loaded): {peak_mib:.0f} MiB")

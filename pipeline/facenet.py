@@ -5,17 +5,16 @@ the h5 with h5py as plain arrays: nothing stored in the file is executed (`keras
 unmarshal the Lambda layers' Python bytecode). Layer names match the h5's, so weights are assigned by name and
 any missing or mis-shaped layer fails loudly.
 
-Inference goes through one `tf.function` traced once for any batch size: on one thread a single face took 38 ms
-that way and 125 ms through `model.predict`, which sets up a data pipeline on every call. Batches of 8 cost
-about 22 ms per face in FP32.
+The whole computation (prewhitening, the network, L2 normalisation) is one `tf.function` for any batch size: on one
+thread a single face took 38 ms that way and 125 ms through `model.predict`, which sets up a data pipeline on every
+call. That graph is the FP32 reference (`runtime="tensorflow"`).
 
-Precision: on a CPU with bfloat16 instructions (AVX-512 BF16 or AMX) the model runs under Keras' mixed_bfloat16
-policy: weights stay FP32, convolutions and matmuls compute in bf16 through oneDNN, the embedding comes back as
-FP32. Measured here, one thread: at batch 8, 17-18 ms per face instead of 28-29 (1.56-1.72x), every embedding
-within cosine 0.9997 of FP32's; but a lone face took 72 ms instead of 61 (bf16's conversions and tile set-up do
-not pay for one image), and batches of 2 already gain 1.1x. So in bf16 a single face runs through an FP32 twin of
-the model (the same weights, about 90 MB more): each call reports the precision it used (`last_precision`). A CPU
-without those instructions would emulate bf16, slower than FP32: `auto` keeps FP32 there.
+Runtime and precision, chosen by measuring (one thread, AMD EPYC with AVX-512 BF16, per face at batch 8 / batch 1):
+TensorFlow FP32 13.5 / 20.6 ms; TensorFlow under Keras' mixed_bfloat16 policy 10.7 / 21.0 ms (1.3x at batch 8,
+none for a lone face); OpenVINO (the same graph converted at start-up) FP32 11.4 / 13.4 ms and bf16 6.2 / 7.7 ms
+(2.2x / 2.7x), every embedding within cosine 0.9997 of TensorFlow FP32's. So `runtime="openvino"` is the default,
+in bf16 where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX; elsewhere it would be emulated, slower than
+FP32, and `auto` keeps FP32).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ log = logging.getLogger(__name__)
 FACE_SIZE = 160
 EMBEDDING_SIZE = 128
 PRECISIONS = ("auto", "fp32", "bf16")
+RUNTIMES = ("openvino", "tensorflow")
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _BN_EPSILON = 0.001
 _BN_MOMENTUM = 0.995
@@ -213,17 +213,6 @@ def _prewhiten(faces: tf.Tensor) -> tf.Tensor:
     return (x - mean) / tf.maximum(tf.sqrt(variance), floor)
 
 
-def _built(policy: str) -> keras.Model:
-    """FaceNet with every layer under `policy`: layers take the policy in force when they are built, so it is set
-    for this model only and put back."""
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(policy)
-    try:
-        return build_inception_resnet_v1()
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-
-
 def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU computes bfloat16 natively (Linux's flags for AVX-512 BF16 and AMX)."""
     try:
@@ -234,43 +223,50 @@ def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return any(flag in flags for flag in _BF16_CPU_FLAGS)
 
 
-def resolve_precision(precision: str, has_bf16: bool) -> str:
-    """`auto` -> bf16 where the CPU has it, else fp32; an explicit bf16 without the instructions is an error."""
+def resolve_precision(precision: str, has_bf16: bool, runtime: str = "openvino") -> str:
+    """`auto` -> bf16 where the CPU has it (through OpenVINO), else fp32; an impossible choice is an error."""
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if runtime not in RUNTIMES:
+        raise UserError(f"--runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
     if precision == "auto":
-        return "bf16" if has_bf16 else "fp32"
+        return "bf16" if has_bf16 and runtime == "openvino" else "fp32"
     if precision == "bf16" and not has_bf16:
         raise UserError("--precision bf16: this CPU has neither AVX-512 BF16 nor AMX; bf16 would be emulated and "
                         "slower than fp32 (use auto or fp32)")
+    if precision == "bf16" and runtime != "openvino":
+        raise UserError("--precision bf16 runs through --runtime openvino (TensorFlow is the FP32 reference)")
     return precision
 
 
 class FaceEmbedder:
-    """160x160 RGB uint8 faces -> L2-normalised 128-D float32 embeddings, in `precision` (see the module)."""
+    """160x160 RGB uint8 faces -> L2-normalised 128-D float32 embeddings, in `precision` through `runtime` (see the
+    module)."""
 
     def __init__(self, weights: Path, intra_op_threads: int = 1, inter_op_threads: int = 1,
-                 precision: str = "auto") -> None:
+                 precision: str = "auto", runtime: str = "openvino") -> None:
         set_tf_threads(intra_op_threads, inter_op_threads)  # the paper gives each container one core
-        self.precision = resolve_precision(precision, cpu_has_bf16())
-        self.model = _built("mixed_bfloat16" if self.precision == "bf16" else "float32")
+        self.precision = resolve_precision(precision, cpu_has_bf16(), runtime)
+        self.runtime = runtime
+        self.model = build_inception_resnet_v1()
         self.loaded_layers = load_h5_weights(self.model, weights)
-        self.last_precision = self.precision
-        self._single_face = None  # bf16: lone faces go through an FP32 twin, faster for one image
-        if self.precision == "bf16":
-            twin = _built("float32")
-            load_h5_weights(twin, weights)
-            self._single_face = tf.function(lambda faces: self._forward(faces, twin), input_signature=[
-                tf.TensorSpec([1, FACE_SIZE, FACE_SIZE, 3], tf.uint8)])
         self.weights_sha256 = sha256_of(weights)  # galleries record it: embeddings of other weights do not compare
         self._embed = tf.function(
             lambda faces: self._forward(faces, self.model),
             input_signature=[tf.TensorSpec([None, FACE_SIZE, FACE_SIZE, 3], tf.uint8)],  # any batch, one trace
         )
+        self._request = None
+        if runtime == "openvino":
+            import openvino
+
+            compiled = openvino.Core().compile_model(openvino.convert_model(self._embed), "CPU", {
+                "INFERENCE_NUM_THREADS": intra_op_threads, "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
+            self._request = compiled.create_infer_request()
 
     @staticmethod
     def _forward(faces: tf.Tensor, model: keras.Model) -> tf.Tensor:
-        features = tf.cast(model(_prewhiten(faces), training=False), tf.float32)
+        features = model(_prewhiten(faces), training=False)
         return tf.math.l2_normalize(features, axis=1)
 
     def embed(self, faces_rgb: np.ndarray) -> np.ndarray:
@@ -280,8 +276,6 @@ class FaceEmbedder:
                              f"{faces_rgb.dtype} {faces_rgb.shape}")
         if len(faces_rgb) == 0:
             return np.zeros((0, EMBEDDING_SIZE), np.float32)
-        if len(faces_rgb) == 1 and self._single_face is not None:
-            self.last_precision = "fp32"
-            return self._single_face(tf.constant(faces_rgb)).numpy()
-        self.last_precision = self.precision
+        if self._request is not None:
+            return self._request.infer({0: faces_rgb})[0].copy()  # the request reuses its output buffer
         return self._embed(tf.constant(faces_rgb)).numpy()

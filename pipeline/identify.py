@@ -59,7 +59,7 @@ class FaceNetIdentifier:
     def __init__(self, embedder, gallery) -> None:
         self.embedder = embedder
         self.gallery = gallery
-        self.precision: str = embedder.precision  # of the last call: identify events record it
+        self.precision: str = embedder.precision  # identify events record it
 
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
         results: list[IdentifyResult] = []
@@ -76,7 +76,6 @@ class FaceNetIdentifier:
         if images:
             with watch.time("embed"):
                 embeddings = self.embedder.embed(np.stack(images))
-            self.precision = self.embedder.last_precision
             with watch.time("svm"):
                 named = self.gallery.identify(embeddings)
             for position, match in zip(positions, named, strict=True):

@@ -90,6 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     identify.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
                           help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
                                "else fp32; the precision in use is printed and in every identify event")
+    identify.add_argument("--runtime", default="openvino", metavar="openvino|tensorflow",
+                          help="FaceNet's runtime: openvino (default, the fastest measured) or tensorflow (FP32 only)")
     add_kafka_options(identify)
     identify.set_defaults(func=_identify)
 
@@ -277,8 +279,9 @@ def _identify(args: argparse.Namespace) -> int:
     from pipeline.identify import RESULTS_LINGER_MS, FaceNetIdentifier, identify_loop
     from pipeline.schema import FACES_TOPIC
 
-    embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads, precision=args.precision)
-    print(f"identify: FaceNet in {embedder.precision}", flush=True)
+    embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads, precision=args.precision,
+                            runtime=args.runtime)
+    print(f"identify: FaceNet in {embedder.precision} through {embedder.runtime}", flush=True)
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FACES_TOPIC])
     producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)

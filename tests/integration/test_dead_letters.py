@@ -35,7 +35,7 @@ class FirstPixelClassifier:
     """Stands in for FaceNet here: the thumbnail decoding, batching and Kafka path are what is under test."""
 
     weights_sha256 = "test"
-    precision = last_precision = "fp32"
+    precision = "fp32"
 
     def embed(self, faces: np.ndarray) -> np.ndarray:
         return faces[:, 0, 0, :1].astype(np.float32)

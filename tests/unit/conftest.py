@@ -17,4 +17,4 @@ def embedder(assets: Assets):
     """Built once: the model takes seconds to build and hundreds of MB to hold. FP32, the reference precision."""
     from pipeline.facenet import FaceEmbedder
 
-    return FaceEmbedder(assets.facenet_weights, precision="fp32")
+    return FaceEmbedder(assets.facenet_weights, precision="fp32", runtime="tensorflow")
