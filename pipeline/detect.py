@@ -122,17 +122,25 @@ def suppress(boxes: np.ndarray, threshold: float, method: str = "union", sort: b
 
 @dataclass(frozen=True)
 class _GraphOps:
-    """The input preparation as relaxed-shape graphs, shared by every detector in the process."""
+    """The input preparation as graphs for any frame size, each traced once, shared by every detector in the
+    process."""
     normalize: Callable
     area_resize: Callable
-    patches: Callable
+    patches: dict[int, Callable]  # by patch size: RNet's 24, ONet's 48
 
 
 @functools.cache
 def _graph_ops() -> _GraphOps:
     import tensorflow as tf
 
-    return _GraphOps(*(tf.function(op, reduce_retracing=True) for op in (normalize, area_resize, patches)))
+    frame = tf.TensorSpec([1, None, None, 3], tf.uint8)
+    boxes = tf.TensorSpec([None, 4], tf.float64)
+    return _GraphOps(
+        tf.function(normalize, input_signature=[frame]),
+        tf.function(area_resize, input_signature=[tf.TensorSpec([1, None, None, 3], tf.float32),
+                                                  tf.TensorSpec([2], tf.int32)]),
+        {size: tf.function(lambda frame, boxes, size=size: patches(frame, boxes, size), input_signature=[frame, boxes])
+         for size in (24, 48)})
 
 
 @dataclass(frozen=True)
@@ -183,7 +191,7 @@ class FaceDetector:
         self._stream_graphs.pnet(self._stream_graphs.pyramid(frame))
         for boxes in (1, 2):
             for size, net in ((24, self._rnet), (48, self._onet)):
-                net(_graph_ops().patches(frame, np.zeros((boxes, 4)), size))
+                net(_graph_ops().patches[size](frame, np.zeros((boxes, 4))))
 
     def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
         import tensorflow as tf
@@ -219,7 +227,7 @@ class FaceDetector:
             boxes = resize_to_square(suppress(np.concatenate(per_scale), 0.7))
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
-                rnet_input = graph_ops.patches(frame, boxes[:, 1:5], 24)
+                rnet_input = graph_ops.patches[24](frame, boxes[:, 1:5])
             with watch.time("rnet"):
                 offsets, scores = (output.numpy() for output in self._rnet(rnet_input))
             with watch.time("numpy"):
@@ -228,7 +236,7 @@ class FaceDetector:
                 boxes = resize_to_square(suppress(boxes, 0.7))
         if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
-                onet_input = graph_ops.patches(frame, boxes[:, 1:5], 48)
+                onet_input = graph_ops.patches[48](frame, boxes[:, 1:5])
             with watch.time("onet"):
                 offsets, landmarks, scores = self._onet(onet_input)
                 offsets, scores = offsets.numpy(), scores.numpy()  # landmarks: adjust_landmarks wants a tensor
