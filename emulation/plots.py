@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground.paper import BROKER_WAIT_SHARE
+from ground.paper import BROKER_WAIT_SHARE, OBJECT_DETECTION
 from telemetry.latency import BREAKDOWN
 from telemetry.quantiles import min_samples, quantile_key
 from telemetry.results import FactorRuns, SweepResult, format_spread
@@ -66,8 +66,13 @@ def format_table(sweep: SweepResult) -> list[str]:
                      f"held, {sweep.brokers} brokers): " + ("none in range" if best is None or rate is None
                                                             else f"{best:.3g}x, {rate.median:.0f} faces/s"))
     elif any(group.in_flight is None for group in sweep.by_factor()):
-        lines.append(f"highest stable factor: {'none' if best is None else f'{best:g}x'} "
-                     "(paper, 3 brokers x 1 NVMe: 6x)")
+        paper = ("paper, 3 brokers x 1 NVMe: 6x" if sweep.profile != "object-detection" else
+                 f"paper's Object Detection: latency degrades after {OBJECT_DETECTION.stable_through}x, passes 3 s "
+                 f"at {OBJECT_DETECTION.over_3000_ms_at}x, grows without bound from "
+                 f"{OBJECT_DETECTION.unbounded_from}x; "
+                 f"{OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS at 1x from {OBJECT_DETECTION.producers} streams, "
+                 f"broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms")
+        lines.append(f"highest stable factor: {'none' if best is None else f'{best:g}x'} ({paper})")
     return lines
 
 

@@ -5,6 +5,10 @@ from a real run keeps its tail, not just its mean. The built-in `paper` profile 
 (Sec. 4.2: ingest 18.8 ms, detect 74.8 ms, identify 131.5 ms per face, 37.3 kB thumbnails) with exactly one
 face per frame, as its acceleration experiments did (Sec. 5.3); `paper-video` has the paper video's 0.64 faces
 per frame instead. The paper publishes means (and a few p99s), not distributions: its profiles are constants.
+
+`object-detection` is the paper's second application (Sec. 6) on the same loops: ingestion (4.5 ms, 30 FPS, no AI)
+sends every frame, whole, and detection (the R-CNN's 687 ms per frame) runs where identify runs for faces. So its
+"faces" are frames, exactly one per frame, of the sizes measured on this project's 960x540 frames as JPEG q90.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pydantic import (
 )
 
 from ground.errors import UserError, invalid
-from ground.paper import PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
+from ground.paper import OBJECT_DETECTION, PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
 
 PROFILE_VERSION = 1
 STAGE_NAMES = ("ingest", "detect", "identify")
@@ -113,6 +117,21 @@ def paper_profile(one_face_per_frame: bool = True) -> Profile:
     )
 
 
+# Bytes of a 960x540 frame as JPEG q90, at QUANTILES: the 600 frames of the demo's hard video (cluttered scene).
+FRAME_JPEG_BYTES = (130739, 132125, 137330, 137972, 138894, 139670, 140175, 141483, 142252, 142977, 143275, 143343)
+
+
+def object_detection_profile() -> Profile:
+    return Profile(
+        name="object-detection",
+        compute_ms={"ingest": Distribution.constant(OBJECT_DETECTION.ingest_ms), "detect": Distribution.constant(0.0),
+                    "identify": Distribution.constant(OBJECT_DETECTION.detect_ms)},
+        thumbnail_bytes=Distribution(tuple(zip(QUANTILES, map(float, FRAME_JPEG_BYTES), strict=True))),
+        faces_per_frame={1: 1.0},
+        fps=OBJECT_DETECTION.fps,
+    )
+
+
 def _faces_averaging(mean: float) -> dict[int, float]:
     """0-5 faces per frame with the given mean (the paper's video: 0-5, 0.64 on average)."""
     shape = {1: 0.19, 2: 0.10, 3: 0.04, 4: 0.02, 5: 0.01}
@@ -121,7 +140,21 @@ def _faces_averaging(mean: float) -> dict[int, float]:
     return {0: 1 - sum(faces.values()), **faces}
 
 
-BUILT_IN = {"paper": lambda: paper_profile(True), "paper-video": lambda: paper_profile(False)}
+@dataclass(frozen=True)
+class Workload:
+    """An application the emulator replays: its built-in profile and the instance counts it needs by default."""
+
+    profile: str
+    producers: int
+    consumers: int
+
+
+# Object detection: one 30 FPS stream needs 30 x 0.687 = 21 detection instances busy at any factor (at Nx the frames
+# come N times as fast and take 1/N the time); 24 leave headroom.
+WORKLOADS = {"face-recognition": Workload("paper", 4, 8), "object-detection": Workload("object-detection", 1, 24)}
+
+BUILT_IN = {"paper": lambda: paper_profile(True), "paper-video": lambda: paper_profile(False),
+            "object-detection": object_detection_profile}
 
 
 def _quantile_points(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

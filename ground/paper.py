@@ -25,6 +25,26 @@ PAPER = PaperNumbers(
     amdahl_points={"detect": {"8": 1.59, "16": 1.66}, "identify": {"16": 5.6, "32": 6.6}},
 )
 
+@dataclass(frozen=True)
+class ObjectDetectionNumbers:
+    """The paper's second application (Sec. 6, Fig. 12-14): every frame goes through Kafka to an R-CNN."""
+
+    ingest_ms: float  # rate-limited to `fps`
+    detect_ms: float
+    broker_wait_ms: float
+    fps: float  # per ingestion instance; at Nx a producer sends N frames per 1/fps tick (Sec. 6.3)
+    producers: int
+    achieved_fps_at_1x: float  # Fig. 14, all producers together
+    stable_through: int  # Fig. 13: latency degrades after this factor ...
+    over_3000_ms_at: int  # ... passes 3 s here ...
+    unbounded_from: int  # ... and grows without bound from here
+
+
+OBJECT_DETECTION = ObjectDetectionNumbers(ingest_ms=4.5, detect_ms=687.0, broker_wait_ms=629.0, fps=30.0, producers=21,
+                                          achieved_fps_at_1x=630.0, stable_through=4, over_3000_ms_at=12,
+                                          unbounded_from=16)
+# Fig. 5, Sec. 3.5: compute latency on 2 cores relative to 1 (-16% ingest/detect, -36% identify; more was slower)
+CORE_SCALING_TWO_CORES = {"ingest-detect": 0.84, "identify": 0.64}
 THUMBNAIL_BYTES = 37_300  # Sec. 4.2: one face thumbnail on the `faces` topic
 STREAM_FPS = 10.0  # Sec. 3: frames per second per camera stream
 VIDEO_FACES_PER_FRAME = 0.64  # Sec. 4.1: the paper's video, 0-5 faces per frame

@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, add_measurement, stage_settings
+from aitax.commands.options import add_kafka_options, add_keying, add_measurement, counts, stage_settings
+from emulation.profile import WORKLOADS
 from ground.errors import UserError
 
 
@@ -19,13 +20,6 @@ def _factors(text: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,2,4,8") from None
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 1,4,16") from None
 
 
 def _duration_ms(text: str) -> float:
@@ -57,11 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--duration", type=float, default=30.0, help="seconds of load per factor (default 30)")
     sweep.add_argument("--warmup", type=float, default=15.0,
                        help="seconds of unmeasured 1x load first, so cold brokers do not skew 1x (default 15; 0: none)")
-    sweep.add_argument("--producers", type=int, default=4, help="emulated ingest/detect instances (default 4)")
-    sweep.add_argument("--consumers", type=int, default=8, help="emulated identify instances (default 8)")
+    sweep.add_argument("--workload", default="face-recognition", choices=tuple(WORKLOADS),
+                       help="face-recognition (default), or object-detection: the paper's second application "
+                            "(Sec. 6): every frame through Kafka at 30 FPS x factor to a 687 ms R-CNN")
+    sweep.add_argument("--producers", type=int,
+                       help="emulated ingest/detect instances (default 4; object-detection: 1 stream)")
+    sweep.add_argument("--consumers", type=int,
+                       help="emulated identify (object-detection: detection) instances (default 8; object-detection: "
+                            "24, enough for one 30 FPS stream at 687 ms per frame)")
     sweep.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2: two cores)")
     sweep.add_argument("--brokers", type=int, help="brokers the running stack must have (checked, not started)")
-    sweep.add_argument("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file")
+    sweep.add_argument("--profile", help="built-in profile (paper, paper-video, object-detection) or a YAML file "
+                                          "(default: the workload's: paper, object-detection)")
     sweep.add_argument("--face-scale", type=float, default=1.0, help="thumbnail size factor (Fig. 15c: 0.5, 0.25)")
     sweep.add_argument("--disk-write-mbps", type=float, default=2200.0,
                        help="storage write capacity per broker, MB/s, for utilisation (default 2200: this machine)")
@@ -72,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--kafka-client", default="confluent-kafka", choices=("confluent-kafka", "kafka-python"))
     sweep.add_argument("--repeat", type=int, default=1,
                        help="runs per factor, taken round the factors; tables show median and min-max (default 1)")
-    sweep.add_argument("--in-flight", type=_counts, default=(), metavar="N,N,...",
+    sweep.add_argument("--in-flight", type=counts, default=(), metavar="N,N,...",
                        help="closed loop: one run per count of frames each stream keeps between ingest and their "
                             "last identity (a concurrency sweep, per factor) instead of the fps x factor schedule")
     sweep.add_argument("--latency-bound", type=_duration_ms, metavar="TIME",
@@ -166,14 +167,17 @@ def _emulate(args: argparse.Namespace) -> int:
                         f"`aitax stack down && aitax stack up --brokers {args.brokers}` first")
     if args.face_scale <= 0 or args.face_scale > 1:
         raise UserError(f"--face-scale {args.face_scale}: must be in (0, 1]")
-    profile = load_profile(args.profile)
-    profile_name = args.profile
+    workload = WORKLOADS[args.workload]
+    profile_name = args.profile or workload.profile
+    producers = workload.producers if args.producers is None else args.producers
+    consumers = workload.consumers if args.consumers is None else args.consumers
+    profile = load_profile(profile_name)
     if args.face_scale != 1:
         profile = profile.scaled_faces(args.face_scale)
         profile_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"aitax-profile-{os.getpid()}.yaml"
         profile_path.write_text(profile.to_yaml())
         profile_name = str(profile_path)
-    spec = SweepSpec(args.factors, args.duration, args.producers, args.consumers, args.processes, profile,
+    spec = SweepSpec(args.factors, args.duration, producers, consumers, args.processes, profile,
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
                      keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,

@@ -60,3 +60,11 @@ def stage_settings(args: argparse.Namespace) -> StageSettings:
                          events=args.events or default_events(), metrics_port=args.metrics_port,
                          metrics_host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"),
                          scrape_targets=local_scrape_targets())
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """An argparse type: whole numbers separated by commas."""
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 1,4,16") from None

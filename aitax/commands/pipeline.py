@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, add_measurement, stage_settings
+from aitax.commands.options import add_kafka_options, add_keying, add_measurement, counts, stage_settings
 from ground.errors import UserError, invalid
 
 
@@ -135,6 +135,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="draw the DET curve (FNIR vs FPIR over every threshold) here; needs a video with "
                                "strangers (make-video --strangers)")
     evaluate.set_defaults(func=_evaluate)
+
+    scaling = subparsers.add_parser(
+        "core-scaling", help="compute latency of each container kind on 1, 2, ... cores (the paper's Fig. 5)",
+        description="Each kind and core count in a fresh process pinned to that many CPUs, with that many threads: "
+                    "ingest-detect times decode, resize, MTCNN and thumbnails per frame; identify times thumbnail "
+                    "decoding and FaceNet per frame's faces. Prints mean latency relative to one core beside the "
+                    "paper's and draws it.")
+    scaling.add_argument("--cores", type=counts, default=(1, 2),
+                         help="core counts, comma-separated, including 1 (default 1,2)")
+    scaling.add_argument("--kinds", default=",".join(("ingest-detect", "identify")),
+                         help="container kinds (default ingest-detect,identify)")
+    scaling.add_argument("--video", type=Path,
+                         help="a 1920x1080 video (default: a 30 s hard video with strangers, made here)")
+    scaling.add_argument("--frames", type=int, default=150, help="frames timed per point (default 150)")
+    scaling.add_argument("--min-face-size", type=int, default=40, help="MTCNN's smallest face (default 40)")
+    scaling.add_argument("--plot", type=Path, metavar="PNG", help="draw relative latency against cores here")
+    scaling.set_defaults(func=_core_scaling)
+
+
+def _core_scaling(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from pipeline.core_scaling import check_request, format_table, plot, run_points
+
+    cores = sorted(set(args.cores))
+    kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
+    check_request(kinds, cores)
+    if args.frames < 1:
+        raise UserError(f"--frames {args.frames}: must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="aitax-core-scaling-") as scratch:
+        video = args.video
+        if video is None:
+            video = Path(scratch) / "video.mp4"
+            compose_video(None, video, 30.0, 10.0, 5, "hard", "packaged")
+        points = run_points(kinds, cores, str(video), args.frames, args.min_face_size)
+    print("\n".join(format_table(points)))
+    if args.plot:
+        print(f"plot: {plot(points, args.plot)}")
+    return 0
 
 
 def _make_video(args: argparse.Namespace) -> int:

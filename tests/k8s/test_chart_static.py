@@ -250,6 +250,20 @@ def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
             assert {"/opt/aitax/home/spool", "/tmp"} <= mounts  # writable places on a read-only root
 
 
+def test_compute_threads_follow_each_stages_cpu_limit() -> None:
+    """A core-scaling study on a cluster (the paper's Fig. 5) raises the CPU limit: the stage's TensorFlow,
+    OpenVINO and OpenCV threads follow it, rounded up."""
+
+    def threads(docs: list[dict], suffix: str) -> str:
+        args = _named(docs, "Deployment", suffix)["spec"]["template"]["spec"]["containers"][0]["args"]
+        return args[args.index("--threads") + 1]
+
+    default = render(CI_VALUES[0])
+    assert (threads(default, "-ingest-detect"), threads(default, "-identify")) == ("1", "1")
+    scaled = render(CI_VALUES[0], sets=("ingestDetect.resources.limits.cpu=1500m", "identify.resources.limits.cpu=4"))
+    assert (threads(scaled, "-ingest-detect"), threads(scaled, "-identify")) == ("2", "4")
+
+
 def test_stage_deployments_per_mode() -> None:
     real = render(CI_VALUES[0])
     names = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(real, "Deployment")}

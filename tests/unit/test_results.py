@@ -225,6 +225,17 @@ def test_bad_latency_bounds_are_named(text: str, message: str) -> None:
         parse_duration_ms(text)
 
 
+def test_the_sweep_table_ends_with_the_papers_figure_for_its_workload() -> None:
+    from emulation.plots import format_table
+
+    faces = _sweep(_run(1, True), _run(2, True), _run(4, False))
+    assert format_table(faces)[-1] == "highest stable factor: 2x (paper, 3 brokers x 1 NVMe: 6x)"
+    frames = faces.model_copy(update={"profile": "object-detection"})
+    assert format_table(frames)[-1] == (
+        "highest stable factor: 2x (paper's Object Detection: latency degrades after 4x, passes 3 s at 12x, grows "
+        "without bound from 16x; 630 FPS at 1x from 21 streams, broker wait 629 ms)")
+
+
 def test_the_sweep_table_plots_and_page_show_every_point_and_the_bound(tmp_path: Path) -> None:
     from emulation.plots import format_table, write_html, write_plots
 

@@ -177,6 +177,16 @@ in the image (read-only) under AITAX_HOME/downloads. */}}
     sizeLimit: 256Mi
 {{- end }}
 
+{{/*
+A stage's compute threads (TensorFlow, OpenVINO, OpenCV): its CPU limit rounded up, at least 1. Raising
+`resources.limits.cpu` is how a core-scaling study (the paper's Fig. 5) runs on a cluster.
+*/}}
+{{- define "aitax.threads" -}}
+{{- $cpu := toString (dig "limits" "cpu" "1" .) -}}
+{{- $cores := ternary (divf (trimSuffix "m" $cpu | float64) 1000) ($cpu | float64) (hasSuffix "m" $cpu) -}}
+{{- max 1 (int (ceil $cores)) -}}
+{{- end -}}
+
 {{- define "aitax.metricsPort" -}}
 - name: metrics
   containerPort: {{ .Values.metrics.port }}
