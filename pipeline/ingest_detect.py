@@ -155,8 +155,9 @@ def identity_of_process() -> dict[str, str]:
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
                 acceleration_factor: float = 1.0, stats: DetectStats | None = None,
                 topics: Topics = DEFAULT_TOPICS, keying: str = DEFAULT_KEYING,
-                checkpoint: Checkpoint | None = None) -> DetectStats:
-    """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events.
+                checkpoint: Checkpoint | None = None, ingest_events: bool = True) -> DetectStats:
+    """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events
+    (`ingest_events` False: the three-stage design's ingest process logs its own).
 
     `keying` (pipeline.schema.KEYINGS) decides which partition, and so which identify consumer, a face goes to.
 
@@ -169,6 +170,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
     for frame in frames:
         watch = Stopwatch()
         watch.add("events", logging_ms)
+        if frame.received_decode_ms:
+            watch.add("decode", frame.received_decode_ms)
         detect_start_ns = time.time_ns()
         started = time.perf_counter()
         faces = find_faces(frame.rgb, watch)
@@ -202,11 +205,13 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         common = dict(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
                       acceleration_factor=acceleration_factor, kafka_client=producer.client_name, **where)
         ingest_ms = frame.decode_ms + frame.resize_ms
-        sink.emit(Event(stage="ingest", wall_start_ns=frame.captured_ns, wall_end_ns=frame.ingested_ns,
-                        scheduled_ns=frame.scheduled_ns, compute_time_ms=ingest_ms, data_size_bytes=frame.rgb.nbytes,
-                        substeps_ms={"decode": round(frame.decode_ms, 3), "resize": round(frame.resize_ms, 3),
-                                     "other": round(max(0.0, (frame.ingested_ns - frame.captured_ns) / 1e6
-                                                        - ingest_ms), 3)}, **common))
+        if ingest_events:
+            sink.emit(Event(stage="ingest", wall_start_ns=frame.captured_ns, wall_end_ns=frame.ingested_ns,
+                            scheduled_ns=frame.scheduled_ns, compute_time_ms=ingest_ms,
+                            data_size_bytes=frame.rgb.nbytes,
+                            substeps_ms={"decode": round(frame.decode_ms, 3), "resize": round(frame.resize_ms, 3),
+                                         "other": round(max(0.0, (frame.ingested_ns - frame.captured_ns) / 1e6
+                                                            - ingest_ms), 3)}, **common))
         sink.emit(Event(stage="detect", wall_start_ns=detect_start_ns, wall_end_ns=detected_ns,
                         compute_time_ms=compute_ms, face_count=len(faces), data_size_bytes=payload,
                         substeps_ms=substeps, **common))

@@ -2,6 +2,8 @@
 
 `faces` records: key = what spreads faces over partitions (see KEYINGS), value = the encoded thumbnail,
 headers = the schema version and the face's metadata as compact JSON.
+`frames` records (the three-stage design only): key = stream id, value = the resized frame as JPEG, headers = the
+schema version and the frame's metadata as compact JSON.
 `identities` records: key = stream id, value = JSON. Anything that does not decode is a `MalformedRecordError`
 and goes to the dead-letter topic with the reason; it never stops a consumer.
 """
@@ -14,15 +16,19 @@ from typing import Any, NamedTuple
 
 # 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
 # Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: `frames` records, for the three-stage design (frames through Kafka); faces and identities unchanged.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 SCHEMA_HEADER = "aitax.schema"
 META_HEADER = "aitax.meta"
 DLQ_REASON_HEADER = "aitax.dlq.reason"
 DLQ_SOURCE_HEADER = "aitax.dlq.source"
 FACES_TOPIC = "faces"
 IDENTITIES_TOPIC = "identities"
-DLQ_TOPIC = "faces.dlq"
+DLQ_TOPIC = "faces.dlq"  # every record a stage cannot read, with the reason and the topic it came from
+FRAMES_TOPIC = "frames"
+FRAME_ENCODINGS = ("jpeg", "synthetic")
+MAX_FRAME_BYTES = 900 * 1024  # under Kafka's default 1 MB message limit, with room for the headers
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
 MAX_THUMBNAIL_BYTES = 1024 * 1024
 # How `faces` records are keyed, so which partition (and so which identify consumer) a face goes to:
@@ -44,10 +50,12 @@ class Topics:
     faces: str = FACES_TOPIC
     identities: str = IDENTITIES_TOPIC
     dlq: str = DLQ_TOPIC
+    frames: str = FRAMES_TOPIC  # the three-stage design only
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
-        return cls(f"{prefix}{FACES_TOPIC}", f"{prefix}{IDENTITIES_TOPIC}", f"{prefix}{DLQ_TOPIC}")
+        return cls(f"{prefix}{FACES_TOPIC}", f"{prefix}{IDENTITIES_TOPIC}", f"{prefix}{DLQ_TOPIC}",
+                   f"{prefix}{FRAMES_TOPIC}")
 
 
 DEFAULT_TOPICS = Topics()
@@ -118,8 +126,8 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 assert set(_META_TYPES) == {f.name for f in fields(FaceMeta)}
 
 
-def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
-    """Validate and decode a `faces` record; raises MalformedRecordError naming what is wrong."""
+def _read_meta(headers: dict[str, bytes], types: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """The metadata header of a record of this schema, every field present and of its type."""
     version = headers.get(SCHEMA_HEADER)
     if version is None:
         raise MalformedRecordError(f"missing header {SCHEMA_HEADER}")
@@ -133,11 +141,17 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
         raise MalformedRecordError(f"header {META_HEADER} is not JSON: {error}") from None
     if not isinstance(raw, dict):
         raise MalformedRecordError(f"header {META_HEADER} is not a JSON object")
-    for name, expected in _META_TYPES.items():
+    for name, expected in types.items():
         if name not in raw:
             raise MalformedRecordError(f"field {name} missing")
         if not isinstance(raw[name], expected) or isinstance(raw[name], bool):
             raise MalformedRecordError(f"field {name}={str(raw[name])[:40]!r} has the wrong type")
+    return raw
+
+
+def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
+    """Validate and decode a `faces` record; raises MalformedRecordError naming what is wrong."""
+    raw = _read_meta(headers, _META_TYPES)
     box = raw["box"]
     if len(box) != 4 or not all(isinstance(v, int) for v in box) or box[2] <= 0 or box[3] <= 0:
         raise MalformedRecordError(f"field box={str(box)[:40]} is not [x, y, width, height] with positive size")
@@ -149,6 +163,56 @@ def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
         raise MalformedRecordError(f"thumbnail of {len(value)} bytes exceeds {MAX_THUMBNAIL_BYTES}")
     meta = FaceMeta(**{**{k: raw[k] for k in _META_TYPES}, "box": tuple(box)})
     return FaceMessage(meta, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameMeta:
+    """A resized frame on its way from ingestion to detection through Kafka (the three-stage design)."""
+
+    run_id: str
+    stream_id: str
+    frame_index: int
+    width: int
+    height: int
+    encoding: str  # FRAME_ENCODINGS
+    scheduled_ns: int
+    captured_ns: int
+    ingested_ns: int  # handed to the producer
+    decode_ms: float  # ingestion's own measurements, for its event
+    resize_ms: float
+
+
+@dataclass(frozen=True)
+class FrameMessage:
+    meta: FrameMeta
+    pixels: bytes
+
+
+_FRAME_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str, "stream_id": str, "frame_index": int, "width": int, "height": int, "encoding": str,
+    "scheduled_ns": int, "captured_ns": int, "ingested_ns": int, "decode_ms": (int, float), "resize_ms": (int, float),
+}
+assert set(_FRAME_META_TYPES) == {f.name for f in fields(FrameMeta)}
+
+
+def encode_frame(message: FrameMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
+    """(key, value, headers): keyed by stream, so a stream's frames stay in order on one partition."""
+    meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()
+    return message.meta.stream_id.encode(), message.pixels, {SCHEMA_HEADER: _VERSION_BYTES, META_HEADER: meta}
+
+
+def decode_frame(value: bytes | None, headers: dict[str, bytes]) -> FrameMessage:
+    """Validate and decode a `frames` record; raises MalformedRecordError naming what is wrong."""
+    raw = _read_meta(headers, _FRAME_META_TYPES)
+    if raw["encoding"] not in FRAME_ENCODINGS:
+        raise MalformedRecordError(f"field encoding={raw['encoding'][:20]!r} is not one of {FRAME_ENCODINGS}")
+    if raw["width"] <= 0 or raw["height"] <= 0:
+        raise MalformedRecordError(f"field width x height={raw['width']}x{raw['height']} is not a frame size")
+    if not value:
+        raise MalformedRecordError("empty frame")
+    if len(value) > MAX_FRAME_BYTES:
+        raise MalformedRecordError(f"frame of {len(value)} bytes exceeds {MAX_FRAME_BYTES}")
+    return FrameMessage(FrameMeta(**{k: raw[k] for k in _FRAME_META_TYPES}), value)
 
 
 UNKNOWN = "unknown"  # the name given to a face that matches no enrolled identity well enough

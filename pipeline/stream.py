@@ -27,6 +27,8 @@ class Frame:
     decode_ms: float
     resize_ms: float
     scheduled_ns: int  # when the pacing schedule wanted it: lateness shows up instead of hiding
+    # The three-stage design: decoding the frame that came through Kafka, in the detect process.
+    received_decode_ms: float = 0.0
 
 
 def schedule(fps: float, pace: str = "native", start_index: int = 0) -> Iterator[tuple[int, int]]:

@@ -21,9 +21,11 @@ STAGES = ("ingest", "detect", "broker_wait", "identify")
 # covered by a named sub-step. AI_SUBSTEPS are the neural-network kernels an accelerator would speed up.
 # "emulated" is the emulator's sleep standing in for a stage's whole compute (measured time / speed-up factor).
 SUBSTEPS = {
-    "ingest": ("decode", "resize", "emulated", "other"),
-    "detect": ("pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events", "emulated",
-               "other"),
+    # encode and kafka: the three-stage design's ingest process sends its frames through Kafka (as JPEG), and its
+    # detect process decodes them (detect's decode)
+    "ingest": ("decode", "resize", "encode", "kafka", "emulated", "other"),
+    "detect": ("decode", "pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events",
+               "emulated", "other"),
     # broker_wait split with the record's broker append timestamp: before and after the broker appended it
     "broker_wait": ("producer_to_broker", "broker_to_consumer"),
     "identify": ("decode", "embed", "svm", "kafka", "events", "emulated", "other"),

@@ -46,6 +46,9 @@ class Workload(_Model):
     video: str | None = None  # real: every producer's video (looped)
     gallery: str | None = None  # real
     pace: Literal["native", "max"] = "native"
+    # real: 2, ingest-detect containers (frames pass in-process); 3, separate ingest and detect processes, one of
+    # each per producer, frames through the `frames` topic (the paper's Fig. 3a)
+    stages: Literal[2, 3] = 2
     drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog
     # The measurement window (ramp-up, window, ramp-down): latency counts the faces scheduled in it, throughput
     # the faces identified in it, after `ramp_up_s` of the schedule and before its last `ramp_down_s`.

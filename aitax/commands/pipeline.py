@@ -20,6 +20,26 @@ def _size(text: str) -> tuple[int, int]:
     return width, height
 
 
+def _add_video_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--video", required=True, help="video file or stream URL (rtsp://, http://, ...)")
+    parser.add_argument("--stream-id", default="cam-1", help="camera id (default cam-1)")
+    parser.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
+    parser.add_argument("--pace", choices=("native", "max"), default="native",
+                        help="native: the source's frame rate; max: as fast as detection goes")
+    parser.add_argument("--loop", action="store_true", help="restart a file at its end (long runs)")
+    parser.add_argument("--max-frames", type=int, help="stop after this many frames")
+    parser.add_argument("--size", type=_size, default=(960, 540), help="resize to WIDTHxHEIGHT (default 960x540)")
+
+
+def _add_detection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-face-size", type=int, default=40, help="smallest face in px at that size (default 40)")
+    parser.add_argument("--encoding", choices=("png", "jpeg"), default="png",
+                        help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)")
+    parser.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
+    add_keying(parser)
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     video = subparsers.add_parser("make-video", help="compose a test video of real faces, with ground truth",
                                   description="Real face photos (never enrolled ones) moving over a 1920x1080 "
@@ -58,27 +78,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Two processes joined by a bounded queue: ingestion decodes and "
                                                "resizes frames; detection runs MTCNN and publishes one record per "
                                                "face (acks=all, idempotent).")
-    ingest.add_argument("--video", required=True, help="video file or stream URL (rtsp://, http://, ...)")
-    ingest.add_argument("--stream-id", default="cam-1", help="camera id (default cam-1)")
-    ingest.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
-    ingest.add_argument("--pace", choices=("native", "max"), default="native",
-                        help="native: the source's frame rate; max: as fast as detection goes")
-    ingest.add_argument("--loop", action="store_true", help="restart a file at its end (long runs)")
-    ingest.add_argument("--max-frames", type=int, help="stop after this many frames")
+    _add_video_source(ingest)
     ingest.add_argument("--checkpoint", type=Path,
                         help="file recording the first frame not yet fully acknowledged (written every second)")
     ingest.add_argument("--resume", action="store_true",
                         help="start at the --checkpoint's frame, in its run: nothing ingested before a crash is lost")
-    ingest.add_argument("--size", type=_size, default=(960, 540), help="resize to WIDTHxHEIGHT (default 960x540)")
-    ingest.add_argument("--min-face-size", type=int, default=40, help="smallest face in px at that size (default 40)")
-    ingest.add_argument("--encoding", choices=("png", "jpeg"), default="png",
-                        help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)")
-    ingest.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
-    add_keying(ingest)
+    _add_detection(ingest)
     ingest.add_argument("--queue-size", type=int, default=8, help="frames between ingest and detect (default 8)")
-    ingest.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)")
     add_kafka_options(ingest)
     ingest.set_defaults(func=_ingest_detect)
+
+    # The three-stage design (the paper's Fig. 3a): the same two halves as separate processes, frames through Kafka.
+    ingest_only = subparsers.add_parser(
+        "ingest", help="three-stage ingestion: video -> frames topic (JPEG)",
+        description="Decodes and resizes frames and publishes each to the `frames` topic as JPEG (acks=all), "
+                    "keyed by stream; `aitax detect` processes consume them. The paper's three-stage design.")
+    _add_video_source(ingest_only)
+    ingest_only.add_argument("--frame-quality", type=int, default=90, help="JPEG quality of frames (default 90)")
+    add_kafka_options(ingest_only)
+    ingest_only.set_defaults(func=_ingest)
+
+    detect = subparsers.add_parser(
+        "detect", help="three-stage detection: frames topic -> faces topic",
+        description="Consumes the `frames` topic in a group, runs MTCNN on each frame and publishes one record per "
+                    "face, committing frame offsets only once their faces are acknowledged.")
+    detect.add_argument("--group", default="detect", help="consumer group (default detect)")
+    detect.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
+    detect.add_argument("--size", type=_size, default=(960, 540),
+                        help="the frames' WIDTHxHEIGHT, traced for at start-up (default 960x540)")
+    _add_detection(detect)
+    add_kafka_options(detect)
+    detect.set_defaults(func=_detect)
 
     identify = subparsers.add_parser("identify", help="the identify container: faces topic -> identities topic",
                                      description="Consume thumbnails, FaceNet + SVM in batches, publish identities, "
@@ -101,6 +131,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--video", type=Path, required=True, help="video for every producer (looped)")
     run.add_argument("--gallery", type=Path, required=True, help="gallery for the identify processes")
     run.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
+    run.add_argument("--stages", type=int, choices=(2, 3), default=2,
+                     help="2 (default): ingest-detect containers; 3: separate ingest and detect processes (one "
+                          "of each per producer) with frames through Kafka, the paper's Fig. 3a")
     run.add_argument("--consumers", type=int, default=2, help="identify processes (default 2, the paper's ratio)")
     run.add_argument("--duration", type=float, default=60.0, help="seconds of ingestion (default 60)")
     run.add_argument("--run-id", help="experiment run id (default: generated)")
@@ -110,6 +143,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_keying(run)
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
+
+    compare = subparsers.add_parser(
+        "compare-stages", help="two- against three-stage Face Recognition, side by side (the paper's Fig. 3)",
+        description="Runs the pipeline twice on the local stack, with ingest-detect containers and then with frames "
+                    "sent through Kafka to separate detect processes, and prints broker disk writes, network, broker "
+                    "CPU, frame queue, broker wait and end-to-end latency side by side.")
+    compare.add_argument("--video", type=Path, required=True, help="video for every producer (looped)")
+    compare.add_argument("--gallery", type=Path, required=True, help="gallery for the identify processes")
+    compare.add_argument("--producers", type=int, default=1, help="streams (default 1)")
+    compare.add_argument("--consumers", type=int, default=2, help="identify processes (default 2)")
+    compare.add_argument("--duration", type=float, default=60.0, help="seconds of ingestion per run (default 60)")
+    compare.add_argument("--ramp-up", type=float, default=10.0,
+                         help="seconds of each run left out of the measurement (default 10)")
+    compare.add_argument("--plot", type=Path, metavar="PNG", help="draw three-stage / two-stage per measure here")
+    compare.set_defaults(func=_compare_stages)
 
     demo = subparsers.add_parser("demo", help="end to end: enroll, make a video, run the pipeline, score it",
                                  description="Enrolls the 5-celebrity train split (threshold calibrated on the "
@@ -264,15 +312,9 @@ def _ingest_detect(args: argparse.Namespace) -> int:
 
     open_video(args.video).release()
     settings = stage_settings(args)
-    require_brokers(settings.bootstrap)  # before TensorFlow loads: a wrong address is one line, at once
-    if not 1 <= args.jpeg_quality <= 100:
-        raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
-    from pipeline.facenet import set_tf_threads
-    from pipeline.ingest_detect import Checkpoint, MtcnnFaceFinder, run_ingest_detect
+    find_faces = _face_finder(args, settings.bootstrap)
+    from pipeline.ingest_detect import Checkpoint, run_ingest_detect
 
-    set_tf_threads(args.threads, 1)
-    find_faces = MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality,
-                                 frame_size=args.size)
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     run_id, start_frame, checkpoint = args.run_id or new_run_id(), 0, None
     if args.resume and not args.checkpoint:
@@ -298,6 +340,97 @@ def _ingest_detect(args: argparse.Namespace) -> int:
            failed=len(stats.failed))
     print(f"{args.stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
           f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
+    if stats.failed or stats.acknowledged != stats.faces:
+        raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
+    return 0
+
+
+def _face_finder(args: argparse.Namespace, bootstrap: str):
+    """MTCNN as `args` set it up, once the brokers answered (before TensorFlow loads: a wrong address is one line,
+    at once)."""
+    from pipeline.transport.admin import require_brokers
+
+    require_brokers(bootstrap)
+    if not 1 <= args.jpeg_quality <= 100:
+        raise UserError(f"--jpeg-quality {args.jpeg_quality}: must be 1-100")
+    from pipeline.facenet import set_tf_threads
+    from pipeline.ingest_detect import MtcnnFaceFinder
+
+    set_tf_threads(args.threads, 1)
+    return MtcnnFaceFinder(args.min_face_size, encoding=args.encoding, jpeg_quality=args.jpeg_quality,
+                           frame_size=args.size)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    import itertools
+
+    from ground.children import SUMMARY, report
+    from pipeline.frames import open_video, read_frames
+    from pipeline.ingest_detect import identity_of_process
+    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from pipeline.schema import FRAMES_TOPIC
+    from pipeline.three_stage import ingest_loop
+    from pipeline.transport import make_producer
+    from pipeline.transport.admin import require_brokers
+
+    if not 1 <= args.frame_quality <= 100:
+        raise UserError(f"--frame-quality {args.frame_quality}: must be 1-100")
+    open_video(args.video).release()
+    settings = stage_settings(args)
+    require_brokers(settings.bootstrap)
+    stop = stop_flag()
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    sink, metrics = open_telemetry(settings, "ingest", f"ingest-{args.stream_id}-{os.getpid()}")
+    try:
+        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC])
+        frames = read_frames(args.video, args.stream_id, args.size, pace=args.pace, loop=args.loop,
+                             max_frames=args.max_frames)
+        # On SIGINT/SIGTERM: the frame being read is not sent; every frame sent is flushed.
+        stats = ingest_loop(itertools.takewhile(lambda _: not stop[0], frames), producer, sink,
+                            args.run_id or new_run_id(), identity_of_process(), quality=args.frame_quality)
+    finally:
+        producer.close()
+        sink.close()
+        metrics.close()
+    report(SUMMARY, frames=stats.frames, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
+           failed=len(stats.failed))
+    print(f"{args.stream_id}: {stats.frames} frames sent, {stats.acknowledged} acknowledged, "
+          f"{stats.bytes_sent / max(1, stats.frames):.0f} bytes per frame")
+    if stats.failed or stats.acknowledged != stats.frames:
+        raise UserError(f"{len(stats.failed)} frame(s) not acknowledged by the brokers: {stats.failed[:1]}")
+    return 0
+
+
+def _detect(args: argparse.Namespace) -> int:
+    from ground.children import READY, SUMMARY, report
+    from pipeline.ingest_detect import detect_loop
+    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from pipeline.schema import FRAMES_TOPIC
+    from pipeline.three_stage import ReceivedFrames, frames_from_topic
+    from pipeline.transport import make_consumer, make_producer
+
+    settings = stage_settings(args)
+    find_faces = _face_finder(args, settings.bootstrap)
+    stop = stop_flag()
+    consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FRAMES_TOPIC])
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    sink, metrics = open_telemetry(settings, "detect", f"detect-{os.getpid()}")
+    received = ReceivedFrames()
+    try:
+        # `aitax run` starts ingestion once every detect process has its partitions.
+        frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
+                                   received=received)
+        stats = detect_loop(frames, find_faces, producer, sink, args.run_id or new_run_id(), keying=args.keying,
+                            ingest_events=False)
+    finally:
+        consumer.close()
+        producer.close()
+        sink.close()
+        metrics.close()
+    report(SUMMARY, frames=stats.frames, faces=stats.faces, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
+           failed=len(stats.failed), dead_letters=received.dead_letters)
+    print(f"detect: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
+          f"{received.dead_letters} dead letters")
     if stats.failed or stats.acknowledged != stats.faces:
         raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
     return 0
@@ -345,13 +478,31 @@ def _run(args: argparse.Namespace) -> int:
     from telemetry.results import Driver
 
     workload = _real_workload(args.video, args.gallery, args.producers, args.consumers, args.duration, args.pace,
-                              args.ramp_up, args.ramp_down, args.quantiles)
+                              args.ramp_up, args.ramp_down, args.quantiles, stages=args.stages)
     return _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), args.run_id,
                                            resolve_bootstrap(args.bootstrap), args.events_dir))
 
 
+def _compare_stages(args: argparse.Namespace) -> int:
+    from aitax.load.compare import format_comparison, plot_comparison
+    from aitax.load.engine import run_local_pipeline
+    from aitax.stack.stack import resolve_bootstrap
+    from telemetry.results import Driver
+
+    bootstrap = resolve_bootstrap(None)
+    runs = [run_local_pipeline(_real_workload(args.video, args.gallery, args.producers, args.consumers,
+                                              args.duration, "native", args.ramp_up, stages=stages),
+                               Driver(), None, bootstrap)
+            for stages in (2, 3)]
+    print("\n" + "\n".join(format_comparison(*runs)))
+    if args.plot:
+        print(f"plot: {plot_comparison(*runs, args.plot)}")
+    return 0
+
+
 def _real_workload(video: Path, gallery: Path, producers: int, consumers: int, duration_s: float, pace: str,
-                   ramp_up_s: float = 0.0, ramp_down_s: float = 0.0, quantiles: tuple[float, ...] | None = None):
+                   ramp_up_s: float = 0.0, ramp_down_s: float = 0.0, quantiles: tuple[float, ...] | None = None,
+                   stages: int = 2):
     """The real stages' workload, checked before any broker is looked for."""
     from pydantic import ValidationError
 
@@ -361,7 +512,7 @@ def _real_workload(video: Path, gallery: Path, producers: int, consumers: int, d
     try:
         return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,
                         video=str(video), gallery=str(gallery), pace=pace, drain_s=REAL_DRAIN_S,
-                        ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s,
+                        ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s, stages=stages,
                         **({"quantiles": list(quantiles)} if quantiles else {}))
     except ValidationError as error:
         raise invalid(error, names={"producers": "--producers", "consumers": "--consumers",

@@ -146,10 +146,17 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
     events_dir = events_dir or aitax_home() / "runs" / run_id
     sinks = ",".join(spec for spec in (f"file:{events_dir}", events or default_events()) if spec != "none")
     load = LocalLoad(workload, driver, run_id, bootstrap, events_dir / "logs", sinks)
+    stack = local_stack_for(bootstrap)
+    if workload.stages == 3 and stack is not None:
+        from aitax.stack import kafka
+
+        kafka.ensure_topics(stack, stack.topics(load.topics, frames=True))
     load.check()
-    print(f"run {run_id}: {workload.producers} ingest-detect + {workload.consumers} identify processes; events and "
+    stages = ("ingest-detect" if workload.stages == 2
+              else f"ingest + {workload.producers} detect")
+    print(f"run {run_id}: {workload.producers} {stages} + {workload.consumers} identify processes; events and "
           f"logs in {events_dir}")
-    result = run_load(load, stack=local_stack_for(bootstrap), progress=True)
+    result = run_load(load, stack=stack, progress=True)
     print_result(result)
     print(f"result: {write_results(result, events_dir / 'result.json')}")
     if result.process_failures:

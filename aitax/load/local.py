@@ -18,6 +18,7 @@ from pipeline.schema import DEFAULT_TOPICS, Topics
 from telemetry.results import Driver, Workload
 
 READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
+DETECT_GROUP = "detect"  # three stages: the detect processes' group on the frames topic
 PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
 STOP_TIMEOUT_S = 60.0
 LAG_POLL_S = 0.5
@@ -47,6 +48,7 @@ class LocalLoad:
         self.common = common
         self.consumers: list[children.Child] = []
         self.producers: list[children.Child] = []
+        self.detectors: list[children.Child] = []  # three stages: between the producers and the consumers
         self.killed: set[int] = set()  # pids a fault scenario killed on purpose: not failures
 
     def check(self) -> None:
@@ -62,6 +64,14 @@ class LocalLoad:
             open_video(self.workload.video).release()
             load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)
+        if self.workload.stages == 3:
+            frames = partition_count(self.bootstrap, self.topics.frames)
+            if not frames:
+                raise UserError(f"--stages 3: no {self.topics.frames} topic on {self.bootstrap} (the local stack "
+                                "creates it for a three-stage run)")
+            if self.workload.producers > frames:
+                raise UserError(f"--producers {self.workload.producers}: the {self.topics.frames} topic has {frames} "
+                                f"partitions, so at most {frames} detect processes can share its frames")
         partitions = partition_count(self.bootstrap, self.topics.faces)
         if partitions and self.workload.consumers > partitions:
             # A consumer beyond the partition count gets none: it would never report ready.
@@ -74,15 +84,24 @@ class LocalLoad:
         if w.mode == "real":
             argv = ["identify", "--gallery", str(w.gallery), "--group", self.group]
             self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
+            if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
+                self.detectors = [self._spawn(f"detect-{i}", [
+                    "detect", "--group", DETECT_GROUP, "--run-id", self.run_id, "--keying", self.driver.keying])
+                    for i in range(1, w.producers + 1)]
         else:
             self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
                                                             self.group])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
-        children.wait_reported(self.consumers, children.READY, READY_TIMEOUT_S[w.mode], f"{w.mode} consumers")
+        children.wait_reported(self.consumers + self.detectors, children.READY, READY_TIMEOUT_S[w.mode],
+                               f"{w.mode} consumers")
 
     def start_producers(self) -> None:
         w = self.workload
-        if w.mode == "real":
+        if w.mode == "real" and w.stages == 3:
+            self.producers = [self._spawn(f"ingest-{i}", [
+                "ingest", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
+                "--pace", w.pace]) for i in range(1, w.producers + 1)]
+        elif w.mode == "real":
             self.producers = [self._spawn(f"ingest-detect-{i}", [
                 "ingest-detect", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
                 "--pace", w.pace, "--keying", self.driver.keying]) for i in range(1, w.producers + 1)]
@@ -98,13 +117,16 @@ class LocalLoad:
 
     def pids(self) -> dict[str, list[int]]:
         """The load's processes by role, as the resource verdict names whoever burnt the CPU."""
-        producers, consumers = (("the emulator's producers", "the emulator's consumers")
-                                if self.workload.mode == "emulated" else ("ingest-detect", "identify"))
-        return {producers: [c.pid for c in self.producers], consumers: [c.pid for c in self.consumers]}
+        if self.workload.mode == "emulated":
+            producers, consumers = "the emulator's producers", "the emulator's consumers"
+        else:
+            producers, consumers = ("ingest" if self.workload.stages == 3 else "ingest-detect"), "identify"
+        roles = {producers: [c.pid for c in self.producers], consumers: [c.pid for c in self.consumers]}
+        return {**roles, "detect": [c.pid for c in self.detectors]} if self.detectors else roles
 
     def alive(self) -> bool:
         """Every process still running (producers of an emulated run may have finished their duration)."""
-        return all(c.running() or c.returncode == 0 for c in self.producers + self.consumers)
+        return all(c.running() or c.returncode == 0 for c in self.producers + self.detectors + self.consumers)
 
     def finish_producers(self, interrupted: bool) -> None:
         """End the offered load: emulated producers stop by themselves after the duration; real ones loop a
@@ -114,31 +136,39 @@ class LocalLoad:
             while any(c.running() for c in self.producers) and time.monotonic() < deadline:
                 time.sleep(LAG_POLL_S)
         children.stop(self.producers, max(STOP_TIMEOUT_S, self.workload.drain_s))
+        if self.detectors:  # three stages: detection finishes the frames already sent, then flushes and commits
+            self._wait_for_group(DETECT_GROUP, self.topics.frames, self.detectors, self.workload.drain_s)
+            children.stop(self.detectors, STOP_TIMEOUT_S)
 
     def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:
         """Wait for the consumers to catch up; returns the faces still not identified. One consumer dying does not
         end the drain (the group gives its partitions to the others); all of them gone does."""
+        return self._wait_for_group(self.group, self.topics.faces, self.consumers, timeout_s, on_lag)
+
+    def _wait_for_group(self, group: str, topic: str, members: list[children.Child], timeout_s: float,
+                        on_lag: Callable[[int], None] = lambda _: None) -> int:
         from pipeline.transport.admin import group_lag
 
         deadline = time.monotonic() + timeout_s
-        backlog = group_lag(self.bootstrap, self.group, self.topics.faces)
-        while backlog > 0 and time.monotonic() < deadline and any(c.running() for c in self.consumers):
+        backlog = group_lag(self.bootstrap, group, topic)
+        while backlog > 0 and time.monotonic() < deadline and any(c.running() for c in members):
             on_lag(backlog)
             time.sleep(LAG_POLL_S)
-            backlog = group_lag(self.bootstrap, self.group, self.topics.faces)
+            backlog = group_lag(self.bootstrap, group, topic)
         return backlog
 
     def stop(self) -> None:
-        children.stop(self.producers + self.consumers, STOP_TIMEOUT_S)
+        children.stop(self.producers + self.detectors + self.consumers, STOP_TIMEOUT_S)
 
     def failures(self) -> list[str]:
         """'name: exit N, log PATH' for each process that failed (except those killed on purpose)."""
         return [f"{c.name}: exit {c.returncode}, log {c.log}: {c.tail(1)}"
-                for c in children.failed(self.producers + self.consumers, self.killed)]
+                for c in children.failed(self.producers + self.detectors + self.consumers, self.killed)]
 
     def produced(self) -> tuple[int, float]:
-        """Faces acknowledged and mean thumbnail bytes, from the producer processes' summaries."""
-        summaries = [status for child in self.producers for status in child.statuses(children.SUMMARY)]
+        """Faces acknowledged and mean thumbnail bytes, from the summaries of the processes that produce faces."""
+        summaries = [status for child in (self.detectors or self.producers)
+                     for status in child.statuses(children.SUMMARY)]
         faces = sum(summary["acknowledged"] for summary in summaries)
         return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 

@@ -97,9 +97,10 @@ class StackConfig:
     def prometheus_url(self) -> str:
         return f"http://{HOST}:{self.prometheus_port}"
 
-    def topics(self, topics: Topics = DEFAULT_TOPICS) -> list[TopicSpec]:
-        """The pipeline's topics. Broker append time on `faces` gives consumers the broker-side timestamp
-        that splits broker waiting time into producer queueing and broker-to-consumer wait."""
+    def topics(self, topics: Topics = DEFAULT_TOPICS, frames: bool = False) -> list[TopicSpec]:
+        """The pipeline's topics (with `frames`, also the three-stage design's). Broker append time on `faces`
+        gives consumers the broker-side timestamp that splits broker waiting time into producer queueing and
+        broker-to-consumer wait. Frames show faces too: they live as briefly as thumbnails."""
         common = {"min.insync.replicas": str(self.min_insync_replicas)}
         short_lived = {
             **common,
@@ -111,6 +112,7 @@ class StackConfig:
             TopicSpec(topics.faces, self.faces_partitions, {**short_lived, "message.timestamp.type": "LogAppendTime"}),
             TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
             TopicSpec(topics.dlq, 3, short_lived),
+            *([TopicSpec(topics.frames, self.faces_partitions, short_lived)] if frames else []),
         ]
 
     def save(self, path: Path) -> None:

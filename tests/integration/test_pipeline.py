@@ -89,6 +89,32 @@ def test_run_identifies_faces_end_to_end(stack: StackConfig, gallery: Path, vide
         assert float(answer["data"]["result"][0]["value"][1]) > 0
 
 
+def test_three_stage_run_sends_frames_through_kafka_and_identifies_every_face(
+        stack: StackConfig, gallery: Path, video: Path, workdir: Path, unique_name: str) -> None:
+    """The paper's Fig. 3a: ingest and detect as separate processes, frames through the `frames` topic."""
+    import json
+
+    events = workdir / "events-3"
+    result = subprocess.run([*AITAX, "run", "--stages", "3", "--video", str(video), "--gallery", str(gallery),
+                             "--duration", "15", "--run-id", unique_name, "--events-dir", str(events)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 ingest + 1 detect + 2 identify processes" in result.stdout
+    run = read_results(events / "result.json", RunResult)
+    assert run.workload.stages == 3 and run.verdict.held, run.verdict.reasons
+    assert run.identified_faces == run.produced_faces > 0 and run.backlog_faces == 0 and run.duplicates == 0
+    evaluation = evaluate_run(video, unique_name, stack.bootstrap_servers, events)
+    assert evaluation.detection_recall >= 0.9 and evaluation.identification_rate >= 0.9
+    # Ingestion logs its own events (encoding and sending the frame); detection decodes the frame and logs none.
+    by_file = {path.name.split("-")[0]: [json.loads(line) for line in path.read_text().splitlines()]
+               for path in events.glob("*.jsonl")}
+    assert {event["stage"] for event in by_file["ingest"]} == {"ingest"}
+    assert {"decode", "resize", "encode", "kafka"} <= set(by_file["ingest"][0]["substeps_ms"])
+    assert {event["stage"] for event in by_file["detect"]} == {"detect"}
+    assert all(event["substeps_ms"]["decode"] > 0 for event in by_file["detect"])
+    assert run.latency is not None and 0 < run.latency.breakdown_ms["frame_queue"] < run.latency.mean_ms
+
+
 def test_strangers_stay_unknown_and_enrolled_people_are_named_on_a_hard_video(
         stack: StackConfig, gallery: Path, workdir: Path, unique_name: str) -> None:
     """Open-set identification on footage nothing was tuned on: a fresh seed, the hard augmentation (faces

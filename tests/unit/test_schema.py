@@ -62,7 +62,7 @@ def test_a_version_1_identity_still_reads_without_a_candidate() -> None:
 
 @pytest.mark.parametrize(("mutate", "reason"), [
     (lambda h, v: (h.pop(SCHEMA_HEADER), v)[1], "missing header aitax.schema"),
-    (lambda h, v: (h.update({SCHEMA_HEADER: b"3"}), v)[1], "schema version"),
+    (lambda h, v: (h.update({SCHEMA_HEADER: b"9"}), v)[1], "schema version"),
     (lambda h, v: (h.update({META_HEADER: b"{not json"}), v)[1], "not JSON"),
     (lambda h, v: (h.update({META_HEADER: b"[1, 2]"}), v)[1], "not a JSON object"),
     (lambda h, v: b"", "empty thumbnail"),
@@ -114,3 +114,30 @@ def test_identity_round_trip() -> None:
 def test_dead_letter_keeps_headers_and_adds_reason_and_source() -> None:
     headers = dead_letter_headers({"a": b"1"}, "bad thing", "faces", 3, 77)
     assert headers == {"a": b"1", "aitax.dlq.reason": b"bad thing", "aitax.dlq.source": b"faces/3/77"}
+
+
+def _frame_record(**changes) -> tuple[bytes, dict[str, bytes]]:
+    from pipeline.schema import FrameMessage, FrameMeta, encode_frame
+
+    meta = FrameMeta(run_id="r", stream_id="cam-3", frame_index=7, width=960, height=540, encoding="jpeg",
+                     scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=4.5, resize_ms=1.25)
+    key, value, headers = encode_frame(FrameMessage(meta, b"\xff\xd8frame"))
+    assert key == b"cam-3"  # a stream's frames in order, on one partition
+    raw = {**json.loads(headers[META_HEADER]), **changes}
+    return value, {**headers, META_HEADER: json.dumps(raw).encode()}
+
+
+def test_frame_round_trip_and_bad_frames_say_why() -> None:
+    from pipeline.schema import MAX_FRAME_BYTES, decode_frame
+
+    value, headers = _frame_record()
+    message = decode_frame(value, headers)
+    assert (message.meta.stream_id, message.meta.frame_index, message.meta.decode_ms) == ("cam-3", 7, 4.5)
+    assert message.pixels == b"\xff\xd8frame"
+    for bad, reason in ((_frame_record(width=0), "width x height=0x540 is not a frame size"),
+                        (_frame_record(encoding="raw"), "encoding='raw' is not one of"),
+                        (_frame_record(resize_ms="fast"), "field resize_ms='fast' has the wrong type"),
+                        ((b"", headers), "empty frame"),
+                        ((b"x" * (MAX_FRAME_BYTES + 1), headers), "exceeds")):
+        with pytest.raises(MalformedRecordError, match=reason):
+            decode_frame(*bad)

@@ -1,0 +1,141 @@
+"""The three-stage design (the paper's Fig. 3a): ingestion and detection in separate processes, frames through Kafka.
+
+Ingestion publishes each resized frame to the `frames` topic as JPEG, keyed by stream (one stream's frames stay in
+order on one partition), and logs the ingest event itself. Detection consumes the topic in a group, decodes each
+frame and runs the same `detect_loop` as the two-stage container; its offsets are committed only once the faces of
+the frames before them are acknowledged, so a crash redelivers frames rather than losing them. A record that does
+not decode goes to the dead-letter topic with its reason. Time a frame spends in Kafka shows as `frame_queue`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.schema import (
+    DEFAULT_TOPICS,
+    FrameMessage,
+    FrameMeta,
+    MalformedRecordError,
+    Topics,
+    dead_letter_headers,
+    decode_frame,
+    encode_frame,
+)
+from pipeline.stream import Frame
+from pipeline.transport import Consumer, DeliveryReport, Producer
+from pipeline.transport.base import next_offsets
+from telemetry.events import Event
+from telemetry.sinks import EventSink
+from telemetry.timing import Stopwatch
+
+FRAME_JPEG_QUALITY = 90
+FRAMES_PER_POLL = 4  # at most, per poll: their faces are acknowledged and their offsets committed together
+
+
+@dataclass
+class IngestStats:
+    frames: int = 0
+    acknowledged: int = 0
+    bytes_sent: int = 0
+    failed: list[str] = field(default_factory=list)
+
+    def on_delivery(self, report: DeliveryReport) -> None:
+        if report.error is None:
+            self.acknowledged += 1
+        else:
+            self.failed.append(report.error)
+
+
+def encode_pixels(rgb: np.ndarray, quality: int = FRAME_JPEG_QUALITY) -> bytes:
+    import cv2
+
+    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise RuntimeError("frame encoding failed")
+    return encoded.tobytes()
+
+
+def decode_pixels(message: FrameMessage) -> np.ndarray:
+    import cv2
+
+    bgr = cv2.imdecode(np.frombuffer(message.pixels, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None or bgr.shape[:2] != (message.meta.height, message.meta.width):
+        raise MalformedRecordError(f"frame does not decode as a {message.meta.width}x{message.meta.height} "
+                                   f"{message.meta.encoding}")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, run_id: str, where: dict[str, str],
+                topics: Topics = DEFAULT_TOPICS, quality: int = FRAME_JPEG_QUALITY) -> IngestStats:
+    """Publish every frame (acks=all) and log its ingest event: decoding, resizing, encoding and sending."""
+    stats = IngestStats()
+    for frame in frames:
+        watch = Stopwatch()
+        watch.add("decode", frame.decode_ms)
+        watch.add("resize", frame.resize_ms)
+        with watch.time("encode"):
+            pixels = encode_pixels(frame.rgb, quality)
+        height, width = frame.rgb.shape[:2]
+        meta = FrameMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index, width=width,
+                         height=height, encoding="jpeg", scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
+                         ingested_ns=time.time_ns(), decode_ms=frame.decode_ms, resize_ms=frame.resize_ms)
+        with watch.time("kafka"):
+            key, value, headers = encode_frame(FrameMessage(meta, pixels))
+            producer.send(topics.frames, value, key=key, headers=headers, on_delivery=stats.on_delivery)
+            producer.poll(0)
+        stats.frames += 1
+        stats.bytes_sent += len(value)
+        if sink.enabled:
+            sink.emit(Event(stage="ingest", run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
+                            wall_start_ns=frame.captured_ns, wall_end_ns=meta.ingested_ns,
+                            scheduled_ns=frame.scheduled_ns, compute_time_ms=sum(watch.ms.values()),
+                            data_size_bytes=len(value), kafka_client=producer.client_name,
+                            substeps_ms=watch.with_other((meta.ingested_ns - frame.captured_ns) / 1e6), **where))
+    producer.flush(300)
+    producer.poll(0)
+    return stats
+
+
+@dataclass
+class ReceivedFrames:
+    """What the detect side read: frames handed to detection, records dead-lettered."""
+
+    frames: int = 0
+    dead_letters: int = 0
+
+
+def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Callable[[], bool],
+                      topics: Topics = DEFAULT_TOPICS, on_ready: Callable[[], None] | None = None,
+                      received: ReceivedFrames | None = None) -> Iterator[Frame]:
+    """The `frames` topic as detection's frames, until `should_stop()`. Before polling again, the previous poll's
+    faces are flushed and then its offsets committed: nothing is committed that is not durable downstream."""
+    received = received if received is not None else ReceivedFrames()
+    while not should_stop():
+        # Wait for one frame, then take what else is buffered: a batch call would wait out its whole timeout.
+        records = consumer.poll_batch(1, 0.5)
+        records += consumer.poll_batch(FRAMES_PER_POLL - 1, 0) if records else []
+        if on_ready is not None and (records or consumer.assigned()):
+            on_ready()
+            on_ready = None
+        for record in records:
+            started = time.perf_counter()
+            try:
+                message = decode_frame(record.value, record.headers)
+                rgb = decode_pixels(message)
+            except MalformedRecordError as error:
+                producer.send(topics.dlq, record.value or b"", key=record.key,
+                              headers=dead_letter_headers(record.headers, str(error), record.topic, record.partition,
+                                                          record.offset))
+                received.dead_letters += 1
+                continue
+            meta = message.meta
+            received.frames += 1
+            yield Frame(meta.stream_id, meta.frame_index, rgb, meta.captured_ns, meta.ingested_ns, meta.decode_ms,
+                        meta.resize_ms, meta.scheduled_ns, received_decode_ms=(time.perf_counter() - started) * 1000)
+        if records:
+            producer.flush(300)
+            consumer.commit(next_offsets(records))

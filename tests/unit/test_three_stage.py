@@ -1,0 +1,83 @@
+"""The three-stage design's frame hand-off through Kafka, at the transport boundary (faked here; the integration
+suite runs it on real brokers): frames decode into the detect loop's frames, a record that does not decode is
+dead-lettered, and offsets are committed only after the faces produced so far are flushed."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from pipeline.schema import FrameMessage, FrameMeta, encode_frame
+from pipeline.three_stage import decode_pixels, encode_pixels, frames_from_topic
+from pipeline.transport import Record
+
+
+class Log:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+
+class FakeProducer:
+    client_name = "fake"
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+        self.log.calls.append(("send", topic, headers.get("aitax.dlq.reason", b"").decode()))
+
+    def poll(self, timeout_s: float = 0.0) -> None: ...
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        self.log.calls.append(("flush",))
+        return 0
+
+
+class FakeConsumer:
+    client_name = "fake"
+
+    def __init__(self, log: Log, batches: list[list[Record]]) -> None:
+        self.log, self.batches, self.buffered = log, batches, []
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+        """A waiting poll receives the next batch from the brokers; any poll returns what is buffered."""
+        if timeout_s and self.batches:
+            self.buffered += self.batches.pop(0)
+        taken, self.buffered = self.buffered[:max_records], self.buffered[max_records:]
+        return taken
+
+    def commit(self, positions, asynchronous: bool = False) -> None:
+        self.log.calls.append(("commit", dict(positions)))
+
+    def assigned(self) -> bool:
+        return True
+
+
+def _record(offset: int, rgb: np.ndarray | None) -> Record:
+    meta = FrameMeta(run_id="r", stream_id="cam-1", frame_index=offset, width=64, height=48, encoding="jpeg",
+                     scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=1.0, resize_ms=0.5)
+    pixels = encode_pixels(rgb) if rgb is not None else b"not a jpeg"
+    key, value, headers = encode_frame(FrameMessage(meta, pixels))
+    return Record("frames", 0, offset, key, value, headers)
+
+
+def test_frames_reach_detection_bad_ones_are_dead_lettered_and_commits_follow_the_flush() -> None:
+    rgb = cv2.GaussianBlur(np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8), (5, 5), 2)
+    log = Log()
+    consumer = FakeConsumer(log, [[_record(10, rgb)], [_record(11, None), _record(12, rgb)]])
+    polls = iter(range(3))
+    frames = list(frames_from_topic(consumer, FakeProducer(log), lambda: next(polls, 3) >= 2))
+    assert [(f.stream_id, f.index, f.rgb.shape, f.decode_ms) for f in frames] == [("cam-1", 10, (48, 64, 3), 1.0),
+                                                                                    ("cam-1", 12, (48, 64, 3), 1.0)]
+    assert np.abs(frames[0].rgb.astype(int) - rgb).mean() < 8  # JPEG q90 of noise; swapped channels give ~40
+    assert all(f.received_decode_ms > 0 for f in frames)
+    assert log.calls == [("flush",), ("commit", {("frames", 0): 11}),
+                         ("send", "faces.dlq", "frame does not decode as a 64x48 jpeg"),
+                         ("flush",), ("commit", {("frames", 0): 13})]
+
+
+def test_pixels_round_trip() -> None:
+    rgb = np.full((48, 64, 3), (200, 30, 90), np.uint8)
+    meta = FrameMeta(run_id="r", stream_id="s", frame_index=0, width=64, height=48, encoding="jpeg",
+                     scheduled_ns=0, captured_ns=0, ingested_ns=0, decode_ms=0.0, resize_ms=0.0)
+    assert np.abs(decode_pixels(FrameMessage(meta, encode_pixels(rgb))).astype(int) - rgb).max() <= 3
