@@ -110,6 +110,9 @@ def test_three_stage_run_sends_frames_through_kafka_and_identifies_every_face(
                for path in events.glob("*.jsonl")}
     assert {event["stage"] for event in by_file["ingest"]} == {"ingest"}
     assert {"decode", "resize", "encode", "kafka"} <= set(by_file["ingest"][0]["substeps_ms"])
+    for event in by_file["ingest"]:  # ingestion's compute, as in two stages: sending is not compute
+        steps = event["substeps_ms"]
+        assert event["compute_time_ms"] == pytest.approx(steps["decode"] + steps["resize"] + steps["encode"], abs=0.01)
     assert {event["stage"] for event in by_file["detect"]} == {"detect"}
     assert all(event["substeps_ms"]["decode"] > 0 for event in by_file["detect"])
     assert run.latency is not None and 0 < run.latency.breakdown_ms["frame_queue"] < run.latency.mean_ms
