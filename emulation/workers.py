@@ -28,7 +28,7 @@ import numpy as np
 
 from emulation.profile import Profile
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
-from pipeline.ingest_detect import DetectStats, FoundFace, detect_loop
+from pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop
 from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Match, Topics, decode_identity
 from pipeline.stream import Frame, hand_off, schedule
 from pipeline.transport import Consumer, Producer
@@ -195,7 +195,7 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
             args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
-                  producer, sink, run_id, factor, stats[i], topics, keying)))
+                  producer, sink, run_id, factor, stats[i], topics, FaceRecords(keying))))
     loop = (threading.Thread(target=close_the_loop, name="closed-loop", daemon=True,
                              args=(identities, run_id, windows, instances_done.is_set))
             if windows and identities is not None else None)

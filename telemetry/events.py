@@ -11,7 +11,8 @@ from typing import Any
 
 # 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
 # 3: identify events carry `precision`, the arithmetic FaceNet ran in (fp32, bf16).
-EVENT_SCHEMA_VERSION = 3
+# 4: detect events of Object Detection carry `object_count` (not `face_count`) and sub-steps resize, centernet.
+EVENT_SCHEMA_VERSION = 4
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
@@ -24,13 +25,14 @@ SUBSTEPS = {
     # encode and kafka: the three-stage design's ingest process sends its frames through Kafka (as JPEG), and its
     # detect process decodes them (detect's decode)
     "ingest": ("decode", "resize", "encode", "kafka", "emulated", "other"),
-    "detect": ("decode", "pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "kafka", "events",
-               "emulated", "other"),
+    # resize and centernet: Object Detection's (the frame to the network's input, and the network)
+    "detect": ("decode", "pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "resize", "centernet",
+               "kafka", "events", "emulated", "other"),
     # broker_wait split with the record's broker append timestamp: before and after the broker appended it
     "broker_wait": ("producer_to_broker", "broker_to_consumer"),
     "identify": ("decode", "embed", "svm", "kafka", "events", "emulated", "other"),
 }
-AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet"), "identify": ("embed", "svm")}
+AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet", "centernet"), "identify": ("embed", "svm")}
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Event:
     compute_time_ms: float
     face_index: int | None = None
     face_count: int | None = None
+    object_count: int | None = None  # Object Detection's detect events (v4)
     data_size_bytes: int | None = None
     process: str | None = None
     pod: str | None = None
@@ -81,6 +84,7 @@ _FIELD_TYPES = {
     "compute_time_ms": _DOUBLE,
     "face_index": _INTEGER,
     "face_count": _INTEGER,
+    "object_count": _INTEGER,
     "data_size_bytes": _LONG,
     "process": _KEYWORD,
     "pod": _KEYWORD,

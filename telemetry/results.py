@@ -49,6 +49,10 @@ class Workload(_Model):
     # real: 2, ingest-detect containers (frames pass in-process); 3, separate ingest and detect processes, one of
     # each per producer, frames through the `frames` topic (the paper's Fig. 3a)
     stages: Literal[2, 3] = 2
+    # face-recognition; or object-detection (the paper's Sec. 6): producers are ingest processes publishing every
+    # frame, consumers `aitax detect-objects` processes, and the results' "faces" are frames, each answered by one
+    # detections record (its detection where identification stands)
+    application: Literal["face-recognition", "object-detection"] = "face-recognition"
     drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog
     # The measurement window (ramp-up, window, ramp-down): latency counts the faces scheduled in it, throughput
     # the faces identified in it, after `ramp_up_s` of the schedule and before its last `ramp_down_s`.
@@ -70,6 +74,9 @@ class Workload(_Model):
         if self.latency_bound_ms is not None and self.latency_bound_quantile not in self.quantiles:
             raise ValueError(f"the bound's quantile {self.latency_bound_quantile:g} is not among the quantiles "
                              f"{self.quantiles}")
+        if self.application == "object-detection" and self.stages == 3:
+            raise ValueError("object-detection has two stages (ingest, then detection): stages 3 is Face "
+                             "Recognition's")
         if self.in_flight is not None and self.mode != "emulated":
             raise ValueError("a closed loop (in_flight) is for emulated stages")
         return self

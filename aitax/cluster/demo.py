@@ -8,6 +8,7 @@ removed first, so the run id `helm` of the chart's defaults names this run only.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -30,6 +31,52 @@ def helm(cluster: RealCluster, *args: str, check: bool = True, timeout_s: float 
     if check and result.returncode != 0:
         raise UserError(f"helm {' '.join(args[:2])} failed: {result.stderr.strip()[-600:]}")
     return result
+
+
+def install(cluster: RealCluster, release: str, namespace: str, *args: str) -> None:
+    """`helm install --wait` of the chart; when it fails, the error says which pods were not ready and why."""
+    result = helm(cluster, "install", release, str(CHART), "-n", namespace, "--create-namespace", "--wait",
+                  "--timeout", INSTALL_TIMEOUT, *args, check=False)
+    if result.returncode != 0:
+        raise UserError(f"helm install {release} failed: {result.stderr.strip()[-600:]}\n"
+                        f"{not_ready_report(cluster, namespace)}")
+
+
+def not_ready_report(cluster: RealCluster, namespace: str, log_lines: int = 15) -> str:
+    """Each pod of the namespace that is not ready: its phase, every container's state (waiting reason, last exit
+    code and reason, restarts), the last log lines of a container that is not ready, and the namespace's warnings."""
+    listing = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+    try:
+        pods = json.loads(listing.stdout)["items"]
+    except (ValueError, KeyError):
+        return f"no pod listing: {listing.stderr.strip()[-300:]}"
+    lines = []
+    for pod in pods:
+        name, status = pod["metadata"]["name"], pod.get("status", {})
+        main = status.get("containerStatuses", [])
+        if status.get("phase") == "Succeeded" or (main and all(c.get("ready") for c in main)):
+            continue
+        containers = status.get("initContainerStatuses", []) + main
+        lines.append(f"pod {name}: {status.get('phase')} {status.get('reason', '')}".rstrip())
+        for condition in status.get("conditions", []):
+            if condition.get("status") != "True" and condition.get("message"):
+                lines.append(f"  {condition['type']}: {condition['message']}")
+        for container in containers:
+            state = container.get("state", {})
+            last = container.get("lastState", {}).get("terminated", {})
+            waiting = state.get("waiting", {})
+            lines.append(f"  container {container['name']}: ready={container.get('ready')} "
+                         f"restarts={container.get('restartCount', 0)} state={next(iter(state), '?')} "
+                         f"{waiting.get('reason', '')} {waiting.get('message', '')[:200]}"
+                         + (f" last exit {last.get('exitCode')} {last.get('reason', '')}" if last else ""))
+            if not container.get("ready"):
+                logs = cluster.kubectl("logs", "-n", namespace, name, "-c", container["name"],
+                                       f"--tail={log_lines}", *(["--previous"] if last else []), check=False)
+                lines += [f"    | {line}" for line in (logs.stdout or logs.stderr).strip().splitlines()]
+    events = cluster.kubectl("get", "events", "-n", namespace, "--field-selector", "type=Warning",
+                             "--sort-by=.lastTimestamp", check=False).stdout.strip().splitlines()
+    lines += ["warning events (latest 20):", *events[-20:]]
+    return "\n".join(lines)
 
 
 def fullname(release: str) -> str:
@@ -73,8 +120,7 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", l
     cluster.kubectl("delete", "pvc", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--wait=true",
                     check=False, timeout_s=300)
     install_started = time.monotonic()
-    helm(cluster, "install", release, str(CHART), "-n", namespace, "--create-namespace", "--wait",
-         "--timeout", INSTALL_TIMEOUT)
+    install(cluster, release, namespace)
     log(f"   installed, every pod ready, in {time.monotonic() - install_started:.0f} s")
     log(f"== 4/5 faces flowing: {seconds:.0f} s of identities")
     deadline = time.monotonic() + max(seconds, 600)

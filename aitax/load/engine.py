@@ -147,15 +147,16 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
     sinks = ",".join(spec for spec in (f"file:{events_dir}", events or default_events()) if spec != "none")
     load = LocalLoad(workload, driver, run_id, bootstrap, events_dir / "logs", sinks)
     stack = local_stack_for(bootstrap)
-    if workload.stages == 3 and stack is not None:
+    if load.frames_through_kafka and stack is not None:
         from aitax.stack import kafka
 
-        kafka.ensure_topics(stack, stack.topics(load.topics, frames=True))
+        kafka.ensure_topics(stack, stack.topics(load.topics, frames=True, detections=load.objects))
     load.check()
-    stages = ("ingest-detect" if workload.stages == 2
-              else f"ingest + {workload.producers} detect")
-    print(f"run {run_id}: {workload.producers} {stages} + {workload.consumers} identify processes; events and "
-          f"logs in {events_dir}")
+    producers = "ingest-detect" if workload.stages == 2 and not load.objects else "ingest"
+    consumers = "detect-objects" if load.objects else "identify"
+    detect = f" + {workload.producers} detect" if workload.stages == 3 and not load.objects else ""
+    print(f"run {run_id}: {workload.producers} {producers}{detect} + {workload.consumers} {consumers} processes; "
+          f"events and logs in {events_dir}")
     result = run_load(load, stack=stack, progress=True)
     print_result(result)
     print(f"result: {write_results(result, events_dir / 'result.json')}")
@@ -163,6 +164,7 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
         failed = ", ".join(line.split(":")[0] for line in result.process_failures)
         raise UserError(f"{failed} failed; see {events_dir / 'logs'}")
     if result.backlog_faces:
-        raise UserError(f"the identify group still lags by {result.backlog_faces} faces after "
+        raise UserError(f"the {'detect-objects' if load.objects else 'identify'} group still lags by "
+                        f"{result.backlog_faces} {'frames' if load.objects else 'faces'} after "
                         f"{workload.drain_s:.0f} s")
     return result

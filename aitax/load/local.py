@@ -1,5 +1,6 @@
-"""A run's stage processes on this machine: the real stages (`identify`, `ingest-detect`) or the emulated ones
-(`emulate-consumers`, `emulate-producers`), the way Deployments run them on a cluster.
+"""A run's stage processes on this machine: the real stages (`identify`, `ingest-detect`; three stages add `ingest`
+and `detect`; Object Detection is `ingest` and `detect-objects`) or the emulated ones (`emulate-consumers`,
+`emulate-producers`), the way Deployments run them on a cluster.
 
 Consumers start first and report ready (their model loaded, their partitions assigned), so start-up is never
 measured as broker wait; producers then offer the workload's load. Children report through the status channel
@@ -19,6 +20,7 @@ from telemetry.results import Driver, Workload
 
 READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
 DETECT_GROUP = "detect"  # three stages: the detect processes' group on the frames topic
+OBJECTS_GROUP = "detect-objects"  # Object Detection: the detect-objects processes' group on the frames topic
 PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
 STOP_TIMEOUT_S = 60.0
 LAG_POLL_S = 0.5
@@ -51,6 +53,15 @@ class LocalLoad:
         self.detectors: list[children.Child] = []  # three stages: between the producers and the consumers
         self.killed: set[int] = set()  # pids a fault scenario killed on purpose: not failures
 
+    @property
+    def objects(self) -> bool:
+        """Object Detection: frames from ingest processes to detect-objects consumers, no faces."""
+        return self.workload.application == "object-detection"
+
+    @property
+    def frames_through_kafka(self) -> bool:
+        return self.workload.stages == 3 or self.objects
+
     def check(self) -> None:
         """What can be checked before a process starts: files, brokers, partitions enough for the consumers."""
         from pipeline.transport.admin import partition_count, require_brokers
@@ -59,19 +70,23 @@ class LocalLoad:
             from pipeline.frames import open_video
             from pipeline.gallery import load_gallery
 
-            if self.workload.video is None or self.workload.gallery is None:
-                raise UserError("a real workload needs a video and a gallery")
+            if self.workload.video is None or (self.workload.gallery is None and not self.objects):
+                raise UserError("a real workload needs a video (and Face Recognition a gallery)")
             open_video(self.workload.video).release()
-            load_gallery(Path(self.workload.gallery))
+            if not self.objects:
+                load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)
-        if self.workload.stages == 3:
+        if self.frames_through_kafka:
             frames = partition_count(self.bootstrap, self.topics.frames)
             if not frames:
-                raise UserError(f"--stages 3: no {self.topics.frames} topic on {self.bootstrap} (the local stack "
-                                "creates it for a three-stage run)")
-            if self.workload.producers > frames:
-                raise UserError(f"--producers {self.workload.producers}: the {self.topics.frames} topic has {frames} "
-                                f"partitions, so at most {frames} detect processes can share its frames")
+                raise UserError(f"no {self.topics.frames} topic on {self.bootstrap} (the local stack creates it for "
+                                "a three-stage or Object Detection run)")
+            readers = self.workload.consumers if self.objects else self.workload.producers
+            if readers > frames:
+                raise UserError(f"{readers} detect processes: the {self.topics.frames} topic has {frames} "
+                                f"partitions, so at most {frames} can share its frames")
+        if self.objects:
+            return
         partitions = partition_count(self.bootstrap, self.topics.faces)
         if partitions and self.workload.consumers > partitions:
             # A consumer beyond the partition count gets none: it would never report ready.
@@ -81,7 +96,11 @@ class LocalLoad:
     def start_consumers(self) -> None:
         """Start the consumers and return once every one reported ready."""
         w = self.workload
-        if w.mode == "real":
+        if w.mode == "real" and self.objects:
+            self.consumers = [self._spawn(f"detect-objects-{i}", [
+                "detect-objects", "--group", OBJECTS_GROUP, "--run-id", self.run_id])
+                for i in range(1, w.consumers + 1)]
+        elif w.mode == "real":
             argv = ["identify", "--gallery", str(w.gallery), "--group", self.group]
             self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
             if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
@@ -97,7 +116,7 @@ class LocalLoad:
 
     def start_producers(self) -> None:
         w = self.workload
-        if w.mode == "real" and w.stages == 3:
+        if w.mode == "real" and self.frames_through_kafka:
             self.producers = [self._spawn(f"ingest-{i}", [
                 "ingest", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
                 "--pace", w.pace]) for i in range(1, w.producers + 1)]
@@ -120,7 +139,8 @@ class LocalLoad:
         if self.workload.mode == "emulated":
             producers, consumers = "the emulator's producers", "the emulator's consumers"
         else:
-            producers, consumers = ("ingest" if self.workload.stages == 3 else "ingest-detect"), "identify"
+            producers = "ingest" if self.frames_through_kafka else "ingest-detect"
+            consumers = "detect-objects" if self.objects else "identify"
         roles = {producers: [c.pid for c in self.producers], consumers: [c.pid for c in self.consumers]}
         return {**roles, "detect": [c.pid for c in self.detectors]} if self.detectors else roles
 
@@ -143,6 +163,8 @@ class LocalLoad:
     def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:
         """Wait for the consumers to catch up; returns the faces still not identified. One consumer dying does not
         end the drain (the group gives its partitions to the others); all of them gone does."""
+        if self.objects:
+            return self._wait_for_group(OBJECTS_GROUP, self.topics.frames, self.consumers, timeout_s, on_lag)
         return self._wait_for_group(self.group, self.topics.faces, self.consumers, timeout_s, on_lag)
 
     def _wait_for_group(self, group: str, topic: str, members: list[children.Child], timeout_s: float,
@@ -173,7 +195,12 @@ class LocalLoad:
         return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 
     def identities(self) -> tuple[list, int]:
-        """The run's identities (first of each face) and the duplicates published."""
+        """The run's identities (first of each face) and the duplicates published; Object Detection's frames as
+        their detections answered them."""
         from pipeline.evaluate import read_identities
 
+        if self.objects:
+            from pipeline.objects import frame_timeline
+
+            return read_identities(self.bootstrap, self.run_id, topic=self.topics.detections, decode=frame_timeline)
         return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)

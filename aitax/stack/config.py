@@ -97,8 +97,10 @@ class StackConfig:
     def prometheus_url(self) -> str:
         return f"http://{HOST}:{self.prometheus_port}"
 
-    def topics(self, topics: Topics = DEFAULT_TOPICS, frames: bool = False) -> list[TopicSpec]:
-        """The pipeline's topics (with `frames`, also the three-stage design's). Broker append time on `faces`
+    def topics(self, topics: Topics = DEFAULT_TOPICS, frames: bool = False, detections: bool = False
+               ) -> list[TopicSpec]:
+        """The pipeline's topics (with `frames`, also the three-stage design's and Object Detection's; with
+        `detections`, Object Detection's results). Broker append time on `faces`
         gives consumers the broker-side timestamp that splits broker waiting time into producer queueing and
         broker-to-consumer wait. Frames show faces too: they live as briefly as thumbnails."""
         common = {"min.insync.replicas": str(self.min_insync_replicas)}
@@ -113,6 +115,8 @@ class StackConfig:
             TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
             TopicSpec(topics.dlq, 3, short_lived),
             *([TopicSpec(topics.frames, self.faces_partitions, short_lived)] if frames else []),
+            *([TopicSpec(topics.detections, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)})]
+              if detections else []),
         ]
 
     def save(self, path: Path) -> None:

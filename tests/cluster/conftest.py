@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from aitax.cluster import images
-from aitax.cluster.demo import CHART
 from aitax.cluster.demo import helm as cluster_helm
+from aitax.cluster.demo import install
 from aitax.cluster.k8s import tool
 from aitax.cluster.node import RealCluster
 
@@ -50,8 +50,7 @@ def release(cluster: RealCluster) -> Iterator[str]:
         cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
     cluster.kubectl("delete", "pvc", "-n", NAMESPACE, "--all", "--wait=true", check=False, timeout_s=300)
     started = time.monotonic()
-    cluster_helm(cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait",
-                 "--timeout", "20m")
+    install(cluster, RELEASE, NAMESPACE)
     print(f"helm install --wait with defaults: {time.monotonic() - started:.0f} s")
     yield RELEASE
     cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)

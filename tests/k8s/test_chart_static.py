@@ -21,7 +21,7 @@ pytestmark = pytest.mark.k8s
 KUBERNETES_VERSIONS = ("1.30.0", "1.33.0", "1.36.0")
 # prometheus-operator's kinds have no schema in kubernetes-validate: checked against the operator's CRDs instead.
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
-STAGES = ("ingest-detect", "identify", "emulate-producers", "emulate-consumers")
+STAGES = ("ingest-detect", "identify", "ingest", "detect", "detect-objects", "emulate-producers", "emulate-consumers")
 DOCKERFILES = sorted((PROJECT_ROOT / "containers").glob("*/Dockerfile"))
 
 
@@ -137,6 +137,7 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
         (("kafka.minInsyncReplicas=4",), "kafka.minInsyncReplicas (4) must not exceed kafka.replicationFactor (3)"),
         (("kafka.replicationFactor=4",), "kafka.replicationFactor (4) must not exceed kafka.replicas (3)"),
         (("elasticsearch.external.url=http://es:9200",), "elasticsearch: elasticsearch.external is given"),
+        (("workload=object-detection", "stages=3"), "stages: 3 is Face Recognition's design"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
@@ -217,6 +218,14 @@ def test_topics_are_the_local_stacks() -> None:
         chart_topics[name] = (int(partitions), dict(entry.split("=", 1) for entry in configs.split(",")))
     local = {spec.name: (spec.partitions, spec.config) for spec in StackConfig().topics()}
     assert chart_topics == local
+    for values, frames, detections in (("three-stage", True, False), ("object-detection", True, True)):
+        container = _named(render(CHART / "ci" / f"{values}-values.yaml"), "Job", "-topics")["spec"]["template"][
+            "spec"]["containers"][0]
+        chart_topics = {arg.split(":", 2)[0]: (int(arg.split(":", 2)[1]), dict(
+            entry.split("=", 1) for entry in arg.split(":", 2)[2].split(","))) for arg in container["args"]}
+        local = {spec.name: (spec.partitions, spec.config)
+                 for spec in StackConfig().topics(frames=frames, detections=detections)}
+        assert chart_topics == local, values
     assert {e["name"]: e.get("value") for e in container["env"]}["KAFKA_REPLICATION_FACTOR"] == "3"
 
 
@@ -291,6 +300,24 @@ def test_stage_deployments_per_mode() -> None:
         "emulate-producers", "--instances", "4", "--factor", "$(AITAX_ACCELERATION_FACTOR)", "--profile",
         "/etc/aitax/profile/profile.yaml", "--run-id", "$(AITAX_RUN_ID)"]
     assert "profile.yaml" in _named(emulated, "ConfigMap", "-emulator-profile")["data"]
+
+
+def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> None:
+    """Frames through Kafka (the paper's Fig. 3a and Sec. 6): ingest pods only publish frames; detection reads
+    them in its own Deployment, MTCNN for three-stage Face Recognition, CenterNet for Object Detection."""
+    three = render(CHART / "ci" / "three-stage-values.yaml")
+    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(three, "Deployment")}
+    assert replicas == {"t-aitax-ingest": 2, "t-aitax-detect": 2, "t-aitax-identify": 4}  # detect: one per ingest
+    ingest = _named(three, "Deployment", "-ingest")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ingest[:5] == ["ingest", "--video", "$(AITAX_VIDEO)", "--stream-id", "$(POD_NAME)"]
+    assert "--encoding" not in ingest and "--threads" not in ingest
+    detect = _named(three, "Deployment", "-detect")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert detect[:3] == ["detect", "--min-face-size", "20"] and "--threads" in detect
+    objects = render(CHART / "ci" / "object-detection-values.yaml")
+    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(objects, "Deployment")}
+    assert replicas == {"t-aitax-ingest": 2, "t-aitax-detect-objects": 3}  # no identify: nothing reads faces
+    detect = _named(objects, "Deployment", "-detect-objects")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert detect == ["detect-objects", "--min-score", "0.4", "--threads", "1"]
 
 
 def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:

@@ -112,6 +112,11 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
+{{/* "true" when frames go through Kafka: the three-stage design or Object Detection (real stages only). */}}
+{{- define "aitax.framesThroughKafka" -}}
+{{- and (eq .Values.mode "real") (or (eq .Values.workload "object-detection") (eq (int .Values.stages) 3)) }}
+{{- end }}
+
 {{/* Elasticsearch URL source for AITAX_ELASTICSEARCH_URL: a Secret key, a value, the bundled node, or none. */}}
 {{- define "aitax.elasticsearch.urlEnv" -}}
 {{- $es := .Values.elasticsearch }}
@@ -317,6 +322,9 @@ spec:
 {{- if gt (int $given) 1 }}
 {{- fail "identify.gallery: set at most one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (none: the demo gallery in the pipeline image)" }}
 {{- end }}
+{{- end }}
+{{- if and (eq .Values.workload "object-detection") (eq (int .Values.stages) 3) }}
+{{- fail "stages: 3 is Face Recognition's design; object-detection always has two stages (ingest, then detect-objects)" }}
 {{- end }}
 {{- if and .Values.elasticsearch.bundled.enabled (or .Values.elasticsearch.external.url .Values.elasticsearch.external.existingSecret) }}
 {{- fail "elasticsearch: elasticsearch.external is given, so set elasticsearch.bundled.enabled=false (the bundled lab node is on by default)" }}
