@@ -367,7 +367,7 @@ def _cpu_breakdown(run: _RunEvents) -> CpuBreakdown:
         names = [name for name in SUBSTEPS[kind] if name in seen] + sorted(seen - set(SUBSTEPS[kind]))
         total_ms = {name: math.fsum(step.get(name, 0.0) for step in steps) for name in names}
         overall = math.fsum(total_ms.values())
-        ai_ms = math.fsum(total_ms[name] for name in AI_SUBSTEPS.get(kind, ()))
+        ai_ms = math.fsum(total_ms.get(name, 0.0) for name in AI_SUBSTEPS.get(kind, ()))
         processes.append(ProcessCpu(kind, len(steps), total_ms,
                                     {name: ms / overall if overall else 0.0 for name, ms in total_ms.items()},
                                     ai_ms, ai_ms / overall if overall else 0.0))

@@ -108,6 +108,19 @@ def test_profile_derived_from_events_has_their_quantiles() -> None:
         derive_profile([e for e in events if e["stage"] != "identify"], "r")
 
 
+def test_a_profile_from_an_object_detection_run_puts_detection_where_identification_stands() -> None:
+    events = [{"stage": "ingest", "stream_id": "cam-1", "frame_index": i, "scheduled_ns": i * 33_333_333,
+               "compute_time_ms": 5.0, "data_size_bytes": 140_000} for i in range(31)]
+    events += [{"stage": "detect", "compute_time_ms": 20.0 + i, "object_count": i % 3} for i in range(31)]
+    profile = derive_profile(events, "od")
+    assert profile.compute_ms["ingest"].mean() == 5.0 and profile.compute_ms["detect"].mean() == 0.0
+    assert profile.compute_ms["identify"].quantile(0.5) == pytest.approx(35.0)
+    assert profile.thumbnail_bytes.mean() == 140_000 and profile.faces_per_frame == {1: 1.0}
+    assert profile.fps == pytest.approx(30.0)  # the stream's own rate, from its schedule
+    with pytest.raises(UserError, match="0 ingest and 31 detect events"):
+        derive_profile([e for e in events if e["stage"] != "ingest"], "od")
+
+
 def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
            consumers_cores: float = 0.2, under_min_isr: int = 0):
     from aitax.load.resources import Usage
