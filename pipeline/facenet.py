@@ -257,12 +257,25 @@ class FaceEmbedder:
         )
         self._request = None
         if runtime == "openvino":
-            import openvino
+            try:
+                self._request = self._compile(intra_op_threads)
+            except (ImportError, RuntimeError) as error:
+                # OpenVINO is a speed-up, never a requirement: a CPU or container it cannot run on keeps identify
+                # working in TensorFlow FP32 (printed at start-up and recorded in every identify event).
+                log.warning("OpenVINO could not run FaceNet here (%s): TensorFlow FP32 instead",
+                            str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__)
+                self.runtime, self.precision = "tensorflow", "fp32"
 
-            compiled = openvino.Core().compile_model(openvino.convert_model(self._embed), "CPU", {
-                "INFERENCE_NUM_THREADS": intra_op_threads, "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
-            self._request = compiled.create_infer_request()
+    def _compile(self, threads: int):
+        """FaceNet through OpenVINO, one inference run before it is trusted."""
+        import openvino
+
+        compiled = openvino.Core().compile_model(openvino.convert_model(self._embed), "CPU", {
+            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
+        request = compiled.create_infer_request()
+        request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
+        return request
 
     @staticmethod
     def _forward(faces: tf.Tensor, model: keras.Model) -> tf.Tensor:

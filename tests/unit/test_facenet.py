@@ -180,3 +180,18 @@ def test_openvino_embeddings_stay_within_cosine_0_99_of_tensorflow_fp32(embedder
     assert (reference * reduced).sum(axis=1).min() >= 0.99
     reference_nearest, reduced_nearest = (np.argsort(-(e @ e.T), axis=1)[:, 1] for e in (reference, reduced))
     assert [labels[j] for j in reference_nearest] == [labels[j] for j in reduced_nearest]
+
+
+def test_a_machine_openvino_cannot_run_on_keeps_identify_working_in_tensorflow_fp32(
+        embedder, assets: Assets, val_faces, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from pipeline.facenet import FaceEmbedder
+
+    def refuse(self, threads: int):
+        raise RuntimeError("Exception from src/inference/src/dev/plugin.cpp:58:\nstoi")  # as a bad cpuset gives
+
+    monkeypatch.setattr(FaceEmbedder, "_compile", refuse)
+    fallback = FaceEmbedder(assets.facenet_weights, precision="auto")
+    assert (fallback.runtime, fallback.precision) == ("tensorflow", "fp32")
+    assert "OpenVINO could not run FaceNet here (stoi): TensorFlow FP32 instead" in caplog.text
+    faces, _ = val_faces
+    np.testing.assert_allclose(fallback.embed(faces[:4]), embedder.embed(faces[:4]), atol=1e-5)
