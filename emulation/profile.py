@@ -121,12 +121,17 @@ def paper_profile(one_face_per_frame: bool = True) -> Profile:
 FRAME_JPEG_BYTES = (130739, 132125, 137330, 137972, 138894, 139670, 140175, 141483, 142252, 142977, 143275, 143343)
 
 
+def frame_jpeg_bytes() -> Distribution:
+    """What a frame weighs on the wire (Object Detection, the three-stage design)."""
+    return Distribution(tuple(zip(QUANTILES, map(float, FRAME_JPEG_BYTES), strict=True)))
+
+
 def object_detection_profile() -> Profile:
     return Profile(
         name="object-detection",
         compute_ms={"ingest": Distribution.constant(OBJECT_DETECTION.ingest_ms), "detect": Distribution.constant(0.0),
                     "identify": Distribution.constant(OBJECT_DETECTION.detect_ms)},
-        thumbnail_bytes=Distribution(tuple(zip(QUANTILES, map(float, FRAME_JPEG_BYTES), strict=True))),
+        thumbnail_bytes=frame_jpeg_bytes(),
         faces_per_frame={1: 1.0},
         fps=OBJECT_DETECTION.fps,
     )

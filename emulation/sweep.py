@@ -54,6 +54,7 @@ class SweepSpec:
     in_flight: tuple[int, ...] = ()  # closed loop: one point per frames-in-flight count (per factor)
     latency_bound_ms: float | None = None  # runs are also judged by this bound on a quantile of end to end
     latency_bound_quantile: float = 0.99
+    stages: int = 2  # 3: frames through Kafka to emulated detect instances (the paper's Fig. 3a)
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -73,6 +74,8 @@ class SweepSpec:
             raise UserError(f"--in-flight {','.join(map(str, self.in_flight))}: at least 1 frame per stream")
         if self.latency_bound_ms is not None and self.latency_bound_ms <= 0:
             raise UserError(f"--latency-bound {self.latency_bound_ms:g} ms: must be > 0")
+        if self.stages == 3 and self.in_flight:
+            raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
         if not 0 < self.latency_bound_quantile < 1:
             raise UserError(f"--quantile {self.latency_bound_quantile:g}: must be between 0 and 1, e.g. 0.99")
 
@@ -87,7 +90,7 @@ class SweepSpec:
                         duration_s=self.duration_s, factor=factor, profile=self.profile_name, drain_s=drain_s,
                         ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
                         in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
-                        latency_bound_quantile=self.latency_bound_quantile)
+                        latency_bound_quantile=self.latency_bound_quantile, stages=self.stages)
 
     def driver(self) -> Driver:
         return Driver(kafka_client=self.kafka_client, keying=self.keying)
@@ -102,7 +105,9 @@ def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name:
     load = LocalLoad(spec.workload(factor, drain_s, in_flight), spec.driver(), run_name, config.bootstrap_servers,
                      workdir / run_name, events or spec.events, topic_prefix=f"emu-{run_name}-",
                      group=f"emu-{run_name}")
-    kafka.ensure_topics(config, replace(config, faces_partitions=max(3, spec.consumers)).topics(load.topics))
+    partitions = max(3, spec.consumers, spec.producers if spec.stages == 3 else 0)
+    kafka.ensure_topics(config, replace(config, faces_partitions=partitions).topics(load.topics,
+                                                                                   frames=spec.stages == 3))
     return load
 
 
@@ -124,7 +129,9 @@ def delete_topics(config: StackConfig, topics: Topics) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
-    for future in admin.delete_topics([topics.faces, topics.identities, topics.dlq]).values():
+    existing = admin.list_topics(timeout=30).topics
+    names = [name for name in (topics.faces, topics.identities, topics.dlq, topics.frames) if name in existing]
+    for future in (admin.delete_topics(names).values() if names else ()):
         with contextlib.suppress(Exception):  # a topic that is already gone is fine
             future.result(30)
 

@@ -11,6 +11,10 @@ so a producer that falls behind shows up as lateness instead of silently offerin
 (`in_flight`), a stream instead keeps a fixed number of frames between ingest and their last identity and takes
 the next frame as one completes (its `scheduled_ns` is then when it was admitted): the load adapts to the
 pipeline, as a concurrency sweep does.
+
+In the three-stage design (`stages=3`) an instance's ingest thread publishes each frame to the `frames` topic as
+random bytes of a measured JPEG's size (the real `ingest_loop`), and emulated detect instances consume them in a
+group through the real `frames_from_topic` and `detect_loop`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulation.profile import Profile
+from emulation.profile import Distribution, Profile, frame_jpeg_bytes
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
-from pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop
+from pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop, identity_of_process
 from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Match, Topics, decode_identity
 from pipeline.stream import Frame, hand_off, schedule
+from pipeline.three_stage import IngestStats, frames_from_topic, ingest_loop
 from pipeline.transport import Consumer, Producer
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -68,6 +73,16 @@ class EmulatedFaceFinder:
         return [FoundFace((0, 0, 160, 160), 1.0,
                           random_payload(round(self.profile.thumbnail_bytes.sample(self.rng)), self.rng), "synthetic")
                 for _ in range(self.profile.sample_faces(self.rng))]
+
+
+class SyntheticFrames:
+    """The three-stage ingest's frame encoding, emulated: random bytes of a sampled JPEG size, at no CPU cost."""
+
+    def __init__(self, sizes: Distribution, rng: random.Random) -> None:
+        self.sizes, self.rng = sizes, rng
+
+    def __call__(self, rgb: np.ndarray) -> tuple[bytes, str]:
+        return random_payload(round(self.sizes.sample(self.rng)), self.rng), "synthetic"
 
 
 class EmulatedIdentifier:
@@ -175,15 +190,18 @@ def _drain(frames: queue.Queue) -> Iterator[Frame]:
 def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
                            keying: str = DEFAULT_KEYING, seed: int = 0, in_flight: int | None = None,
-                           identities: Consumer | None = None) -> list[DetectStats]:
-    """Run `instances` emulated ingest/detect instances until `should_stop()`, then drain and flush. With
-    `in_flight`, each runs a closed loop whose completions `identities` (a consumer of the run's identities)
-    reports."""
+                           identities: Consumer | None = None, stages: int = 2) -> list[DetectStats | IngestStats]:
+    """Run `instances` emulated ingest/detect instances (`stages` 3: ingest instances publishing frames) until
+    `should_stop()`, then drain and flush. With `in_flight`, each runs a closed loop whose completions `identities`
+    (a consumer of the run's identities) reports."""
     if in_flight is not None and identities is None:
         raise ValueError("a closed loop needs a consumer of the identities")
+    if in_flight is not None and stages == 3:
+        raise ValueError("a closed loop runs two stages")
     stream_ids = [f"{stream_prefix}-{i}" for i in range(instances)]
     windows = {stream_id: FramesInFlight(in_flight) for stream_id in stream_ids} if in_flight else {}
-    stats = [ClosedLoopStats(window=windows.get(stream_id)) for stream_id in stream_ids]
+    stats: list[DetectStats | IngestStats] = [ClosedLoopStats(window=windows.get(stream_id)) if stages == 2
+                                              else IngestStats() for stream_id in stream_ids]
     instances_done = threading.Event()
     threads = []
     for i, stream_id in enumerate(stream_ids):
@@ -192,6 +210,13 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
         threads.append(threading.Thread(target=emulated_ingest, name=f"ingest-{stream_id}", daemon=True,
                                         args=(stream_id, profile, factor, rng, frames, should_stop,
                                               windows.get(stream_id))))
+        if stages == 3:  # the frames go to Kafka; emulated detect instances elsewhere read them
+            threads.append(threading.Thread(
+                target=ingest_loop, name=f"publish-{stream_id}", daemon=True,
+                args=(_drain(frames), producer, sink, run_id, identity_of_process(), topics,
+                      SyntheticFrames(frame_jpeg_bytes(), random.Random(f"{seed}-{stream_id}-f")), factor,
+                      stats[i])))
+            continue
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
             args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
@@ -210,6 +235,40 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
     return stats
 
 
+def _countdown(instances: int, on_ready: Callable[[], None] | None) -> Callable[[], None]:
+    """A callback each instance calls once it has partitions; `on_ready` runs when the last one did."""
+    left, lock = [instances], threading.Lock()
+
+    def instance_ready() -> None:
+        with lock:
+            left[0] -= 1
+            if not left[0] and on_ready is not None:
+                on_ready()
+
+    return instance_ready
+
+
+def run_detector_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
+                           sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
+                           keying: str = DEFAULT_KEYING, seed: int = 0,
+                           on_ready: Callable[[], None] | None = None) -> list[DetectStats]:
+    """The three-stage design's detection, emulated: one instance per consumer of the `frames` topic, each the real
+    `frames_from_topic` into the real `detect_loop` with detection's compute as a sleep, until stopped."""
+    stats = [DetectStats() for _ in consumers]
+    instance_ready = _countdown(len(consumers), on_ready)
+    threads = [threading.Thread(
+        target=detect_loop, name=f"detect-{i}", daemon=True,
+        args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready),
+              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}")), producer, sink, run_id,
+              factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
+        for i, consumer in enumerate(consumers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return stats
+
+
 def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool], max_batch: int = 1,
                            seed: int = 0, stats_out: list[IdentifyStats] | None = None,
@@ -223,14 +282,7 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
-    not_ready = [len(consumers)]
-    lock = threading.Lock()
-
-    def instance_ready() -> None:
-        with lock:
-            not_ready[0] -= 1
-            if not not_ready[0] and on_ready is not None:
-                on_ready()
+    instance_ready = _countdown(len(consumers), on_ready)
 
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,

@@ -5,6 +5,8 @@ order on one partition), and logs the ingest event itself. Detection consumes th
 frame and runs the same `detect_loop` as the two-stage container; its offsets are committed only once the faces of
 the frames before them are acknowledged, so a crash redelivers frames rather than losing them. A record that does
 not decode goes to the dead-letter topic with its reason. Time a frame spends in Kafka shows as `frame_queue`.
+The emulator sends `synthetic` frames instead: random bytes of a measured JPEG's size, which detection does not
+decode.
 """
 
 from __future__ import annotations
@@ -59,9 +61,19 @@ def encode_pixels(rgb: np.ndarray, quality: int = FRAME_JPEG_QUALITY) -> bytes:
     return encoded.tobytes()
 
 
+# How ingestion encodes a frame for the wire: (pixels, encoding of FRAME_ENCODINGS).
+FrameEncoder = Callable[[np.ndarray], tuple[bytes, str]]
+
+
+def jpeg_frames(quality: int = FRAME_JPEG_QUALITY) -> FrameEncoder:
+    return lambda rgb: (encode_pixels(rgb, quality), "jpeg")
+
+
 def decode_pixels(message: FrameMessage) -> np.ndarray:
     import cv2
 
+    if message.meta.encoding == "synthetic":  # the emulator's: only its size and timing matter
+        return np.zeros((message.meta.height, message.meta.width, 3), np.uint8)
     bgr = cv2.imdecode(np.frombuffer(message.pixels, np.uint8), cv2.IMREAD_COLOR)
     if bgr is None or bgr.shape[:2] != (message.meta.height, message.meta.width):
         raise MalformedRecordError(f"frame does not decode as a {message.meta.width}x{message.meta.height} "
@@ -70,19 +82,22 @@ def decode_pixels(message: FrameMessage) -> np.ndarray:
 
 
 def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, run_id: str, where: dict[str, str],
-                topics: Topics = DEFAULT_TOPICS, quality: int = FRAME_JPEG_QUALITY) -> IngestStats:
+                topics: Topics = DEFAULT_TOPICS, encode: FrameEncoder | None = None,
+                acceleration_factor: float = 1.0, stats: IngestStats | None = None) -> IngestStats:
     """Publish every frame (acks=all) and log its ingest event: its compute is decoding, resizing and encoding
     (sending is in its sub-steps, not its compute, as in the two-stage design)."""
-    stats = IngestStats()
+    stats = stats if stats is not None else IngestStats()
+    encode = encode or jpeg_frames()
     for frame in frames:
         watch = Stopwatch()
         watch.add("decode", frame.decode_ms)
         watch.add("resize", frame.resize_ms)
         with watch.time("encode"):
-            pixels = encode_pixels(frame.rgb, quality)
+            pixels, encoding = encode(frame.rgb)
         height, width = frame.rgb.shape[:2]
         meta = FrameMeta(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index, width=width,
-                         height=height, encoding="jpeg", scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
+                         height=height, encoding=encoding, scheduled_ns=frame.scheduled_ns,
+                         captured_ns=frame.captured_ns,
                          ingested_ns=time.time_ns(), decode_ms=frame.decode_ms, resize_ms=frame.resize_ms)
         with watch.time("kafka"):
             key, value, headers = encode_frame(FrameMessage(meta, pixels))
@@ -96,6 +111,7 @@ def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, ru
                             scheduled_ns=frame.scheduled_ns,
                             compute_time_ms=frame.decode_ms + frame.resize_ms + watch.ms["encode"],
                             data_size_bytes=len(value), kafka_client=producer.client_name,
+                            acceleration_factor=acceleration_factor,
                             substeps_ms=watch.with_other((meta.ingested_ns - frame.captured_ns) / 1e6), **where))
     producer.flush(300)
     producer.poll(0)

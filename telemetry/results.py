@@ -77,6 +77,8 @@ class Workload(_Model):
         if self.application == "object-detection" and self.stages == 3:
             raise ValueError("object-detection has two stages (ingest, then detection): stages 3 is Face "
                              "Recognition's")
+        if self.in_flight is not None and self.stages == 3:
+            raise ValueError("a closed loop (in_flight) runs two stages")
         if self.in_flight is not None and self.mode != "emulated":
             raise ValueError("a closed loop (in_flight) is for emulated stages")
         return self

@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="emulated identify (object-detection: detection) instances (default 8; object-detection: "
                             "24, enough for one 30 FPS stream at 687 ms per frame)")
     sweep.add_argument("--processes", type=int, default=2, help="OS processes per side (default 2: two cores)")
+    sweep.add_argument("--stages", type=int, choices=(2, 3), default=2,
+                       help="face-recognition's design: 2 (default) or 3, frames (random bytes of the measured JPEG "
+                            "size) through Kafka to emulated detect instances, one per stream (the paper's Fig. 3a)")
     sweep.add_argument("--brokers", type=int, help="brokers the running stack must have (checked, not started)")
     sweep.add_argument("--profile", help="built-in profile (paper, paper-video, object-detection) or a YAML file "
                                           "(default: the workload's: paper, object-detection)")
@@ -136,8 +139,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     producers.add_argument("--in-flight", type=int, metavar="N",
                            help="closed loop: each stream keeps N frames between ingest and their last identity "
                                 "(default: open loop, fps x factor)")
+    producers.add_argument("--stages", type=int, choices=(2, 3), default=2,
+                           help="3: ingest instances that publish frames (random bytes of a measured JPEG's size) "
+                                "to the frames topic, for emulate-detectors (the paper's Fig. 3a)")
     add_keying(producers)
     producers.set_defaults(func=_emulate_producers)
+
+    detectors = subparsers.add_parser(
+        "emulate-detectors", help="emulated three-stage detect instances (one process): frames -> faces",
+        description="N emulated detect instances, each its own consumer of the frames topic in the group, through "
+                    "the real frame hand-off and detect loop with detection's compute as a sleep.")
+    _stage_options(detectors)
+    detectors.add_argument("--group", default="detect", help="consumer group (default detect)")
+    add_keying(detectors)
+    detectors.set_defaults(func=_emulate_detectors)
 
     consumers = subparsers.add_parser("emulate-consumers", help="emulated identify instances (one process)",
                                       description="M emulated identify instances, each its own consumer in the "
@@ -167,6 +182,8 @@ def _emulate(args: argparse.Namespace) -> int:
                         f"`aitax stack down && aitax stack up --brokers {args.brokers}` first")
     if args.face_scale <= 0 or args.face_scale > 1:
         raise UserError(f"--face-scale {args.face_scale}: must be in (0, 1]")
+    if args.stages == 3 and args.workload == "object-detection":
+        raise UserError("--stages 3 is Face Recognition's design: object-detection already sends every frame")
     workload = WORKLOADS[args.workload]
     profile_name = args.profile or workload.profile
     producers = workload.producers if args.producers is None else args.producers
@@ -181,7 +198,7 @@ def _emulate(args: argparse.Namespace) -> int:
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
                      keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
-                     latency_bound_quantile=args.quantile)
+                     latency_bound_quantile=args.quantile, stages=args.stages)
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
@@ -278,6 +295,8 @@ def _emulate_producers(args: argparse.Namespace) -> int:
 
     if args.in_flight is not None and args.in_flight < 1:
         raise UserError(f"--in-flight {args.in_flight}: at least 1 frame per stream")
+    if args.in_flight is not None and args.stages == 3:
+        raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
     profile, settings, topics = _stage_setup(args)
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
@@ -288,22 +307,55 @@ def _emulate_producers(args: argparse.Namespace) -> int:
     stop = stop_flag()
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(settings.bootstrap, topics=[topics.faces])
+        require_brokers(settings.bootstrap, topics=[topics.faces if args.stages == 2 else topics.frames])
         deadline = time.monotonic() + args.duration if args.duration else float("inf")
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
-                                       keying=args.keying, in_flight=args.in_flight, identities=identities)
+                                       keying=args.keying, in_flight=args.in_flight, identities=identities,
+                                       stages=args.stages)
     finally:
         if identities is not None:
             identities.close()
         sink.close()
         metrics.close()
-    summary = {"frames": sum(s.frames for s in stats), "faces": sum(s.faces for s in stats),
-               "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
-               "failed": sum(len(s.failed) for s in stats)}
+    summary = _summary(stats)
     report(SUMMARY, **summary)
     print(f"emulate-producers: {json.dumps(summary)}", flush=True)
+    return 1 if summary["failed"] else 0
+
+
+def _summary(stats: list) -> dict[str, int]:
+    """What producing instances report: frames, faces (none when they send frames), records acknowledged,
+    bytes, delivery failures."""
+    return {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
+            "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
+            "failed": sum(len(s.failed) for s in stats)}
+
+
+def _emulate_detectors(args: argparse.Namespace) -> int:
+    from emulation.workers import run_detector_instances
+    from ground.children import READY, SUMMARY, report
+    from pipeline.runtime import open_telemetry, stop_flag
+    from pipeline.transport import make_consumer, make_producer
+
+    profile, settings, topics = _stage_setup(args)
+    consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.frames])
+                 for _ in range(args.instances)]
+    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    sink, metrics = open_telemetry(settings, "emulator", f"emulate-detectors-{os.getpid()}")
+    stop = stop_flag()
+    try:
+        stats = run_detector_instances(consumers, producer, profile, args.factor, sink, args.run_id, topics,
+                                       lambda: stop[0], keying=args.keying, on_ready=lambda: report(READY))
+    finally:
+        for client in (*consumers, producer):
+            client.close()
+        sink.close()
+        metrics.close()
+    summary = _summary(stats)
+    report(SUMMARY, **summary)
+    print(f"emulate-detectors: {json.dumps(summary)}", flush=True)
     return 1 if summary["failed"] else 0
 
 

@@ -385,7 +385,7 @@ def _ingest(args: argparse.Namespace) -> int:
     from pipeline.ingest_detect import identity_of_process
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
     from pipeline.schema import FRAMES_TOPIC
-    from pipeline.three_stage import ingest_loop
+    from pipeline.three_stage import ingest_loop, jpeg_frames
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
@@ -403,7 +403,8 @@ def _ingest(args: argparse.Namespace) -> int:
                              max_frames=args.max_frames)
         # On SIGINT/SIGTERM: the frame being read is not sent; every frame sent is flushed.
         stats = ingest_loop(itertools.takewhile(lambda _: not stop[0], frames), producer, sink,
-                            args.run_id or new_run_id(), identity_of_process(), quality=args.frame_quality)
+                            args.run_id or new_run_id(), identity_of_process(),
+                            encode=jpeg_frames(args.frame_quality))
     finally:
         producer.close()
         sink.close()

@@ -42,6 +42,8 @@ class LocalLoad:
             raise UserError("a topic prefix is for emulated runs: the real stages use the pipeline's topics")
         self.workload, self.driver, self.run_id, self.bootstrap = workload, driver, run_id, bootstrap
         self.logs, self.env, self.group = logs, env, group
+        # three stages: the detect processes' group on the frames topic (an emulated run's own, beside its topics)
+        self.detect_group = DETECT_GROUP if workload.mode == "real" else f"{group}-detect"
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
@@ -105,12 +107,16 @@ class LocalLoad:
             self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
             if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
                 self.detectors = [self._spawn(f"detect-{i}", [
-                    "detect", "--group", DETECT_GROUP, "--run-id", self.run_id, "--keying", self.driver.keying])
+                    "detect", "--group", self.detect_group, "--run-id", self.run_id, "--keying", self.driver.keying])
                     for i in range(1, w.producers + 1)]
         else:
             self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
                                                             self.group])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
+            if w.stages == 3:  # one emulated detect instance per stream, as the real run has one detect process each
+                self.detectors = [self._spawn(f"detectors-{i}", [
+                    "emulate-detectors", "--instances", str(n), "--group", self.detect_group, "--keying",
+                    self.driver.keying]) for i, n in enumerate(split(w.producers, w.producer_processes))]
         children.wait_reported(self.consumers + self.detectors, children.READY, READY_TIMEOUT_S[w.mode],
                                f"{w.mode} consumers")
 
@@ -127,7 +133,7 @@ class LocalLoad:
         else:
             self.producers = [self._spawn(f"producers-{i}", [
                 "emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}", "--duration",
-                f"{w.duration_s:g}", "--keying", self.driver.keying,
+                f"{w.duration_s:g}", "--keying", self.driver.keying, "--stages", str(w.stages),
                 *(["--in-flight", str(w.in_flight)] if w.in_flight else [])])
                 for i, n in enumerate(split(w.producers, w.producer_processes))]
 
@@ -157,7 +163,7 @@ class LocalLoad:
                 time.sleep(LAG_POLL_S)
         children.stop(self.producers, max(STOP_TIMEOUT_S, self.workload.drain_s))
         if self.detectors:  # three stages: detection finishes the frames already sent, then flushes and commits
-            self._wait_for_group(DETECT_GROUP, self.topics.frames, self.detectors, self.workload.drain_s)
+            self._wait_for_group(self.detect_group, self.topics.frames, self.detectors, self.workload.drain_s)
             children.stop(self.detectors, STOP_TIMEOUT_S)
 
     def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:

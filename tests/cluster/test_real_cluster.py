@@ -2,8 +2,8 @@
 Services and DNS work, the NetworkPolicies are enforced, faces flow from the demo video to identities with the
 chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
 replicated, a drain stops at the brokers' disruption budget, identify pods crashed and deleted under load lose no
-face, the brokers scale out and back with their partitions, `helm upgrade` switches the release to the emulator,
-and nothing is left behind.
+face, the brokers scale out and back with their partitions, `helm upgrade` switches the release to Object Detection
+and then to the emulator, and nothing is left behind.
 
 The tests run in file order on one release: each leaves it serving faces for the next."""
 
@@ -248,6 +248,31 @@ def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, 
     assert _brokers_holding(cluster, release, "faces") == {0, 1, 2}
     _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
     assert len(_pods(cluster, "app.kubernetes.io/component=kafka")) == 3
+
+
+def test_helm_upgrade_runs_object_detection_on_the_demo_video(cluster: RealCluster, release: str) -> None:
+    """`workload: object-detection` (the paper's Sec. 6) on the same brokers: ingest pods publish every frame,
+    detect-objects pods (CenterNet from the image) answer each on `detections`, and no pod reads faces."""
+    helm(cluster, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set",
+         "workload=object-detection", "--wait", "--timeout", "10m")
+    _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component in (ingest-detect,identify)"), 180,
+              "the face stages' pods gone")
+    running = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"]
+                     for p in _pods(cluster, "app.kubernetes.io/component in (ingest,detect-objects)")
+                     if p["status"]["phase"] == "Running")
+    assert running == ["detect-objects", "ingest"]
+
+    def detections() -> int:
+        ends = _kafka_tool(cluster, release, "org.apache.kafka.tools.GetOffsetShell", "--topic", "detections")
+        return sum(int(line.rsplit(":", 1)[1]) for line in ends.splitlines() if line.startswith("detections:"))
+
+    _wait_for(lambda: detections() >= 100, 300, "100 frames answered on detections")
+    answered = _kafka_tool(cluster, release, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--topic",
+                           "detections", "--from-beginning", "--max-messages", "100", "--timeout-ms", "60000")
+    frames = [json.loads(line) for line in answered.splitlines() if line.startswith("{")]
+    assert len(frames) == 100 and all(frame["schema_version"] == 4 for frame in frames)
+    labels = {found["label"] for frame in frames for found in frame["objects"]}
+    assert "person" in labels, labels  # the demo video is people's faces
 
 
 def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster, release: str) -> None:

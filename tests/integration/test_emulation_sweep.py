@@ -93,3 +93,23 @@ def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: 
         assert max(held) == 2, stream
     # Open loop at 4x would offer 2 x 40 faces/s; the closed loop takes only what completes.
     assert 5 < result.achieved_faces_per_s < 60
+
+
+def test_three_stages_send_frames_through_kafka_to_emulated_detect_instances(
+        stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
+    """The paper's Fig. 3a emulated: ingest instances publish frame-sized records to the run's frames topic, one
+    emulated detect instance per stream reads them, faces reach identify as in two stages."""
+    from emulation.profile import FRAME_JPEG_BYTES
+
+    spec = replace(_spec(producers=2, consumers=4), stages=3)
+    load = emulated_load(spec, stack, 1.0, unique_name, tmp_path)
+    result = run_load(load, offered_faces_per_s=spec.offered_faces_per_s(1.0), stack=stack)
+    delete_topics(stack, load.topics)
+    assert result.stable, result.verdict.reasons
+    assert result.workload.stages == 3 and result.process_failures == []
+    assert result.identified_faces == result.produced_faces >= 100  # 2 streams x 10 faces/s x 8 s, less start-up
+    assert set(load.pids()) == {"the emulator's producers", "the emulator's consumers", "detect"}
+    # Each frame waits in Kafka between ingest and detect now; the brokers write frames, not only thumbnails.
+    assert result.latency is not None and result.latency.breakdown_ms["frame_queue"] > 0.5
+    frame_bytes = 2 * 10 * min(FRAME_JPEG_BYTES)
+    assert result.resources is not None and result.resources.broker_disk_write_bytes_per_s > frame_bytes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from pipeline.schema import FrameMessage, FrameMeta, encode_frame
+from pipeline.schema import FrameMessage, FrameMeta, decode_frame, encode_frame
 from pipeline.three_stage import decode_pixels, encode_pixels, frames_from_topic
 from pipeline.transport import Record
 
@@ -81,3 +81,32 @@ def test_pixels_round_trip() -> None:
     meta = FrameMeta(run_id="r", stream_id="s", frame_index=0, width=64, height=48, encoding="jpeg",
                      scheduled_ns=0, captured_ns=0, ingested_ns=0, decode_ms=0.0, resize_ms=0.0)
     assert np.abs(decode_pixels(FrameMessage(meta, encode_pixels(rgb))).astype(int) - rgb).max() <= 3
+
+
+def test_the_emulators_frames_are_measured_jpeg_sizes_of_random_bytes_never_decoded() -> None:
+    """The emulated three-stage ingest sends what a frame weighs, not what it shows; detection takes it as is."""
+    import random
+
+    from emulation.profile import FRAME_JPEG_BYTES, frame_jpeg_bytes
+    from emulation.workers import SyntheticFrames
+    from pipeline.stream import Frame
+    from pipeline.three_stage import ingest_loop
+    from telemetry.sinks import NullSink
+
+    sent: list[tuple[str, bytes, dict]] = []
+
+    class Producer(FakeProducer):
+        def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+            sent.append((topic, value, headers))
+
+        def flush(self, timeout_s: float = 30.0) -> int:
+            return 0
+
+    frames = [Frame("s-0", i, np.zeros((1, 1, 3), np.uint8), 1, 2, 3.0, 0.0, 0) for i in range(50)]
+    stats = ingest_loop(frames, Producer(Log()), NullSink(), "r", {},
+                        encode=SyntheticFrames(frame_jpeg_bytes(), random.Random(1)))
+    assert stats.frames == 50 and {topic for topic, _, _ in sent} == {"frames"}
+    assert all(min(FRAME_JPEG_BYTES) <= len(value) <= max(FRAME_JPEG_BYTES) for _, value, _ in sent)
+    assert len({value[:64] for _, value, _ in sent}) > 40  # random bytes, not one buffer again and again
+    message = decode_frame(sent[0][1], sent[0][2])
+    assert message.meta.encoding == "synthetic" and decode_pixels(message).shape == (1, 1, 3)
