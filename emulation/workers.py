@@ -262,11 +262,15 @@ def run_detector_instances(consumers: list[Consumer], producer: Producer, profil
               EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}")), producer, sink, run_id,
               factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
         for i, consumer in enumerate(consumers)]
+    _start_and_join(threads)
+    return stats
+
+
+def _start_and_join(threads: list[threading.Thread]) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return stats
 
 
 def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
@@ -290,8 +294,5 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
               should_stop, max_batch, 0.2, factor, stats[i], topics),
         kwargs={"on_ready": instance_ready})
         for i, consumer in enumerate(consumers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _start_and_join(threads)
     return stats

@@ -200,10 +200,17 @@ _FRAME_META_TYPES: dict[str, type | tuple[type, ...]] = {
 assert set(_FRAME_META_TYPES) == {f.name for f in fields(FrameMeta)}
 
 
-def encode_frame(message: FrameMessage) -> tuple[bytes, bytes, dict[str, bytes]]:
-    """(key, value, headers): keyed by stream, so a stream's frames stay in order on one partition."""
+# How `frames` records are keyed: stream (a stream's frames in order on one partition, so one detect process per
+# stream) or frame (a stream's frames spread over every partition: Object Detection answers each frame on its own,
+# so one stream can keep many detection processes busy).
+FRAME_KEYINGS = ("stream", "frame")
+
+
+def encode_frame(message: FrameMessage, keying: str = "stream") -> tuple[bytes, bytes, dict[str, bytes]]:
+    """(key, value, headers), keyed as FRAME_KEYINGS says."""
     meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()
-    return message.meta.stream_id.encode(), message.pixels, {SCHEMA_HEADER: _VERSION_BYTES, META_HEADER: meta}
+    key = message.meta.stream_id if keying == "stream" else f"{message.meta.stream_id}/{message.meta.frame_index}"
+    return key.encode(), message.pixels, {SCHEMA_HEADER: _VERSION_BYTES, META_HEADER: meta}
 
 
 def decode_frame(value: bytes | None, headers: dict[str, bytes]) -> FrameMessage:

@@ -83,7 +83,8 @@ def decode_pixels(message: FrameMessage) -> np.ndarray:
 
 def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, run_id: str, where: dict[str, str],
                 topics: Topics = DEFAULT_TOPICS, encode: FrameEncoder | None = None,
-                acceleration_factor: float = 1.0, stats: IngestStats | None = None) -> IngestStats:
+                acceleration_factor: float = 1.0, stats: IngestStats | None = None,
+                keying: str = "stream") -> IngestStats:
     """Publish every frame (acks=all) and log its ingest event: its compute is decoding, resizing and encoding
     (sending is in its sub-steps, not its compute, as in the two-stage design)."""
     stats = stats if stats is not None else IngestStats()
@@ -100,7 +101,7 @@ def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, ru
                          captured_ns=frame.captured_ns,
                          ingested_ns=time.time_ns(), decode_ms=frame.decode_ms, resize_ms=frame.resize_ms)
         with watch.time("kafka"):
-            key, value, headers = encode_frame(FrameMessage(meta, pixels))
+            key, value, headers = encode_frame(FrameMessage(meta, pixels), keying)
             producer.send(topics.frames, value, key=key, headers=headers, on_delivery=stats.on_delivery)
             producer.poll(0)
         stats.frames += 1

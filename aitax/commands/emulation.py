@@ -288,7 +288,6 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _emulate_producers(args: argparse.Namespace) -> int:
     from emulation.workers import run_producer_instances
-    from ground.children import SUMMARY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
@@ -319,23 +318,25 @@ def _emulate_producers(args: argparse.Namespace) -> int:
             identities.close()
         sink.close()
         metrics.close()
-    summary = _summary(stats)
+    return _report_produced("emulate-producers", stats)
+
+
+def _report_produced(command: str, stats: list) -> int:
+    """Report and print what producing instances did (frames, faces: none when they send frames, records
+    acknowledged, bytes, delivery failures); exit 1 on a failed delivery."""
+    from ground.children import SUMMARY, report
+
+    summary = {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
+               "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
+               "failed": sum(len(s.failed) for s in stats)}
     report(SUMMARY, **summary)
-    print(f"emulate-producers: {json.dumps(summary)}", flush=True)
+    print(f"{command}: {json.dumps(summary)}", flush=True)
     return 1 if summary["failed"] else 0
-
-
-def _summary(stats: list) -> dict[str, int]:
-    """What producing instances report: frames, faces (none when they send frames), records acknowledged,
-    bytes, delivery failures."""
-    return {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
-            "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
-            "failed": sum(len(s.failed) for s in stats)}
 
 
 def _emulate_detectors(args: argparse.Namespace) -> int:
     from emulation.workers import run_detector_instances
-    from ground.children import READY, SUMMARY, report
+    from ground.children import READY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
@@ -353,10 +354,7 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
             client.close()
         sink.close()
         metrics.close()
-    summary = _summary(stats)
-    report(SUMMARY, **summary)
-    print(f"emulate-detectors: {json.dumps(summary)}", flush=True)
-    return 1 if summary["failed"] else 0
+    return _report_produced("emulate-detectors", stats)
 
 
 def _emulate_consumers(args: argparse.Namespace) -> int:

@@ -95,6 +95,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "keyed by stream; `aitax detect` processes consume them. The paper's three-stage design.")
     _add_video_source(ingest_only)
     ingest_only.add_argument("--frame-quality", type=int, default=90, help="JPEG quality of frames (default 90)")
+    ingest_only.add_argument("--keying", choices=("stream", "frame"), default="stream",
+                             help="stream (default): a stream's frames in order on one partition, for one detect "
+                                  "process; frame: spread over every partition, so many detect-objects processes "
+                                  "share one stream")
     add_kafka_options(ingest_only)
     ingest_only.set_defaults(func=_ingest)
 
@@ -404,7 +408,7 @@ def _ingest(args: argparse.Namespace) -> int:
         # On SIGINT/SIGTERM: the frame being read is not sent; every frame sent is flushed.
         stats = ingest_loop(itertools.takewhile(lambda _: not stop[0], frames), producer, sink,
                             args.run_id or new_run_id(), identity_of_process(),
-                            encode=jpeg_frames(args.frame_quality))
+                            encode=jpeg_frames(args.frame_quality), keying=args.keying)
     finally:
         producer.close()
         sink.close()
@@ -419,78 +423,64 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _detect(args: argparse.Namespace) -> int:
-    from ground.children import READY, SUMMARY, report
-    from pipeline.ingest_detect import FaceRecords, detect_loop
-    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
-    from pipeline.schema import FRAMES_TOPIC
-    from pipeline.three_stage import ReceivedFrames, frames_from_topic
-    from pipeline.transport import make_consumer, make_producer
+    from pipeline.ingest_detect import FaceRecords
+    from pipeline.schema import FACES_TOPIC
 
     settings = stage_settings(args)
     find_faces = _face_finder(args, settings.bootstrap)
-    stop = stop_flag()
-    consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FRAMES_TOPIC])
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
-    sink, metrics = open_telemetry(settings, "detect", f"detect-{os.getpid()}")
-    received = ReceivedFrames()
-    try:
-        # `aitax run` starts ingestion once every detect process has its partitions.
-        frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
-                                   received=received)
-        stats = detect_loop(frames, find_faces, producer, sink, args.run_id or new_run_id(),
-                            publication=FaceRecords(args.keying), ingest_events=False)
-    finally:
-        consumer.close()
-        producer.close()
-        sink.close()
-        metrics.close()
-    report(SUMMARY, frames=stats.frames, faces=stats.faces, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
-           failed=len(stats.failed), dead_letters=received.dead_letters)
-    print(f"detect: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
-          f"{received.dead_letters} dead letters")
-    if stats.failed or stats.acknowledged != stats.records:
-        raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
-    return 0
+    return _detect_frames(args, settings, find_faces, FaceRecords(args.keying), "detect", FACES_TOPIC, "faces")
 
 
 def _detect_objects(args: argparse.Namespace) -> int:
-    from ground.children import READY, SUMMARY, report
     from pipeline.facenet import set_tf_threads
-    from pipeline.ingest_detect import detect_loop
     from pipeline.objects import ObjectDetector, ObjectRecords
-    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
-    from pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
-    from pipeline.three_stage import ReceivedFrames, frames_from_topic
-    from pipeline.transport import make_consumer, make_producer
+    from pipeline.schema import DETECTIONS_TOPIC
     from pipeline.transport.admin import require_brokers
 
     settings = stage_settings(args)
     require_brokers(settings.bootstrap)
     set_tf_threads(args.threads, 1)
     detector = ObjectDetector(min_score=args.min_score)
+    return _detect_frames(args, settings, detector, ObjectRecords(), "detect-objects", DETECTIONS_TOPIC, "objects")
+
+
+def _detect_frames(args: argparse.Namespace, settings, find, publication, process: str, out_topic: str,
+                   found: str) -> int:
+    """Detection apart from ingestion (three stages, Object Detection): the `frames` topic in group `args.group`,
+    `find` on each frame, the `publication`'s records on `out_topic`, until signalled; then its summary (what it
+    `found`: faces or objects). Every record must be acknowledged."""
+    from ground.children import READY, SUMMARY, report
+    from pipeline.ingest_detect import detect_loop
+    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from pipeline.schema import FRAMES_TOPIC
+    from pipeline.three_stage import ReceivedFrames, frames_from_topic
+    from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
+
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FRAMES_TOPIC])
     producer = make_producer(settings.kafka_client, settings.bootstrap)
-    sink, metrics = open_telemetry(settings, "detect", f"detect-objects-{os.getpid()}")
+    sink, metrics = open_telemetry(settings, "detect", f"{process}-{os.getpid()}")
     received = ReceivedFrames()
     try:
-        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, DETECTIONS_TOPIC])
-        # `aitax run` starts ingestion once every detect-objects process has its partitions.
+        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
+        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, out_topic])
+        # `aitax run` starts ingestion once every detect process has its partitions.
         frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
                                    received=received)
-        stats = detect_loop(frames, detector, producer, sink, args.run_id or new_run_id(),
-                            publication=ObjectRecords(), ingest_events=False)
+        stats = detect_loop(frames, find, producer, sink, args.run_id or new_run_id(), publication=publication,
+                            ingest_events=False)
     finally:
         consumer.close()
         producer.close()
         sink.close()
         metrics.close()
-    report(SUMMARY, frames=stats.frames, objects=stats.faces, acknowledged=stats.acknowledged,
+    report(SUMMARY, frames=stats.frames, **{found: stats.faces}, acknowledged=stats.acknowledged,
            bytes=stats.bytes_sent, failed=len(stats.failed), dead_letters=received.dead_letters)
-    print(f"detect-objects: {stats.frames} frames, {stats.faces} objects, {stats.acknowledged} acknowledged, "
+    print(f"{process}: {stats.frames} frames, {stats.faces} {found}, {stats.acknowledged} acknowledged, "
           f"{received.dead_letters} dead letters")
     if stats.failed or stats.acknowledged != stats.records:
-        raise UserError(f"{len(stats.failed)} detections record(s) not acknowledged by the brokers: "
+        raise UserError(f"{len(stats.failed)} {out_topic} record(s) not acknowledged by the brokers: "
                         f"{stats.failed[:1]}")
     return 0
 

@@ -123,6 +123,7 @@ def _frame_record(**changes) -> tuple[bytes, dict[str, bytes]]:
                      scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=4.5, resize_ms=1.25)
     key, value, headers = encode_frame(FrameMessage(meta, b"\xff\xd8frame"))
     assert key == b"cam-3"  # a stream's frames in order, on one partition
+    assert encode_frame(FrameMessage(meta, b"\xff\xd8frame"), "frame")[0] == b"cam-3/7"  # spread frame by frame
     raw = {**json.loads(headers[META_HEADER]), **changes}
     return value, {**headers, META_HEADER: json.dumps(raw).encode()}
 
