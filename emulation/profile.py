@@ -80,6 +80,9 @@ class Profile:
     thumbnail_bytes: Distribution
     faces_per_frame: dict[int, float]  # face count -> probability
     fps: float = STREAM_FPS  # frames per second per stream
+    # object-detection: every frame one "face" of a frame's size, detection where identify stands (the paper's
+    # Sec. 6 on Face Recognition's loops); its sweeps print the paper's Object Detection figures
+    application: str = "face-recognition"
 
     def mean_faces_per_frame(self) -> float:
         return sum(count * p for count, p in self.faces_per_frame.items())
@@ -96,11 +99,11 @@ class Profile:
         """Thumbnails `face_scale` times the size (the paper's Fig. 15c: 1/2, 1/4, 1/8)."""
         points = tuple((q, max(1.0, v * face_scale)) for q, v in self.thumbnail_bytes.points)
         return Profile(f"{self.name}@faces{face_scale:g}", self.compute_ms, Distribution(points),
-                       self.faces_per_frame, self.fps)
+                       self.faces_per_frame, self.fps, self.application)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump({
-            "version": PROFILE_VERSION, "name": self.name, "fps": self.fps,
+            "version": PROFILE_VERSION, "name": self.name, "application": self.application, "fps": self.fps,
             "compute_ms": {stage: [list(p) for p in d.points] for stage, d in self.compute_ms.items()},
             "thumbnail_bytes": [list(p) for p in self.thumbnail_bytes.points],
             "faces_per_frame": dict(self.faces_per_frame),
@@ -134,6 +137,7 @@ def object_detection_profile() -> Profile:
         thumbnail_bytes=frame_jpeg_bytes(),
         faces_per_frame={1: 1.0},
         fps=OBJECT_DETECTION.fps,
+        application="object-detection",
     )
 
 
@@ -182,6 +186,7 @@ class ProfileFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
+    application: Literal["face-recognition", "object-detection"] = "face-recognition"
     fps: float = Field(STREAM_FPS, gt=0)  # frames per second per stream
     compute_ms: dict[Literal["ingest", "detect", "identify"], QuantilePoints]
     thumbnail_bytes: QuantilePoints
@@ -204,7 +209,8 @@ class ProfileFile(BaseModel):
 
     def profile(self) -> Profile:
         return Profile(self.name, {stage: Distribution(tuple(points)) for stage, points in self.compute_ms.items()},
-                       Distribution(tuple(self.thumbnail_bytes)), dict(self.faces_per_frame), self.fps)
+                       Distribution(tuple(self.thumbnail_bytes)), dict(self.faces_per_frame), self.fps,
+                       self.application)
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -263,4 +269,4 @@ def _object_detection_profile(events: list[dict], name: str) -> Profile:
     return Profile(name, {"ingest": Distribution.from_samples([e["compute_time_ms"] for e in ingest]),
                           "detect": Distribution.constant(0.0), "identify": Distribution.from_samples(detect)},
                    Distribution.from_samples([e["data_size_bytes"] for e in ingest if e.get("data_size_bytes")]),
-                   {1: 1.0}, float(np.median(rates)) if rates else OBJECT_DETECTION.fps)
+                   {1: 1.0}, round(float(np.median(rates)), 3) if rates else OBJECT_DETECTION.fps, "object-detection")

@@ -90,7 +90,8 @@ class SweepSpec:
                         duration_s=self.duration_s, factor=factor, profile=self.profile_name, drain_s=drain_s,
                         ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
                         in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
-                        latency_bound_quantile=self.latency_bound_quantile, stages=self.stages)
+                        latency_bound_quantile=self.latency_bound_quantile, stages=self.stages,
+                        application=self.profile.application)
 
     def driver(self) -> Driver:
         return Driver(kafka_client=self.kafka_client, keying=self.keying)

@@ -57,8 +57,9 @@ class LocalLoad:
 
     @property
     def objects(self) -> bool:
-        """Object Detection: frames from ingest processes to detect-objects consumers, no faces."""
-        return self.workload.application == "object-detection"
+        """Real Object Detection: frames from ingest processes to detect-objects consumers, no faces. (The emulator
+        replays Object Detection on Face Recognition's loops and topics.)"""
+        return self.workload.application == "object-detection" and self.workload.mode == "real"
 
     @property
     def frames_through_kafka(self) -> bool:

@@ -64,6 +64,8 @@ def test_profile_round_trips_through_yaml(tmp_path: Path) -> None:
     loaded = load_profile(str(path))
     assert loaded.faces_per_frame == pytest.approx(load_profile("paper-video").faces_per_frame)
     assert loaded.compute_ms["ingest"].mean() == 18.8
+    path.write_text(load_profile("object-detection").to_yaml())
+    assert load_profile(str(path)) == load_profile("object-detection")  # its application and rate included
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -117,6 +119,7 @@ def test_a_profile_from_an_object_detection_run_puts_detection_where_identificat
     assert profile.compute_ms["identify"].quantile(0.5) == pytest.approx(35.0)
     assert profile.thumbnail_bytes.mean() == 140_000 and profile.faces_per_frame == {1: 1.0}
     assert profile.fps == pytest.approx(30.0)  # the stream's own rate, from its schedule
+    assert profile.application == "object-detection"  # its sweeps print the paper's Object Detection figures
     with pytest.raises(UserError, match="0 ingest and 31 detect events"):
         derive_profile([e for e in events if e["stage"] != "ingest"], "od")
 
