@@ -25,6 +25,7 @@ from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
 from emulation.sweep import SweepSpec, delete_topics, emulated_load
+from ground.daemons import poll_until
 from ground.paths import aitax_home
 from pipeline.schema import Topics
 
@@ -215,11 +216,8 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
                          drain_s=DRAIN_S)
     context = Context(config, load, [])
     run = run_load(load, disruption=lambda: disrupt(context))
+    poll_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), 60, interval_s=1.0)
     health = kafka.cluster_health(config)
-    deadline = time.monotonic() + 60
-    while not health.healthy(config.node_ids) and time.monotonic() < deadline:
-        time.sleep(1)
-        health = kafka.cluster_health(config)
     context.notes.extend(run.notes)
     if run.process_failures:
         context.notes.append(_failure_note(run.process_failures))
@@ -317,9 +315,7 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
                              workdir, drain_s=180)
 
         def fill_then_grow() -> None:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and all(shutil.disk_usage(d).free > 1 << 20 for d in log_dirs):
-                time.sleep(0.5)
+            poll_until(lambda: any(shutil.disk_usage(d).free <= 1 << 20 for d in log_dirs), 60)
             notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started")
             time.sleep(5)
             dead = [n for n in config.node_ids if not port_is_open(config.broker_port(n))]

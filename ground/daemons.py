@@ -8,8 +8,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
@@ -18,6 +20,7 @@ from ground.errors import UserError
 # Up to what age an empty command line (a process still inside execve) is waited out before the PID counts as
 # foreign.
 EXEC_GRACE_S = 10.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,25 @@ def require_free_port(port: int, what: str) -> None:
         raise UserError(f"port {port} ({what}) is already in use by another process; stop it or set AITAX_PORT_BASE")
 
 
+def poll_until(condition: Callable[[], T], timeout_s: float, interval_s: float = 0.5) -> T:
+    """`condition()` every `interval_s` until it returns something true or `timeout_s` has passed; its last value
+    (false on a timeout: the caller decides whether that is an error)."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()) and time.monotonic() < deadline:
+        time.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))
+    return result
+
+
 def wait_until(predicate, timeout_s: float, what: str, process: ManagedProcess | None = None) -> None:
     """Poll `predicate` until true; fail with the component's last log lines if it dies or times out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         if predicate():
-            return
+            return True
         if process is not None and not process.is_running():
             raise UserError(f"{what} exited during start-up; see {process.log_file}: {process.log_tail(3)}")
-        time.sleep(0.5)
-    raise UserError(f"{what} not healthy after {timeout_s:.0f} s; see {process.log_file if process else 'its log'}")
+        return False
+
+    if not poll_until(healthy, timeout_s):
+        raise UserError(f"{what} not healthy after {timeout_s:.0f} s; see "
+                        f"{process.log_file if process else 'its log'}")

@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.daemons import ManagedProcess, port_is_open, require_free_port, wait_until
+from ground.daemons import ManagedProcess, poll_until, port_is_open, require_free_port, wait_until
 from ground.errors import UserError
 from ground.paths import PROJECT_ROOT, aitax_home
 
@@ -206,6 +205,14 @@ class LocalControlPlane:
         for process in reversed(self.processes):
             process.stop(timeout_s=20)
 
+    def apply_when_accepted(self, manifest: Path, timeout_s: float) -> None:
+        """`kubectl apply` until the API server takes it: it may still be installing its built-in RBAC roles for
+        a few seconds after /readyz. A refusal that outlasts `timeout_s` is kubectl's own error."""
+        accepted = poll_until(lambda: self.kubectl("apply", "-f", str(manifest), check=False).returncode == 0,
+                              timeout_s, interval_s=1.0)
+        if not accepted:
+            self.kubectl("apply", "-f", str(manifest))
+
     def kubectl(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
         result = subprocess.run([str(tool("kubectl")), f"--kubeconfig={self.kubeconfig}", *args],
                                 capture_output=True, text=True, timeout=timeout_s)
@@ -337,12 +344,7 @@ status:
 """ for index in range(self.nodes))
         manifest = self.home / "nodes.yaml"
         manifest.write_text(nodes + "\n---\n" + STORAGE_CLASS)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        # The API server may still be installing its built-in RBAC roles for a few seconds after /readyz.
-        while self.kubectl("apply", "-f", str(manifest), check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                self.kubectl("apply", "-f", str(manifest))
-            time.sleep(1)
+        self.apply_when_accepted(manifest, START_TIMEOUT_S)
         wait_until(self._nodes_ready, START_TIMEOUT_S, f"{self.nodes} kwok nodes", self._process("kwok"))
 
     def _nodes_ready(self) -> bool:

@@ -21,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import psutil
 
 from aitax.cluster import images
 from aitax.cluster.k8s import SERVICE_CIDR, LocalControlPlane, tool
-from ground.daemons import ManagedProcess, port_is_open, wait_until
+from ground.daemons import ManagedProcess, poll_until, port_is_open, wait_until
 from ground.errors import UserError
 from ground.paths import aitax_home
 
@@ -349,11 +348,7 @@ provisioner: aitax.local/host-path
 reclaimPolicy: Delete
 volumeBindingMode: WaitForFirstConsumer
 """)
-        deadline = time.monotonic() + 60
-        while self.kubectl("apply", "-f", str(manifest), check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                self.kubectl("apply", "-f", str(manifest))
-            time.sleep(1)
+        self.apply_when_accepted(manifest, 60)
 
     def _node_ready(self) -> bool:
         result = self.kubectl("get", "node", NODE_NAME, "-o",
@@ -374,9 +369,7 @@ volumeBindingMode: WaitForFirstConsumer
             self._process("kube-controller-manager").stop(timeout_s=20)  # no replacement pods from here on
             self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
                          "--wait=false", check=False)
-            deadline = time.monotonic() + POD_TEARDOWN_TIMEOUT_S
-            while time.monotonic() < deadline and self._running_tasks():
-                time.sleep(1)
+            poll_until(lambda: not self._running_tasks(), POD_TEARDOWN_TIMEOUT_S, interval_s=1.0)
         for process in reversed(self.processes):
             process.stop(timeout_s=20)
         self._sweep()

@@ -9,11 +9,11 @@ measured as broker wait; producers then offer the workload's load. Children repo
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ground import children
+from ground.daemons import poll_until
 from ground.errors import UserError
 from pipeline.schema import DEFAULT_TOPICS, Topics
 from telemetry.results import Driver, Workload
@@ -161,9 +161,8 @@ class LocalLoad:
         """End the offered load: emulated producers stop by themselves after the duration; real ones loop a
         video, so they are told to stop. Either way each flushes and waits for its acknowledgements."""
         if self.workload.mode == "emulated" and not interrupted:
-            deadline = time.monotonic() + self.workload.duration_s + PRODUCER_SLACK_S
-            while any(c.running() for c in self.producers) and time.monotonic() < deadline:
-                time.sleep(LAG_POLL_S)
+            poll_until(lambda: not any(c.running() for c in self.producers),
+                       self.workload.duration_s + PRODUCER_SLACK_S, LAG_POLL_S)
         children.stop(self.producers, max(STOP_TIMEOUT_S, self.workload.drain_s))
         if self.detectors:  # three stages: detection finishes the frames already sent, then flushes and commits
             self._wait_for_group(self.detect_group, self.topics.frames, self.detectors, self.workload.drain_s)
@@ -180,13 +179,16 @@ class LocalLoad:
                         on_lag: Callable[[int], None] = lambda _: None) -> int:
         from pipeline.transport.admin import group_lag
 
-        deadline = time.monotonic() + timeout_s
-        backlog = group_lag(self.bootstrap, group, topic)
-        while backlog > 0 and time.monotonic() < deadline and any(c.running() for c in members):
-            on_lag(backlog)
-            time.sleep(LAG_POLL_S)
-            backlog = group_lag(self.bootstrap, group, topic)
-        return backlog
+        backlog = [0]
+
+        def caught_up() -> bool:  # or every member gone: nobody is left to catch up
+            backlog[0] = group_lag(self.bootstrap, group, topic)
+            if backlog[0]:
+                on_lag(backlog[0])
+            return not backlog[0] or not any(c.running() for c in members)
+
+        poll_until(caught_up, timeout_s, LAG_POLL_S)
+        return backlog[0]
 
     def stop(self) -> None:
         children.stop(self.producers + self.detectors + self.consumers, STOP_TIMEOUT_S)

@@ -21,6 +21,7 @@ from aitax.cluster.demo import CHART, helm, identified_faces
 from aitax.cluster.node import NODE_NAME, RealCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
 from aitax.experiment.spec import parse_spec
+from ground.daemons import poll_until
 from tests.cluster.conftest import NAMESPACE
 
 pytestmark = pytest.mark.cluster
@@ -36,9 +37,7 @@ def _exec(cluster: RealCluster, target: str, *command: str) -> str:
 
 
 def _wait_for(condition, timeout_s: float, what: str, poll_s: float = 3.0):
-    deadline = time.monotonic() + timeout_s
-    while not (result := condition()) and time.monotonic() < deadline:
-        time.sleep(poll_s)
+    result = poll_until(condition, timeout_s, poll_s)
     assert result, f"{what}: not within {timeout_s:.0f} s"
     return result
 

@@ -13,6 +13,7 @@ import pytest
 
 from ground import daemons as procs
 from ground.daemons import ManagedProcess
+from ground.errors import UserError
 
 
 def _managed(tmp_path: Path, marker: str) -> ManagedProcess:
@@ -73,3 +74,17 @@ def test_an_old_process_without_a_command_line_is_refused_at_once(tmp_path: Path
     started = time.monotonic()
     assert _managed(tmp_path, "/state/k8s").pid() is None
     assert time.monotonic() - started < procs.EXEC_GRACE_S / 2
+
+
+def test_poll_until_returns_the_first_true_value_or_the_last_false_one_at_the_deadline() -> None:
+    answers = iter([0, None, 7, 8])
+    assert procs.poll_until(lambda: next(answers), 5, interval_s=0.01) == 7  # stops at the first true value
+    calls = []
+    started = time.monotonic()
+    assert procs.poll_until(lambda: calls.append(1) or 0, 0.2, interval_s=0.05) == 0
+    assert 0.2 <= time.monotonic() - started < 1.0 and len(calls) >= 3
+
+
+def test_wait_until_names_a_component_that_died_or_never_got_healthy(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="broker not healthy after 0 s"):
+        procs.wait_until(lambda: False, 0.1, "broker")
