@@ -119,11 +119,23 @@ def print_result(result: RunResult) -> None:
     """The run in a few lines, then each condition of its verdict and whether it held."""
     latency = result.latency
     offered = "" if result.offered_faces_per_s is None else f" of {result.offered_faces_per_s:.1f} offered"
-    print(f"run {result.run_id}: {result.produced_faces} faces acknowledged, {result.identified_faces} identified "
-          f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} faces/s")
+    # Object Detection's results count frames, each answered by its detections
+    unit, done = ("frames", "answered") if result.workload.application == "object-detection" else ("faces",
+                                                                                                     "identified")
+    print(f"run {result.run_id}: {result.produced_faces} {unit} acknowledged, {result.identified_faces} {done} "
+          f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} {unit}/s")
     if latency is not None:
         print(f"  end to end (from the schedule) mean {latency.mean_ms:.0f} ms, p50 {latency.p50_ms:.0f} ms, "
               f"p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} of it")
+    if latency is not None and result.workload.application == "object-detection":
+        from ground.paper import OBJECT_DETECTION
+
+        steps = latency.breakdown_ms
+        print(f"  per frame: ingest {steps['ingest']:.1f} ms, broker wait {steps['broker_wait']:.0f} ms, detection "
+              f"{steps['identify']:.1f} ms (paper's Object Detection at 1x: ingest {OBJECT_DETECTION.ingest_ms:g} "
+              f"ms, broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms, Faster R-CNN "
+              f"{OBJECT_DETECTION.detect_ms:.0f} ms; {OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS from "
+              f"{OBJECT_DETECTION.producers} streams)")
     if result.resources is not None:
         print(f"  saturated: {result.resources.saturated}")
     for condition in result.verdict.conditions:
