@@ -320,6 +320,16 @@ def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> No
     assert ingest[ingest.index("--keying") + 1] == "frame"  # one stream's frames shared by every detect-objects pod
     detect = _named(objects, "Deployment", "-detect-objects")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert detect == ["detect-objects", "--min-score", "0.4", "--threads", "1"]
+    emulated = render(CHART / "ci" / "emulated-values.yaml", sets=("stages=3",))
+    deployments = {d["metadata"]["name"]: d for d in _by_kind(emulated, "Deployment")}
+    assert set(deployments) == {"t-aitax-emulate-producers", "t-aitax-emulate-detectors", "t-aitax-emulate-consumers"}
+    args = {name: d["spec"]["template"]["spec"]["containers"][0]["args"] for name, d in deployments.items()}
+    assert args["t-aitax-emulate-producers"][-2:] == ["--stages", "3"]
+    # one emulated detect instance per emulated stream
+    assert (deployments["t-aitax-emulate-detectors"]["spec"]["replicas"], args["t-aitax-emulate-detectors"][2]) == (
+        deployments["t-aitax-emulate-producers"]["spec"]["replicas"], args["t-aitax-emulate-producers"][2])
+    topics = _named(emulated, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert any(arg.startswith("frames:") for arg in topics)
 
 
 def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:

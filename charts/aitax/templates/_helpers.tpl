@@ -112,9 +112,10 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* "true" when frames go through Kafka: the three-stage design or Object Detection (real stages only). */}}
+{{/* "true" when frames go through Kafka: the three-stage design (real or emulated) or real Object Detection (the
+emulator replays Object Detection on Face Recognition's topics). */}}
 {{- define "aitax.framesThroughKafka" -}}
-{{- and (eq .Values.mode "real") (or (eq .Values.workload "object-detection") (eq (int .Values.stages) 3)) }}
+{{- or (eq (int .Values.stages) 3) (and (eq .Values.mode "real") (eq .Values.workload "object-detection")) }}
 {{- end }}
 
 {{/* Elasticsearch URL source for AITAX_ELASTICSEARCH_URL: a Secret key, a value, the bundled node, or none. */}}
