@@ -141,8 +141,8 @@ class ClosedLoopStats(DetectStats):
 
     window: FramesInFlight | None = None
 
-    def frame_sent(self, index: int, faces: int) -> None:
-        super().frame_sent(index, faces)
+    def frame_sent(self, stream_id: str, index: int, faces: int) -> None:
+        super().frame_sent(stream_id, index, faces)
         if self.window is not None:
             self.window.detected(index, faces)
 

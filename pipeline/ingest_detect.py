@@ -14,6 +14,7 @@ import os
 import queue
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -127,41 +128,61 @@ class MtcnnFaceFinder:
         return faces
 
 
+FrameKey = tuple[str, int]  # (stream id, frame index): a detect process reading `frames` sees several streams
+
+
 @dataclass
 class DetectStats:
+    """What a detect loop sent and what the brokers acknowledged, per frame of each stream. Acknowledgements may
+    be counted on another thread (instances sharing a producer poll each other's), hence the lock."""
+
     frames: int = 0
     faces: int = 0  # or objects, for Object Detection
     records: int = 0  # sent: what `acknowledged` must reach
     bytes_sent: int = 0
     acknowledged: int = 0
     failed: list[str] = field(default_factory=list)  # delivery errors: the run must not report success
-    done_through: int = -1  # every frame up to this index has all its faces acknowledged: the resume point
-    _unacknowledged: dict[int, int] = field(default_factory=dict)  # frame -> faces not yet acknowledged
-    _done_out_of_order: set[int] = field(default_factory=set)
+    first_frame: int = 0  # where the streams start (a resumed ingest-detect: its checkpoint's frame)
+    _done_through: dict[str, int] = field(default_factory=dict)  # stream -> every frame up to here acknowledged
+    _unacknowledged: dict[FrameKey, int] = field(default_factory=dict)  # frame -> records not yet acknowledged
+    _done_out_of_order: dict[str, set[int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def frame_sent(self, index: int, records: int) -> None:
-        """Call before sending a frame's records (an acknowledgement may arrive while sending)."""
-        if records:
-            self._unacknowledged[index] = records
-        else:
-            self._frame_done(index)
+    def done_through(self, stream_id: str) -> int:
+        """Every frame of the stream up to this index has all its records acknowledged: its resume point."""
+        with self._lock:
+            return self._done_through.get(stream_id, self.first_frame - 1)
+
+    def frame_sent(self, stream_id: str, index: int, records: int) -> None:
+        """Call before sending a frame's records (an acknowledgement may arrive while sending); the records are
+        sent with opaque=(stream_id, index)."""
+        with self._lock:
+            if records:
+                self._unacknowledged[stream_id, index] = records
+            else:
+                self._frame_done((stream_id, index))
 
     def on_delivery(self, report: DeliveryReport) -> None:
-        if report.error is not None:
-            self.failed.append(report.error)
-            return
-        self.acknowledged += 1
-        if report.opaque is not None:
-            self._unacknowledged[report.opaque] -= 1
-            if not self._unacknowledged[report.opaque]:
-                del self._unacknowledged[report.opaque]
-                self._frame_done(report.opaque)
+        with self._lock:
+            if report.error is not None:
+                self.failed.append(report.error)
+                return
+            self.acknowledged += 1
+            if report.opaque is not None:
+                self._unacknowledged[report.opaque] -= 1
+                if not self._unacknowledged[report.opaque]:
+                    del self._unacknowledged[report.opaque]
+                    self._frame_done(report.opaque)
 
-    def _frame_done(self, index: int) -> None:
-        self._done_out_of_order.add(index)
-        while self.done_through + 1 in self._done_out_of_order:
-            self.done_through += 1
-            self._done_out_of_order.discard(self.done_through)
+    def _frame_done(self, key: FrameKey) -> None:
+        stream_id, index = key
+        done = self._done_out_of_order.setdefault(stream_id, set())
+        done.add(index)
+        through = self._done_through.get(stream_id, self.first_frame - 1)
+        while through + 1 in done:
+            through += 1
+            done.discard(through)
+        self._done_through[stream_id] = through
 
 
 @dataclass(frozen=True)
@@ -227,10 +248,10 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         payload = 0
         with watch.time("kafka"):
             records = publication.records(Detected(frame, found, run_id, detect_start_ns, detected_ns))
-            stats.frame_sent(frame.index, len(records))
+            stats.frame_sent(frame.stream_id, frame.index, len(records))
             for key, value, headers in records:
                 producer.send(topic, value, key=key, headers=headers, on_delivery=stats.on_delivery,
-                              opaque=frame.index)
+                              opaque=(frame.stream_id, frame.index))
                 payload += len(value)
             producer.poll(0)
         substeps = watch.with_other((time.perf_counter() - started) * 1000 + logging_ms)
@@ -239,7 +260,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         stats.records += len(records)
         stats.bytes_sent += payload
         if checkpoint is not None and time.monotonic() >= next_checkpoint:
-            checkpoint.save(stats.done_through + 1)
+            checkpoint.save(stats.done_through(checkpoint.stream_id) + 1)
             next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
         if not sink.enabled:
             continue
@@ -261,7 +282,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
     producer.flush(300)
     producer.poll(0)
     if checkpoint is not None:
-        checkpoint.save(stats.done_through + 1)
+        checkpoint.save(stats.done_through(checkpoint.stream_id) + 1)
     return stats
 
 
@@ -333,7 +354,7 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     ingest.start()
     try:
         stats = detect_loop(frames_from_queue(frames, ingest, metrics), find_faces, producer, sink, run_id,
-                            acceleration_factor, DetectStats(done_through=start_frame - 1), topics,
+                            acceleration_factor, DetectStats(first_frame=start_frame), topics,
                             publication=FaceRecords(keying), checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))

@@ -191,8 +191,8 @@ def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_ident
 
     assert admit(running) and admit(running)
     assert not admit(stopped_while_waiting())  # both slots taken
-    stats.frame_sent(0, 2)
-    stats.frame_sent(1, 0)  # no faces: done at once, its slot free
+    stats.frame_sent("s", 0, 2)
+    stats.frame_sent("s", 1, 0)  # no faces: done at once, its slot free
     assert admit(running)
     window.identified(0, 1)
     window.identified(0, 1)  # a redelivered face counts once
@@ -201,7 +201,7 @@ def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_ident
     assert admit(running)
     window.identified(0, 0)  # a late duplicate of a finished frame frees nothing
     assert not admit(stopped_while_waiting())
-    assert stats.done_through == -1  # acknowledgements, not identities, move the resume point: frame 0 has none
+    assert stats.done_through("s") == -1  # acknowledgements, not identities, move the resume point: frame 0 has none
 
 
 def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monkeypatch, tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_a_record_answers_every_frame_and_reads_back_on_the_results_timeline() -
     stats = detect_loop(frames, lambda rgb, watch: found[len(sent)], Producer(), Sink(), "run-1",
                         stats=DetectStats(), publication=ObjectRecords(), ingest_events=False)
     assert [topic for topic, _, _ in sent] == ["detections", "detections"]  # a frame with nothing is answered too
-    assert stats.records == stats.acknowledged == 2 and stats.faces == 2 and stats.done_through == 1
+    assert stats.records == stats.acknowledged == 2 and stats.faces == 2 and stats.done_through("cam-1") == 1
     message = decode_detections(sent[0][2])
     assert sent[0][1] == b"cam-1" and message.objects == tuple(found[0]) and message.frame_index == 0
     assert [(event.object_count, event.face_count) for event in events] == [(2, None), (0, None)]

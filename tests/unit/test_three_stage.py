@@ -110,3 +110,18 @@ def test_the_emulators_frames_are_measured_jpeg_sizes_of_random_bytes_never_deco
     assert len({value[:64] for _, value, _ in sent}) > 40  # random bytes, not one buffer again and again
     message = decode_frame(sent[0][1], sent[0][2])
     assert message.meta.encoding == "synthetic" and decode_pixels(message).shape == (1, 1, 3)
+
+
+def test_a_detect_process_reading_several_streams_counts_their_frames_apart() -> None:
+    """Two streams' frame 5 in one detect process: each acknowledgement closes its own stream's frame."""
+    from pipeline.ingest_detect import DetectStats
+    from pipeline.transport import DeliveryReport
+
+    stats = DetectStats(first_frame=5)
+    stats.frame_sent("cam-a", 5, 1)
+    stats.frame_sent("cam-b", 5, 2)
+    stats.on_delivery(DeliveryReport("faces", 0, 1, None, ("cam-b", 5)))
+    stats.on_delivery(DeliveryReport("faces", 0, 2, None, ("cam-a", 5)))
+    assert (stats.done_through("cam-a"), stats.done_through("cam-b")) == (5, 4)  # cam-b's frame 5 has one left
+    stats.on_delivery(DeliveryReport("faces", 0, 3, None, ("cam-b", 5)))
+    assert (stats.done_through("cam-b"), stats.acknowledged, stats.failed) == (5, 3, [])
