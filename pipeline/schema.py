@@ -200,13 +200,14 @@ _FRAME_META_TYPES: dict[str, type | tuple[type, ...]] = {
 assert set(_FRAME_META_TYPES) == {f.name for f in fields(FrameMeta)}
 
 
-# How `frames` records are keyed: stream (a stream's frames in order on one partition, so one detect process per
-# stream) or frame (a stream's frames spread over every partition: Object Detection answers each frame on its own,
-# so one stream can keep many detection processes busy).
-FRAME_KEYINGS = ("stream", "frame")
+# How `frames` records are keyed: frame (the default: a stream's frames spread over every partition; detection
+# takes each frame on its own, so the detect processes share the load evenly whatever the streams) or stream (a
+# stream's frames in order on one partition, for a consumer that needs their order; streams hashed to the same
+# consumer then queue behind each other).
+FRAME_KEYINGS = ("frame", "stream")
 
 
-def encode_frame(message: FrameMessage, keying: str = "stream") -> tuple[bytes, bytes, dict[str, bytes]]:
+def encode_frame(message: FrameMessage, keying: str = "frame") -> tuple[bytes, bytes, dict[str, bytes]]:
     """(key, value, headers), keyed as FRAME_KEYINGS says."""
     meta = json.dumps(vars(message.meta), separators=(",", ":")).encode()
     key = message.meta.stream_id if keying == "stream" else f"{message.meta.stream_id}/{message.meta.frame_index}"

@@ -1,12 +1,13 @@
 """The three-stage design (the paper's Fig. 3a): ingestion and detection in separate processes, frames through Kafka.
 
-Ingestion publishes each resized frame to the `frames` topic as JPEG, keyed by stream (one stream's frames stay in
-order on one partition), and logs the ingest event itself. Detection consumes the topic in a group, decodes each
-frame and runs the same `detect_loop` as the two-stage container; its offsets are committed only once the faces of
-the frames before them are acknowledged, so a crash redelivers frames rather than losing them. A record that does
-not decode goes to the dead-letter topic with its reason. Time a frame spends in Kafka shows as `frame_queue`.
-The emulator sends `synthetic` frames instead: random bytes of a measured JPEG's size, which detection does not
-decode.
+Ingestion publishes each resized frame to the `frames` topic as JPEG, spread frame by frame over the partitions
+(detection takes each frame on its own, so the detect processes share the load whatever the streams; `stream` keying
+keeps a stream in order on one partition instead), and logs the ingest event itself. Detection consumes the topic in
+a group, decodes each frame and runs the same `detect_loop` as the two-stage container; its offsets are committed
+only once the faces of the frames before them are acknowledged, so a crash redelivers frames rather than losing
+them. A record that does not decode goes to the dead-letter topic with its reason. Time a frame spends in Kafka
+shows as `frame_queue`. The emulator sends `synthetic` frames instead: random bytes of a measured JPEG's size, which
+detection does not decode.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def decode_pixels(message: FrameMessage) -> np.ndarray:
 def ingest_loop(frames: Iterable[Frame], producer: Producer, sink: EventSink, run_id: str, where: dict[str, str],
                 topics: Topics = DEFAULT_TOPICS, encode: FrameEncoder | None = None,
                 acceleration_factor: float = 1.0, stats: IngestStats | None = None,
-                keying: str = "stream") -> IngestStats:
+                keying: str = "frame") -> IngestStats:
     """Publish every frame (acks=all) and log its ingest event: its compute is decoding, resizing and encoding
     (sending is in its sub-steps, not its compute, as in the two-stage design)."""
     stats = stats if stats is not None else IngestStats()

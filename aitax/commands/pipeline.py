@@ -95,10 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "keyed by stream; `aitax detect` processes consume them. The paper's three-stage design.")
     _add_video_source(ingest_only)
     ingest_only.add_argument("--frame-quality", type=int, default=90, help="JPEG quality of frames (default 90)")
-    ingest_only.add_argument("--keying", choices=("stream", "frame"), default="stream",
-                             help="stream (default): a stream's frames in order on one partition, for one detect "
-                                  "process; frame: spread over every partition, so many detect-objects processes "
-                                  "share one stream")
+    ingest_only.add_argument("--keying", choices=("frame", "stream"), default="frame",
+                             help="frame (default): a stream's frames spread over every partition, so the detect "
+                                  "processes share the load evenly; stream: in order on one partition")
     add_kafka_options(ingest_only)
     ingest_only.set_defaults(func=_ingest)
 

@@ -124,11 +124,9 @@ class LocalLoad:
     def start_producers(self) -> None:
         w = self.workload
         if w.mode == "real" and self.frames_through_kafka:
-            # Object Detection answers frames one by one: a stream's frames spread over every detect-objects process
             self.producers = [self._spawn(f"ingest-{i}", [
                 "ingest", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
-                "--pace", w.pace, "--keying", "frame" if self.objects else "stream"])
-                for i in range(1, w.producers + 1)]
+                "--pace", w.pace]) for i in range(1, w.producers + 1)]
         elif w.mode == "real":
             self.producers = [self._spawn(f"ingest-detect-{i}", [
                 "ingest-detect", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",

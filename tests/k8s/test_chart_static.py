@@ -316,8 +316,6 @@ def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> No
     objects = render(CHART / "ci" / "object-detection-values.yaml")
     replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(objects, "Deployment")}
     assert replicas == {"t-aitax-ingest": 2, "t-aitax-detect-objects": 3}  # no identify: nothing reads faces
-    ingest = _named(objects, "Deployment", "-ingest")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert ingest[ingest.index("--keying") + 1] == "frame"  # one stream's frames shared by every detect-objects pod
     detect = _named(objects, "Deployment", "-detect-objects")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert detect == ["detect-objects", "--min-score", "0.4", "--threads", "1"]
     emulated = render(CHART / "ci" / "emulated-values.yaml", sets=("stages=3",))

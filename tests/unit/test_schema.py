@@ -122,8 +122,8 @@ def _frame_record(**changes) -> tuple[bytes, dict[str, bytes]]:
     meta = FrameMeta(run_id="r", stream_id="cam-3", frame_index=7, width=960, height=540, encoding="jpeg",
                      scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=4.5, resize_ms=1.25)
     key, value, headers = encode_frame(FrameMessage(meta, b"\xff\xd8frame"))
-    assert key == b"cam-3"  # a stream's frames in order, on one partition
-    assert encode_frame(FrameMessage(meta, b"\xff\xd8frame"), "frame")[0] == b"cam-3/7"  # spread frame by frame
+    assert key == b"cam-3/7"  # spread frame by frame over the partitions
+    assert encode_frame(FrameMessage(meta, b"\xff\xd8frame"), "stream")[0] == b"cam-3"  # in order, one partition
     raw = {**json.loads(headers[META_HEADER]), **changes}
     return value, {**headers, META_HEADER: json.dumps(raw).encode()}
 
