@@ -225,7 +225,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                 checkpoint: Checkpoint | None = None, ingest_events: bool = True) -> DetectStats:
     """For each frame: find faces (or objects), publish the `publication`'s records (acks=all; by default one
     per face, keyed by face), log ingest and detect events (`ingest_events` False: the three-stage design's
-    ingest process logs its own).
+    ingest process logs its own). A frame that carries its run (through Kafka) keeps it; others are `run_id`'s.
 
     The detect event's wall window is the paper's (detection only: sending counts as broker wait); its
     sub-steps cover all the process did for the frame, Kafka sends and event logging included."""
@@ -247,7 +247,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         detected_ns = time.time_ns()
         payload = 0
         with watch.time("kafka"):
-            records = publication.records(Detected(frame, found, run_id, detect_start_ns, detected_ns))
+            records = publication.records(Detected(frame, found, frame.run_id or run_id, detect_start_ns,
+                                                   detected_ns))
             stats.frame_sent(frame.stream_id, frame.index, len(records))
             for key, value, headers in records:
                 producer.send(topic, value, key=key, headers=headers, on_delivery=stats.on_delivery,
@@ -265,7 +266,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         if not sink.enabled:
             continue
         logging_started = time.perf_counter()
-        common = dict(run_id=run_id, stream_id=frame.stream_id, frame_index=frame.index,
+        common = dict(run_id=frame.run_id or run_id, stream_id=frame.stream_id, frame_index=frame.index,
                       acceleration_factor=acceleration_factor, kafka_client=producer.client_name, **where)
         ingest_ms = frame.decode_ms + frame.resize_ms
         if ingest_events:

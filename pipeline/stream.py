@@ -29,6 +29,7 @@ class Frame:
     scheduled_ns: int  # when the pacing schedule wanted it: lateness shows up instead of hiding
     # The three-stage design: decoding the frame that came through Kafka, in the detect process.
     received_decode_ms: float = 0.0
+    run_id: str = ""  # frames through Kafka carry the run that ingested them; detection keeps it
 
 
 def schedule(fps: float, pace: str = "native", start_index: int = 0) -> Iterator[tuple[int, int]]:

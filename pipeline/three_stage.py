@@ -126,13 +126,15 @@ class ReceivedFrames:
 
     frames: int = 0
     dead_letters: int = 0
+    other_runs: int = 0  # frames of other runs left in the topic, skipped
 
 
 def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Callable[[], bool],
                       topics: Topics = DEFAULT_TOPICS, on_ready: Callable[[], None] | None = None,
-                      received: ReceivedFrames | None = None) -> Iterator[Frame]:
+                      received: ReceivedFrames | None = None, run_id: str | None = None) -> Iterator[Frame]:
     """The `frames` topic as detection's frames, until `should_stop()`. Before polling again, the previous poll's
-    faces are flushed and then its offsets committed: nothing is committed that is not durable downstream."""
+    faces are flushed and then its offsets committed: nothing is committed that is not durable downstream. With a
+    `run_id`, frames of other runs are skipped (and committed); each frame keeps the run that ingested it."""
     received = received if received is not None else ReceivedFrames()
     while not should_stop():
         # Wait for one frame, then take what else is buffered: a batch call would wait out its whole timeout.
@@ -145,6 +147,10 @@ def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Calla
             started = time.perf_counter()
             try:
                 message = decode_frame(record.value, record.headers)
+                if run_id is not None and message.meta.run_id != run_id:
+                    # A new group starts at the topic's oldest frame: earlier runs' frames are not this run's work
+                    received.other_runs += 1
+                    continue
                 rgb = decode_pixels(message)
             except MalformedRecordError as error:
                 producer.send(topics.dlq, record.value or b"", key=record.key,
@@ -155,7 +161,8 @@ def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Calla
             meta = message.meta
             received.frames += 1
             yield Frame(meta.stream_id, meta.frame_index, rgb, meta.captured_ns, meta.ingested_ns, meta.decode_ms,
-                        meta.resize_ms, meta.scheduled_ns, received_decode_ms=(time.perf_counter() - started) * 1000)
+                        meta.resize_ms, meta.scheduled_ns, received_decode_ms=(time.perf_counter() - started) * 1000,
+                        run_id=meta.run_id)
         if records:
             producer.flush(300)
             consumer.commit(next_offsets(records))

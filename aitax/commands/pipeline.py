@@ -465,8 +465,9 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
         require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, out_topic])
         # `aitax run` starts ingestion once every detect process has its partitions.
+        # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
         frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
-                                   received=received)
+                                   received=received, run_id=args.run_id)
         stats = detect_loop(frames, find, producer, sink, args.run_id or new_run_id(), publication=publication,
                             ingest_events=False)
     finally:
@@ -475,9 +476,10 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
         sink.close()
         metrics.close()
     report(SUMMARY, frames=stats.frames, **{found: stats.faces}, acknowledged=stats.acknowledged,
-           bytes=stats.bytes_sent, failed=len(stats.failed), dead_letters=received.dead_letters)
+           bytes=stats.bytes_sent, failed=len(stats.failed), dead_letters=received.dead_letters,
+           other_runs=received.other_runs)
     print(f"{process}: {stats.frames} frames, {stats.faces} {found}, {stats.acknowledged} acknowledged, "
-          f"{received.dead_letters} dead letters")
+          f"{received.dead_letters} dead letters, {received.other_runs} frames of other runs skipped")
     if stats.failed or stats.acknowledged != stats.records:
         raise UserError(f"{len(stats.failed)} {out_topic} record(s) not acknowledged by the brokers: "
                         f"{stats.failed[:1]}")

@@ -53,8 +53,8 @@ class FakeConsumer:
         return True
 
 
-def _record(offset: int, rgb: np.ndarray | None) -> Record:
-    meta = FrameMeta(run_id="r", stream_id="cam-1", frame_index=offset, width=64, height=48, encoding="jpeg",
+def _record(offset: int, rgb: np.ndarray | None, run_id: str = "r") -> Record:
+    meta = FrameMeta(run_id=run_id, stream_id="cam-1", frame_index=offset, width=64, height=48, encoding="jpeg",
                      scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=1.0, resize_ms=0.5)
     pixels = encode_pixels(rgb) if rgb is not None else b"not a jpeg"
     key, value, headers = encode_frame(FrameMessage(meta, pixels))
@@ -125,3 +125,19 @@ def test_a_detect_process_reading_several_streams_counts_their_frames_apart() ->
     assert (stats.done_through("cam-a"), stats.done_through("cam-b")) == (5, 4)  # cam-b's frame 5 has one left
     stats.on_delivery(DeliveryReport("faces", 0, 3, None, ("cam-b", 5)))
     assert (stats.done_through("cam-b"), stats.acknowledged, stats.failed) == (5, 3, [])
+
+
+def test_a_detect_process_of_one_run_skips_frames_an_earlier_run_left_in_the_topic() -> None:
+    """A new group starts at the oldest frame the topic holds: frames of other runs are committed, not detected,
+    and every frame keeps the run that ingested it."""
+    from pipeline.three_stage import ReceivedFrames
+
+    rgb = np.full((48, 64, 3), 90, np.uint8)
+    log, received = Log(), ReceivedFrames()
+    consumer = FakeConsumer(log, [[_record(10, rgb, "old"), _record(11, rgb, "old"), _record(12, rgb)]])
+    polls = iter(range(2))
+    frames = list(frames_from_topic(consumer, FakeProducer(log), lambda: next(polls, 2) >= 1, received=received,
+                                    run_id="r"))
+    assert [(f.index, f.run_id) for f in frames] == [(12, "r")]
+    assert (received.frames, received.other_runs) == (1, 2)
+    assert log.calls[-1] == ("commit", {("frames", 0): 13})  # the skipped frames are done with too
