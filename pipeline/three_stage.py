@@ -71,10 +71,10 @@ def jpeg_frames(quality: int = FRAME_JPEG_QUALITY) -> FrameEncoder:
 
 
 def decode_pixels(message: FrameMessage) -> np.ndarray:
+    if message.meta.encoding == "synthetic":  # the emulator's (its image has no OpenCV): only size and timing matter
+        return np.zeros((message.meta.height, message.meta.width, 3), np.uint8)
     import cv2
 
-    if message.meta.encoding == "synthetic":  # the emulator's: only its size and timing matter
-        return np.zeros((message.meta.height, message.meta.width, 3), np.uint8)
     bgr = cv2.imdecode(np.frombuffer(message.pixels, np.uint8), cv2.IMREAD_COLOR)
     if bgr is None or bgr.shape[:2] != (message.meta.height, message.meta.width):
         raise MalformedRecordError(f"frame does not decode as a {message.meta.width}x{message.meta.height} "

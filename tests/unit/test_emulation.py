@@ -236,7 +236,16 @@ def test_the_emulated_stages_need_no_opencv() -> None:
 
     modules = ("aitax.cli", "aitax.commands.emulation", "aitax.experiment.kafka_probe", "emulation.workers",
                "pipeline.runtime", "pipeline.transport")
+    # ... and the three-stage emulation's frames go out and come back without it
+    three_stages = ("import random\nfrom emulation.profile import frame_jpeg_bytes\n"
+                    "from emulation.workers import SyntheticFrames\n"
+                    "from pipeline.schema import FrameMessage, FrameMeta\n"
+                    "from pipeline.three_stage import decode_pixels\n"
+                    "pixels, encoding = SyntheticFrames(frame_jpeg_bytes(), random.Random(1))(None)\n"
+                    "meta = FrameMeta(run_id='r', stream_id='s', frame_index=0, width=1, height=1, encoding=encoding, "
+                    "scheduled_ns=0, captured_ns=0, ingested_ns=0, decode_ms=0.0, resize_ms=0.0)\n"
+                    "assert decode_pixels(FrameMessage(meta, pixels)).shape == (1, 1, 3)\n")
     script = ("import importlib, sys\nsys.modules['cv2'] = None  # any `import cv2` now raises ImportError\n"
-              f"for name in {modules!r}:\n    importlib.import_module(name)\n")
+              f"for name in {modules!r}:\n    importlib.import_module(name)\n" + three_stages)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
