@@ -2,8 +2,9 @@
 
 `faces` records: key = what spreads faces over partitions (see KEYINGS), value = the encoded thumbnail,
 headers = the schema version and the face's metadata as compact JSON.
-`frames` records (the three-stage design only): key = stream id, value = the resized frame as JPEG, headers = the
-schema version and the frame's metadata as compact JSON.
+`frames` records (the three-stage design and Object Detection): key = stream id and frame index (or the stream id
+alone: FRAME_KEYINGS), value = the resized frame as JPEG, headers = the schema version and the frame's metadata as
+compact JSON.
 `identities` records: key = stream id, value = JSON.
 `detections` records (Object Detection, the paper's Sec. 6): one per frame, key = stream id, value = JSON of the
 objects found (class, box, score) and the frame's timestamps. Anything that does not decode is a `MalformedRecordError`

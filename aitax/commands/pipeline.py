@@ -92,7 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest_only = subparsers.add_parser(
         "ingest", help="three-stage ingestion: video -> frames topic (JPEG)",
         description="Decodes and resizes frames and publishes each to the `frames` topic as JPEG (acks=all), "
-                    "keyed by stream; `aitax detect` processes consume them. The paper's three-stage design.")
+                    "spread frame by frame over its partitions (--keying); `aitax detect` (three-stage Face "
+                    "Recognition) or `aitax detect-objects` (Object Detection) processes consume them.")
     _add_video_source(ingest_only)
     ingest_only.add_argument("--frame-quality", type=int, default=90, help="JPEG quality of frames (default 90)")
     ingest_only.add_argument("--keying", choices=("frame", "stream"), default="frame",
