@@ -4,20 +4,21 @@ The package's scale pyramid ignores the minimum face size when counting scales: 
 other than 20 its last scales shrink the frame below PNet's 12x12 input and the whole call returns no faces.
 `FaceDetector` runs the package's own three networks with a corrected pyramid and the package's arithmetic, made
 cheaper: its eager TensorFlow ops per pyramid level and per stage (with a float64 copy of the frame), and per-call
-tensor conversions in its box code, cost more CPU than the three networks. Here the same ops run inside traced
-graphs (a stream's whole pyramid in one call, PNet on all its levels in another), patches are sampled from the uint8
-frame, and the box arithmetic is NumPy on plain arrays. Boxes agree with stock `mtcnn` (tests/unit/test_detect.py).
+tensor conversions in its box code, cost more CPU than the three networks. Here the networks' inputs are prepared
+from the uint8 frame by compiled kernels (pipeline/prepare.py), PNet runs on a stream's whole pyramid in one traced
+graph call, and the box arithmetic is NumPy on plain arrays. Boxes agree with stock `mtcnn`
+(tests/unit/test_detect.py).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.prepare import area_pyramid, patches
 from telemetry.timing import Stopwatch
 
 PNET_INPUT = 12  # PNet's receptive field: a pyramid level smaller than this cannot hold a face
@@ -49,40 +50,6 @@ def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: flo
 def level_sizes(width: int, height: int, scales: list[float]) -> tuple[tuple[int, int], ...]:
     """Each pyramid level's (height, width), truncated as the package truncates them."""
     return tuple((int(height * scale), int(width * scale)) for scale in scales)
-
-
-def normalize(frame):
-    """MTCNN's input range, as a graph op: uint8 [0, 255] -> float32 [-1, 1) (the package's `normalize_images`)."""
-    import tensorflow as tf
-
-    return (tf.cast(frame, tf.float32) - 127.5) * (1 / 128)
-
-
-def area_resize(image, size):
-    """One pyramid level: the package's TF area resize."""
-    import tensorflow as tf
-
-    return tf.image.resize(image, size, method=tf.image.ResizeMethod.AREA)
-
-
-def pyramid(frame, sizes: tuple[tuple[int, int], ...]) -> list:
-    """PNet's inputs: the frame (1, h, w, 3) uint8 normalised and area-resized to each (height, width)."""
-    normalized = normalize(frame)
-    return [area_resize(normalized, size) for size in sizes]
-
-
-def patches(frame, boxes, size: int):
-    """RNet's and ONet's inputs, inside a TensorFlow graph: for each box (x1, y1, x2, y2 in frame pixels) a size x
-    size bilinear sample of the normalised frame, 0 outside it, with the box corners divided by the frame's size as
-    the package divides them. Sampling the uint8 frame and normalising the patches is the same arithmetic as the
-    package's sampling of a normalised frame (both are linear), on far fewer pixels."""
-    import tensorflow as tf
-
-    height_width = tf.cast(tf.shape(frame)[1:3], tf.float32)
-    corners = tf.gather(tf.cast(boxes, tf.float32), [1, 0, 3, 2], axis=1) / tf.tile(height_width, [2])
-    sampled = tf.image.crop_and_resize(frame, corners, tf.zeros(tf.shape(boxes)[0], tf.int32), (size, size),
-                                       extrapolation_value=127.5)  # 127.5 normalises to the package's 0
-    return (sampled - 127.5) * (1 / 128)
 
 
 def pnet_candidates(regression: np.ndarray, probability: np.ndarray, scale: float, threshold: float) -> np.ndarray:
@@ -121,32 +88,9 @@ def suppress(boxes: np.ndarray, threshold: float, method: str = "union", sort: b
 
 
 @dataclass(frozen=True)
-class _GraphOps:
-    """The input preparation as graphs for any frame size, each traced once, shared by every detector in the
-    process."""
-    normalize: Callable
-    area_resize: Callable
-    patches: dict[int, Callable]  # by patch size: RNet's 24, ONet's 48
-
-
-@functools.cache
-def _graph_ops() -> _GraphOps:
-    import tensorflow as tf
-
-    frame = tf.TensorSpec([1, None, None, 3], tf.uint8)
-    boxes = tf.TensorSpec([None, 4], tf.float64)
-    return _GraphOps(
-        tf.function(normalize, input_signature=[frame]),
-        tf.function(area_resize, input_signature=[tf.TensorSpec([1, None, None, 3], tf.float32),
-                                                  tf.TensorSpec([2], tf.int32)]),
-        {size: tf.function(lambda frame, boxes, size=size: patches(frame, boxes, size), input_signature=[frame, boxes])
-         for size in (24, 48)})
-
-
-@dataclass(frozen=True)
-class _FrameGraphs:
-    """One frame size's graphs: the whole pyramid in one call, PNet on all its levels in another."""
-    pyramid: Callable
+class _StreamGraph:
+    """PNet on every pyramid level of one frame size, in one graph call."""
+    sizes: tuple[tuple[int, int], ...]
     pnet: Callable
 
 
@@ -159,8 +103,9 @@ class FaceDetector:
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
                  frame_size: tuple[int, int] | None = None) -> None:
-        """`frame_size` (width, height): the size of a stream's frames, whose whole pyramid then runs in two graph
-        calls traced here, before the first frame. Frames of other sizes (photos) take relaxed per-level graphs."""
+        """`frame_size` (width, height): the size of a stream's frames, whose whole pyramid then goes through PNet in
+        one graph call traced here, before the first frame. Frames of other sizes (photos) take a relaxed per-level
+        graph."""
         import tensorflow as tf
         from mtcnn.stages import StageONet, StagePNet, StageRNet
 
@@ -168,33 +113,28 @@ class FaceDetector:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
-        # Graph functions instead of eager calls: eager ops and numpy inputs cost more per call than PNet's small
-        # pyramid levels take to compute. Inputs are prepared in graphs of their own so that the Stopwatch tells
-        # preparation from the networks. Relaxed shapes serve any frame size with a trace or two.
+        # Graph functions instead of eager calls: eager ops cost more per call than PNet's small pyramid levels take
+        # to compute. Relaxed shapes serve any frame size with a trace or two.
         pnet, rnet, onet = (stage()._model for stage in (StagePNet, StageRNet, StageONet))
         self._pnet_level, self._rnet, self._onet = (tf.function(net, reduce_retracing=True)
                                                     for net in (pnet, rnet, onet))
-        self._stream_sizes: tuple[tuple[int, int], ...] = ()
-        self._stream_graphs: _FrameGraphs | None = None
+        self._stream: _StreamGraph | None = None
         if frame_size is not None:
             width, height = frame_size
             sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
-            self._stream_sizes = sizes
-            self._stream_graphs = _FrameGraphs(tf.function(lambda frame: pyramid(frame, sizes)),
-                                               tf.function(lambda levels: [pnet(level) for level in levels]))
+            self._stream = _StreamGraph(sizes, tf.function(lambda levels: [pnet(level) for level in levels]))
             self._trace(width, height)
 
     def _trace(self, width: int, height: int) -> None:
-        """Trace every graph a stream's frames use, so that no frame's time includes tracing (the patch graphs and
-        RNet/ONet twice: their second trace relaxes the number of boxes)."""
-        frame = np.zeros((1, height, width, 3), np.uint8)
-        self._stream_graphs.pnet(self._stream_graphs.pyramid(frame))
+        """Compile and trace everything a stream's frames use, so that no frame's time includes it (RNet and ONet
+        twice: their second trace relaxes the number of boxes)."""
+        frame = np.zeros((height, width, 3), np.uint8)
+        self._stream.pnet(area_pyramid(frame, self._stream.sizes))
         for boxes in (1, 2):
             for size, net in ((24, self._rnet), (48, self._onet)):
-                net(_graph_ops().patches[size](frame, np.zeros((boxes, 4))))
+                net(patches(frame, np.zeros((boxes, 4)), size))
 
     def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
-        import tensorflow as tf
         from mtcnn.utils.bboxes import (
             adjust_bboxes,
             limit_bboxes,
@@ -209,17 +149,12 @@ class FaceDetector:
         if not scales:
             return []
         sizes = level_sizes(width, height, scales)
-        graphs = self._stream_graphs if sizes == self._stream_sizes else None
-        graph_ops = _graph_ops()
+        stream = self._stream if self._stream is not None and sizes == self._stream.sizes else None
         with watch.time("tf_support"):
-            frame = tf.convert_to_tensor(rgb[None])
-            if graphs:
-                levels = graphs.pyramid(frame)
-            else:
-                normalized = graph_ops.normalize(frame)
-                levels = [graph_ops.area_resize(normalized, tf.constant(size)) for size in sizes]
+            frame = np.ascontiguousarray(rgb)
+            levels = area_pyramid(frame, sizes)
         with watch.time("pnet"):
-            pnet_outputs = graphs.pnet(levels) if graphs else [self._pnet_level(level) for level in levels]
+            pnet_outputs = stream.pnet(levels) if stream else [self._pnet_level(level) for level in levels]
         with watch.time("numpy"):
             per_scale = [suppress(pnet_candidates(regression.numpy()[0], probability.numpy()[0, :, :, 1], scale,
                                                   self.thresholds[0]), 0.5, sort=False)
@@ -227,7 +162,7 @@ class FaceDetector:
             boxes = resize_to_square(suppress(np.concatenate(per_scale), 0.7))
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
-                rnet_input = graph_ops.patches[24](frame, boxes[:, 1:5])
+                rnet_input = patches(frame, boxes[:, 1:5], 24)
             with watch.time("rnet"):
                 offsets, scores = (output.numpy() for output in self._rnet(rnet_input))
             with watch.time("numpy"):
@@ -236,7 +171,7 @@ class FaceDetector:
                 boxes = resize_to_square(suppress(boxes, 0.7))
         if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
-                onet_input = graph_ops.patches[48](frame, boxes[:, 1:5])
+                onet_input = patches(frame, boxes[:, 1:5], 48)
             with watch.time("onet"):
                 offsets, landmarks, scores = self._onet(onet_input)
                 offsets, scores = offsets.numpy(), scores.numpy()  # landmarks: adjust_landmarks wants a tensor

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pipeline.crop import iou
-from pipeline.detect import FaceDetector, patches, pnet_candidates, suppress
+from pipeline.detect import FaceDetector, level_sizes, pnet_candidates, scale_pyramid, suppress
+from pipeline.prepare import area_pyramid, patches
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +26,26 @@ def test_patches_match_the_packages_crop_of_the_normalised_frame(frame: np.ndarr
                       [-100, -100, 1100, 700]], dtype=np.float64)
     normalized = (frame.astype(np.float32) - 127.5) / 128
     for size in (24, 48):
-        ours = patches(tf.constant(frame[None]), boxes, size).numpy()
+        ours = patches(frame, boxes, size)
         yx = boxes[:, [1, 0, 3, 2]] / np.array([540, 960, 540, 960])
         theirs = tf.image.crop_and_resize(normalized[None], yx, np.zeros(len(boxes), np.int32), (size, size)).numpy()
         assert ours.shape == (len(boxes), size, size, 3) and ours.dtype == np.float32
         assert np.abs(ours - theirs).max() < 1e-4
+
+
+@pytest.mark.parametrize(("height", "width", "min_face"), [(540, 960, 40), (540, 960, 20), (301, 457, 20)])
+def test_the_pyramid_is_tensorflows_area_resize_of_the_normalised_frame(frame: np.ndarray, height: int, width: int,
+                                                                        min_face: int) -> None:
+    import tensorflow as tf
+
+    image = np.ascontiguousarray(frame[:height, :width])
+    sizes = level_sizes(width, height, scale_pyramid(width, height, min_face))
+    normalized = (tf.cast(image[None], tf.float32) - 127.5) * (1 / 128)  # the package's normalize_images
+    levels = area_pyramid(image, sizes)
+    assert [level.shape for level in levels] == [(1, h, w, 3) for h, w in sizes] and len(sizes) >= 6
+    for level, size in zip(levels, sizes, strict=True):
+        theirs = tf.image.resize(normalized, size, method=tf.image.ResizeMethod.AREA).numpy()
+        assert level.dtype == np.float32 and np.abs(level - theirs).max() < 1e-4
 
 
 def test_candidates_and_suppression_are_the_packages() -> None:
@@ -57,7 +73,7 @@ def test_a_streams_frame_size_runs_its_own_graphs_and_finds_what_the_relaxed_one
     height, width = rgb.shape[:2]
     relaxed, stream = FaceDetector(min_face_size=20), FaceDetector(min_face_size=20, frame_size=(width, height))
     found, found_by_stream = relaxed.detect(rgb), stream.detect(rgb)
-    assert relaxed._stream_graphs is None and stream._stream_graphs is not None
+    assert relaxed._stream is None and stream._stream is not None
     assert found and [d.box for d in found] == [d.box for d in found_by_stream]
     np.testing.assert_allclose([d.confidence for d in found], [d.confidence for d in found_by_stream], atol=1e-5)
     assert stream.detect(cv2.resize(rgb, (width // 2 * 2 - 2, height)))  # another size: the relaxed graphs
