@@ -50,7 +50,10 @@ COCO_CLASSES = (
     "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase", "scissors", "teddy bear",
     "hair drier", "toothbrush")
 _DETECTIONS = "tower_0/detections"  # (1, 100, 6): x1, y1, x2, y2 in input pixels, score, class index
-_TFJS_OPS = {"FusedDepthwiseConv2dNative": "_FusedDepthwiseConv2dNative"}  # TF.js name -> TensorFlow's
+# TF.js fuses a depthwise convolution with its bias and activation; TensorFlow has a kernel for that fused op only
+# with oneDNN, which it leaves off on CPUs without AVX-512 ("Missing 0-th output" there). The graph gets the three
+# ops back; where oneDNN is on, TensorFlow's own optimiser fuses them again.
+_UNFUSED_ACTIVATIONS = {"Relu": "Relu", "Relu6": "Relu6", "Elu": "Elu", "Sigmoid": "Sigmoid", "Tanh": "Tanh"}
 
 
 def ensure_centernet(downloads: Path | None = None) -> Path:
@@ -75,9 +78,9 @@ def graph_from_tfjs(model_json: Path):
         raise UserError(f"{model_json}: not a TF.js graph model ({error})") from None
     graph = json_format.ParseDict(topology, graph_pb2.GraphDef(), ignore_unknown_fields=True)
     weights = _weights(model_json.parent, manifest)
+    _unfuse_depthwise(graph, model_json)
     for node in graph.node:
         node.device = ""
-        node.op = _TFJS_OPS.get(node.op, node.op)
         if node.op == "_FusedConv2D" and "TArgs" not in node.attr:  # TF.js drops it; TensorFlow requires it
             node.attr["TArgs"].list.type.extend([node.attr["T"].type] * node.attr["num_args"].i)
         if node.op == "Const" and node.name in weights:
@@ -87,6 +90,32 @@ def graph_from_tfjs(model_json: Path):
     if weights:
         raise UserError(f"{model_json}: weights for no node: {sorted(weights)[:3]}")
     return graph
+
+
+def _unfuse_depthwise(graph, model_json: Path) -> None:
+    """Each TF.js FusedDepthwiseConv2dNative (input, filter, bias) as DepthwiseConv2dNative, BiasAdd and its
+    activation, the last one keeping the fused node's name so that its consumers need no change."""
+    fused = [node for node in graph.node if node.op == "FusedDepthwiseConv2dNative"]
+    for node in fused:
+        steps = [step.decode() for step in node.attr["fused_ops"].list.s]
+        if steps[:1] != ["BiasAdd"] or len(steps) > 2 or (len(steps) == 2 and steps[1] not in _UNFUSED_ACTIVATIONS):
+            raise UserError(f"{model_json}: node {node.name} fuses {steps}: not supported")
+        data_type, data_format = node.attr["T"], node.attr["data_format"]
+        convolution = graph.node.add(name=f"{node.name}/depthwise", op="DepthwiseConv2dNative",
+                                     input=list(node.input[:2]))
+        for key in ("T", "strides", "padding", "dilations", "data_format", "explicit_paddings"):
+            if key in node.attr:
+                convolution.attr[key].CopyFrom(node.attr[key])
+        last = len(steps) == 1
+        bias = graph.node.add(name=node.name if last else f"{node.name}/bias", op="BiasAdd",
+                              input=[convolution.name, node.input[2]])
+        bias.attr["T"].CopyFrom(data_type)
+        bias.attr["data_format"].CopyFrom(data_format)
+        if not last:
+            activation = graph.node.add(name=node.name, op=_UNFUSED_ACTIVATIONS[steps[1]], input=[bias.name])
+            activation.attr["T"].CopyFrom(data_type)
+    for node in fused:
+        graph.node.remove(node)
 
 
 def _weights(folder: Path, manifest: list[dict]) -> dict[str, np.ndarray]:
