@@ -96,12 +96,15 @@ def _require(command: str, package: str) -> str:
     return path
 
 
-def _buildah_run(args: tuple[str, ...], capture: bool) -> subprocess.CompletedProcess:
+def _buildah_argv(*args: str) -> list[str]:
     """buildah on aitax's own image store (not the machine's /var/lib/containers)."""
     home = images_home()
-    argv = [_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot", str(home / "run"),
+    return [_require("buildah", "buildah"), "--root", str(home / "storage"), "--runroot", str(home / "run"),
             "--storage-driver", "overlay", *args]
-    return subprocess.run(argv, capture_output=capture, text=True)
+
+
+def _buildah_run(args: tuple[str, ...], capture: bool) -> subprocess.CompletedProcess:
+    return subprocess.run(_buildah_argv(*args), capture_output=capture, text=True)
 
 
 def buildah(*args: str, capture: bool = False, quiet: bool = False) -> str:
@@ -207,7 +210,9 @@ def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[
 
 def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, references: list[str],
               log: Callable[[str], None] = print) -> list[str]:
-    """Import each image into containerd's k8s.io namespace unless the same ID was imported last time."""
+    """Import each image into containerd's k8s.io namespace unless the same ID was imported last time and containerd
+    still has it. The archive streams from buildah into containerd: an archive file would hold one more copy of a
+    multi-gigabyte image on disk."""
     stamps.mkdir(parents=True, exist_ok=True)
     loaded = []
     for reference in references:
@@ -215,12 +220,23 @@ def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
         if current is None:
             raise UserError(f"image {reference} is not built: run `aitax images build`")
         stamp = stamps / hashlib.sha256(reference.encode()).hexdigest()[:16]
-        if stamp.exists() and stamp.read_text() == current:
+        if stamp.exists() and stamp.read_text() == current and \
+                ctr("images", "ls", "-q", f"name=={_qualified(reference)}").stdout.strip():
             continue
-        with tempfile.TemporaryDirectory(prefix="aitax-load-", dir=images_home()) as work:
-            archive = Path(work) / "image.tar"
-            buildah("push", "-q", reference, f"docker-archive:{archive}:{_qualified(reference)}", quiet=True)
-            ctr("images", "import", str(archive))
+        with tempfile.TemporaryFile() as push_errors:
+            push = subprocess.Popen(_buildah_argv("push", "-q", reference,
+                                                  f"docker-archive:/dev/stdout:{_qualified(reference)}"),
+                                    stdout=subprocess.PIPE, stderr=push_errors)
+            try:
+                imported = ctr("images", "import", "-", check=False, stdin=push.stdout)
+            finally:
+                push.stdout.close()
+                pushed = push.wait()
+            push_errors.seek(0)
+            detail = push_errors.read().decode(errors="replace").strip() or imported.stderr.strip()
+        if pushed != 0 or imported.returncode != 0:
+            raise UserError(f"loading {reference} into containerd failed (buildah push exit {pushed}, ctr import exit "
+                            f"{imported.returncode}): {detail[-300:]}")
         stamp.write_text(current)
         loaded.append(reference)
         log(f"loaded {reference} into the cluster's containerd")

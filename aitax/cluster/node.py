@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -236,9 +237,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             images.build_pause(tool("pause"))
         images.load_into(self.ctr, self.home / "loaded-images", [images.PAUSE_REFERENCE], log=lambda _: None)
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def ctr(self, *args: str, check: bool = True, stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess:
         result = subprocess.run([shutil.which("ctr") or "ctr", "--address", str(self.containerd_socket),
-                                 "--namespace", "k8s.io", *args], capture_output=True, text=True, timeout=600)
+                                 "--namespace", "k8s.io", *args], capture_output=True, stdin=stdin, timeout=600)
+        result.stdout, result.stderr = result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
         if check and result.returncode != 0:
             raise UserError(f"ctr {' '.join(args[:2])} failed: {result.stderr.strip()[-300:]}")
         return result
@@ -276,8 +278,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "failSwapOn": False,
             # Images cannot be pulled back (no registry): never collect them.
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            # The machine's disk is shared with other work: evict only when really short.
-            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "3%", "imagefs.available": "3%"},
+            # The machine's disk is shared with other work: evict only when really short. A share of a large disk is
+            # gigabytes (3% of 252 GB is 7.5 GB): at that threshold kubelet deleted the pause image in CI, which
+            # containerd could not pull back (there is no registry), and no pod could start after it.
+            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "1Gi", "imagefs.available": "1Gi"},
             "serializeImagePulls": False, "maxPods": 110,
             "podLogsDir": str(self.home / "pod-logs"),  # not /var/log/pods: `down` leaves nothing behind
         }, indent=2))
