@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from pipeline.prepare import area_pyramid, patches
@@ -73,18 +74,26 @@ def suppress(boxes: np.ndarray, threshold: float, method: str = "union", sort: b
     above it, kept or not, overlaps it by more than `threshold` (IoU over the union, or over the smaller box)."""
     if sort:
         boxes = boxes[np.argsort(boxes[:, 5])[::-1]]
-    x1, y1, x2, y2 = (boxes[:, column] for column in range(1, 5))
-    areas = (x2 - x1) * (y2 - y1)
-    overlap_w = np.maximum(0, np.minimum(x2[:, None], x2[None]) - np.maximum(x1[:, None], x1[None]))
-    overlap_h = np.maximum(0, np.minimum(y2[:, None], y2[None]) - np.maximum(y1[:, None], y1[None]))
-    overlap = overlap_w * overlap_h
-    if method == "union":
-        ratio = overlap / (areas[:, None] + areas[None] - overlap)
-    else:
-        ratio = overlap / np.minimum(areas[:, None], areas[None])
-    with np.errstate(invalid="ignore"):
-        beaten = np.triu(ratio > threshold, k=1).any(axis=0)
-    return boxes[~beaten]
+    return boxes[~_beaten(np.ascontiguousarray(boxes[:, 1:5], dtype=np.float64), threshold, method == "union")]
+
+
+@numba.njit(nogil=True, error_model="numpy")
+def _beaten(corners: np.ndarray, threshold: float, over_union: bool) -> np.ndarray:
+    """Which boxes (x1, y1, x2, y2 rows, best first) a box ranked above overlaps by more than `threshold`: the
+    package's pairwise arithmetic, operation for operation, without its n x n matrices (a 0/0 ratio beats no box)."""
+    count = corners.shape[0]
+    areas = (corners[:, 2] - corners[:, 0]) * (corners[:, 3] - corners[:, 1])
+    beaten = np.zeros(count, np.bool_)
+    for j in range(count):
+        for i in range(j):
+            width = max(0.0, min(corners[i, 2], corners[j, 2]) - max(corners[i, 0], corners[j, 0]))
+            height = max(0.0, min(corners[i, 3], corners[j, 3]) - max(corners[i, 1], corners[j, 1]))
+            overlap = width * height
+            ratio = overlap / (areas[i] + areas[j] - overlap) if over_union else overlap / min(areas[i], areas[j])
+            if ratio > threshold:
+                beaten[j] = True
+                break
+    return beaten
 
 
 @dataclass(frozen=True)
