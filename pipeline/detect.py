@@ -139,6 +139,7 @@ class FaceDetector:
         twice: their second trace relaxes the number of boxes)."""
         frame = np.zeros((height, width, 3), np.uint8)
         self._stream.pnet(area_pyramid(frame, self._stream.sizes))
+        suppress(np.zeros((2, 6)), 0.5)
         for boxes in (1, 2):
             for size, net in ((24, self._rnet), (48, self._onet)):
                 net(patches(frame, np.zeros((boxes, 4)), size))

@@ -22,9 +22,10 @@ MTCNN_MEAN, MTCNN_SCALE = 127.5, 1 / 128  # the package's normalisation: uint8 [
 @numba.njit(nogil=True)
 def _area_level(table: np.ndarray, out: np.ndarray) -> None:
     """out (h, w, C): the normalised mean of the frame over each of its cells, as TF's area resize computes it,
-    from the frame's (H+1, W+1, C) integral image."""
-    frame_h, frame_w = table.shape[0] - 1, table.shape[1] - 1
-    out_h, out_w, channels = out.shape
+    from the frame's (H+1, W+1, C) integral image: the integral along each cell edge's row (one contiguous pass over
+    two table rows), then at each cell corner's column."""
+    frame_h, frame_w, channels = table.shape[0] - 1, table.shape[1] - 1, table.shape[2]
+    out_h, out_w = out.shape[0], out.shape[1]
     scale_y, scale_x = frame_h / out_h, frame_w / out_w
     x_index = np.empty(out_w + 1, np.int64)
     x_frac = np.empty(out_w + 1, np.float64)
@@ -32,24 +33,29 @@ def _area_level(table: np.ndarray, out: np.ndarray) -> None:
         position = min(j * scale_x, float(frame_w))
         x_index[j] = min(int(position), frame_w - 1)
         x_frac[j] = position - x_index[j]
-    above = np.empty((out_w + 1, channels), np.float64)  # the integral at the cells' top edge
-    below = np.empty((out_w + 1, channels), np.float64)  # and at their bottom edge
+    flat = table.reshape(frame_h + 1, (frame_w + 1) * channels)
+    out_rows = out.reshape(out_h, out_w * channels)
+    edge_row = np.empty((frame_w + 1) * channels, np.float64)  # the integral along one cell edge's row
+    above = np.empty((out_w + 1) * channels, np.float64)  # the integral at the cells' top corners, (x, c) flat
+    below = np.empty((out_w + 1) * channels, np.float64)  # and at their bottom corners
     norm = 1.0 / (scale_y * scale_x)
     for i in range(out_h + 1):
         position = min(i * scale_y, float(frame_h))
         row = min(int(position), frame_h - 1)
         fy = position - row
+        upper, lower = flat[row], flat[row + 1]
+        for k in range(edge_row.shape[0]):
+            edge_row[k] = upper[k] + fy * (lower[k] - upper[k])
         for j in range(out_w + 1):
-            x, fx = x_index[j], x_frac[j]
+            left = x_index[j] * channels
+            fx = x_frac[j]
             for c in range(channels):
-                top = table[row, x, c] + fx * (table[row, x + 1, c] - table[row, x, c])
-                bottom = table[row + 1, x, c] + fx * (table[row + 1, x + 1, c] - table[row + 1, x, c])
-                below[j, c] = top + fy * (bottom - top)
+                below[j * channels + c] = edge_row[left + c] + fx * (edge_row[left + channels + c] - edge_row[left + c])
         if i > 0:
-            for j in range(out_w):
-                for c in range(channels):
-                    area = below[j + 1, c] - below[j, c] - above[j + 1, c] + above[j, c]
-                    out[i - 1, j, c] = (area * norm - MTCNN_MEAN) * MTCNN_SCALE
+            target = out_rows[i - 1]
+            for k in range(out_w * channels):  # contiguous: vectorised
+                area = below[k + channels] - below[k] - above[k + channels] + above[k]
+                target[k] = (area * norm - MTCNN_MEAN) * MTCNN_SCALE
         above, below = below, above
 
 
