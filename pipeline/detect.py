@@ -6,7 +6,7 @@ other than 20 its last scales shrink the frame below PNet's 12x12 input and the 
 cheaper: its eager TensorFlow ops per pyramid level and per stage (with a float64 copy of the frame), and per-call
 tensor conversions in its box code, cost more CPU than the three networks. Here the networks' inputs are prepared
 from the uint8 frame by compiled kernels (pipeline/prepare.py), PNet runs on a stream's whole pyramid in one traced
-graph call, and the box arithmetic is NumPy on plain arrays. Boxes agree with stock `mtcnn`
+graph call, and the box arithmetic is NumPy on plain arrays (suppression compiled too). Boxes agree with stock `mtcnn`
 (tests/unit/test_detect.py).
 """
 
