@@ -8,7 +8,6 @@ stall is the longest gap between consecutive broker append timestamps on the `fa
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import signal
@@ -129,53 +128,6 @@ DRAIN_S = 300.0  # after the load: generous, a consumer group recovering from tw
 BROKER_SCENARIOS = {"broker-kill", "controller-kill", "two-brokers-down"}
 
 
-def read_face_topic(bootstrap: str, topic: str) -> tuple[set[tuple], float]:
-    """Distinct faces held by the topic, and the longest gap between consecutive broker append times (s)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from pipeline.schema import MalformedRecordError, decode_face
-
-    # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{time.time_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
-        remaining = {p for p, end in ends.items() if end > 0}
-        faces, appended = set(), []
-        deadline = time.monotonic() + 300  # a long-lived `faces` topic can hold gigabytes of thumbnails
-        while remaining and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 1.0):
-                if message.error():
-                    continue
-                if message.offset() + 1 >= ends[message.partition()]:
-                    remaining.discard(message.partition())
-                appended.append(message.timestamp()[1])
-                try:
-                    face = decode_face(message.value(), dict(message.headers() or []))
-                except MalformedRecordError:
-                    continue
-                faces.add(face.key)
-        appended.sort()
-        gap = max((b - a for a, b in itertools.pairwise(appended)), default=0) / 1000
-        return faces, gap
-    finally:
-        consumer.close()
-
-
-def count_records(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{time.time_ns()}",
-                         "log_level": 0})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
-    finally:
-        consumer.close()
-
-
 @dataclass(frozen=True)
 class TopicAudit:
     """What a run's topics hold once its consumers are idle: every face in `faces` should have an identity."""
@@ -193,15 +145,15 @@ class TopicAudit:
 
 
 def audit_topics(bootstrap: str, run_id: str, topics: Topics) -> TopicAudit:
-    from pipeline.evaluate import read_identities
+    from pipeline.transport.readback import count_records, read_face_topic, read_identities
 
-    faces, stall_s = read_face_topic(bootstrap, topics.faces)
-    in_topic = {key for key in faces if key[0] == run_id}
+    faces = read_face_topic(bootstrap, topics.faces)
+    in_topic = {key for key in faces.faces if key[0] == run_id}
     identities, duplicates = read_identities(bootstrap, run_id, topic=topics.identities)
     identified = {i.key for i in identities}
     return TopicAudit(in_topic=len(in_topic), identified=len(identified & in_topic), duplicates=duplicates,
                       lost=len(in_topic - identified), dead_letters=count_records(bootstrap, topics.dlq),
-                      stall_s=round(stall_s, 2))
+                      stall_s=round(faces.stall_s, 2))
 
 
 def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers: int = 2, consumers: int = 4,

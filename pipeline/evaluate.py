@@ -9,15 +9,12 @@ threshold) comes from one run: `det_curve`, drawn by `plot_det`.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ground.paper import PAPER
 from pipeline.crop import iou
-from pipeline.schema import IDENTITIES_TOPIC, UNKNOWN, IdentityMessage, MalformedRecordError, decode_identity
+from pipeline.schema import UNKNOWN, IdentityMessage
 from pipeline.synth_video import load_truth
 from telemetry.latency import NS_PER_MS, Distribution, distribution, end_to_end_ms
 
@@ -122,47 +119,6 @@ def plot_det(evaluation: Evaluation, threshold: float | None, path: Path) -> Pat
     return path
 
 
-def read_identities(bootstrap: str, run_id: str, timeout_s: float = 60.0, topic: str = IDENTITIES_TOPIC,
-                    decode: Callable[[bytes], Any] = decode_identity) -> tuple[list[Any], int]:
-    """Every identity of the run (first of each face), and how many duplicates were published. `decode` reads
-    another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"evaluate-{time.time_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {}
-        for partition in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if high > low:
-                ends[partition] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        seen: dict[tuple, IdentityMessage] = {}
-        duplicates = 0
-        deadline = time.monotonic() + timeout_s
-        done: set[int] = set()
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            for message in consumer.consume(500, 1.0):
-                if message.error():
-                    continue
-                if message.offset() + 1 >= ends[message.partition()]:
-                    done.add(message.partition())
-                try:
-                    identity = decode(message.value())
-                except MalformedRecordError:
-                    continue
-                if identity.run_id != run_id:
-                    continue
-                if identity.key in seen:
-                    duplicates += 1
-                else:
-                    seen[identity.key] = identity
-        return list(seen.values()), duplicates
-    finally:
-        consumer.close()
-
-
 def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict[str, set[int]],
           size: tuple[int, int], run_id: str) -> Evaluation:
     """Greedy IoU matching per frame; truth boxes scaled from the video's size to the pipeline's."""
@@ -223,6 +179,7 @@ def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | 
                  size: tuple[int, int] = (960, 540)) -> Evaluation:
     """`events`: a JSONL folder or an Elasticsearch URL (default: the run's folder under .aitax/runs)."""
     from ground.paths import aitax_home
+    from pipeline.transport.readback import read_identities
     from telemetry.report_sources import load_events
 
     truth = load_truth(video)

@@ -130,6 +130,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     audit.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
     audit.set_defaults(func=_audit)
 
+    collect = subparsers.add_parser(
+        "collect", help="a consumer group's state and a run read back from its topics, as one JSON line",
+        description="What the experiment driver asks from inside a pod of the release (where the brokers are "
+                    "reachable): with --group, the group's state on the faces topic (members, members holding "
+                    "partitions, lag); with --run-id, the run's faces the brokers hold and the timestamps of its "
+                    "identities. Thumbnails are never printed.")
+    collect.add_argument("--group", help="consumer group whose state on the faces topic to report")
+    collect.add_argument("--run-id", help="the run to read back from the faces and identities topics")
+    collect.add_argument("--bootstrap", help="Kafka brokers (default: $AITAX_BOOTSTRAP, else the local stack)")
+    collect.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
+    collect.set_defaults(func=_collect)
+
     producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
                                       description="N emulated ingest/detect instances, each on its own schedule, "
                                                   "sharing one Kafka producer.")
@@ -284,6 +296,24 @@ def _audit(args: argparse.Namespace) -> int:
     audit = audit_topics(bootstrap, args.run_id, topics)
     print(json.dumps(asdict(audit)))
     return 0 if audit.passed else 1
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from aitax.stack.stack import resolve_bootstrap
+    from pipeline.schema import Topics
+    from pipeline.transport.admin import require_brokers
+    from pipeline.transport.readback import Collected, group_state, read_run
+
+    if not args.group and not args.run_id:
+        raise UserError("collect: give --group, --run-id or both")
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    topics = Topics.with_prefix(args.topic_prefix)
+    require_brokers(bootstrap, topics=(topics.faces, topics.identities))
+    collected = Collected(
+        group=group_state(bootstrap, args.group, topics.faces) if args.group else None,
+        readback=read_run(bootstrap, args.run_id, topics.faces, topics.identities) if args.run_id else None)
+    print(collected.model_dump_json(), flush=True)
+    return 0
 
 
 def _emulate_producers(args: argparse.Namespace) -> int:

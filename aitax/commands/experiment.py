@@ -68,7 +68,8 @@ def _run(args: argparse.Namespace) -> int:
         spec = replace(spec, release=args.release)
     elasticsearch = args.elasticsearch
     if args.backend == "kubernetes":
-        from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
+        from aitax.experiment.kubernetes_api import KubernetesCluster
+        from aitax.experiment.kubernetes_backend import KubernetesBackend
 
         cluster = KubernetesCluster(args.kubeconfig, args.context, args.namespace or spec.namespace)
         backend = KubernetesBackend(spec, cluster, rollout_timeout_s=args.rollout_timeout)

@@ -1,10 +1,10 @@
-"""The kubernetes backend: scale the chart's Deployments and StatefulSet through the API server, phase by phase.
+"""The kubernetes backend: a spec's phases on a Helm release's pods, each through the load engine.
 
-Workloads are found by the chart's labels (`app.kubernetes.io/instance=<release>`,
-`app.kubernetes.io/component=<stage>`), so any release name or fullnameOverride works. A phase sets each named
-stage's replicas (and, on pipeline stages, AITAX_RUN_ID and AITAX_ACCELERATION_FACTOR in the pod template: the
-events of each phase carry their own run id) and waits until every rollout has finished. The original replica
-counts and environment are restored at the end, also after an error or Ctrl-C.
+A phase resizes Kafka if it names a broker count, rolls the consumers out with the phase's run id and factor
+(AITAX_RUN_ID and AITAX_ACCELERATION_FACTOR in the pod template: the events and faces of each phase carry their
+own run id), waits for their consumer group, runs the producers for the phase's duration, scales them to zero,
+drains and reads the run back (`aitax.experiment.cluster_load`): a `RunResult` per phase, as on the local backend.
+The original replica counts and environment are restored at the end, also after an error or Ctrl-C.
 
 A new broker holds no replicas and a removed one would take its replicas with it, so a change of the Kafka
 StatefulSet's size comes with a rebalance Job (the Kafka image's `kafka-rebalance-topics`, as Strimzi's
@@ -16,275 +16,121 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from aitax.experiment.spec import KAFKA, ExperimentSpec
+from aitax.experiment.cluster_load import ClusterLoad, PhasePods
+from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
+from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
+from aitax.load.engine import REAL_DRAIN_S, print_result, run_load
 from ground.errors import UserError
+from pipeline.transport.readback import Collected
+from telemetry.results import RunResult, Workload
 
-REBALANCE_COMPONENT = "kafka-rebalance"
-REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"
-RUN_ID_ENV = "AITAX_RUN_ID"
-FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
-STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-MERGE = "application/merge-patch+json"
-API_TIMEOUT_S = 10
-
-
-@dataclass
-class Workload:
-    """One scaled object and what to put back afterwards."""
-
-    stage: str
-    kind: str  # Deployment | StatefulSet
-    name: str
-    container: str
-    original_replicas: int
-    original_env: dict[str, str | None] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{self.kind.lower()}/{self.name}"
-
-
-@dataclass(frozen=True)
-class RolloutState:
-    desired: int
-    ready: int
-    updated: int
-    current: int
-    done: bool
-
-
-class KubernetesCluster:
-    """The API calls the experiment needs, over the official Python client."""
-
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None,
-                 namespace: str | None = None) -> None:
-        from kubernetes import client, config
-
-        try:
-            if kubeconfig or context or not _in_cluster():
-                config.load_kube_config(config_file=kubeconfig, context=context)
-            else:
-                config.load_incluster_config()
-        except Exception as error:  # missing file, bad context, malformed kubeconfig
-            where = kubeconfig or "~/.kube/config ($KUBECONFIG)"
-            raise UserError(f"no usable Kubernetes configuration in {where}: {_one_line(error)}") from None
-        if namespace is None:
-            try:
-                _, active = config.list_kube_config_contexts(config_file=kubeconfig)
-                namespace = active.get("context", {}).get("namespace") or "default"
-            except Exception:
-                namespace = "default"
-        self.namespace = namespace
-        self.api_client = client.ApiClient()
-        self.host = self.api_client.configuration.host
-        self.apps = client.AppsV1Api(self.api_client)
-        self.batch = client.BatchV1Api(self.api_client)
-        self.version_api = client.VersionApi(self.api_client)
-
-    def check_reachable(self) -> str:
-        """The server's version, or a one-line error naming the server (before anything is scaled)."""
-        try:
-            return self.version_api.get_code(_request_timeout=API_TIMEOUT_S).git_version
-        except Exception as error:
-            raise UserError(f"Kubernetes API server at {self.host} unreachable: {_one_line(error)}") from None
-
-    def find_workload(self, release: str, stage: str) -> Workload:
-        selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component={stage}"
-        kind, items = ("StatefulSet", self._list_statefulsets(selector)) if stage == KAFKA else \
-            ("Deployment", self._list_deployments(selector))
-        if not items:
-            raise UserError(f"no {kind} with labels {selector} in namespace {self.namespace}: is release {release!r} "
-                            f"installed there, with mode matching the spec (stage {stage})?")
-        if len(items) > 1:
-            names = ", ".join(item.metadata.name for item in items)
-            raise UserError(f"several {kind}s match {selector} in namespace {self.namespace}: {names}")
-        item = items[0]
-        containers = item.spec.template.spec.containers
-        container = next((c for c in containers if c.name == stage), containers[0])
-        env = {var.name: var.value for var in (container.env or [])}
-        return Workload(stage=stage, kind=kind, name=item.metadata.name, container=container.name,
-                        original_replicas=item.spec.replicas or 0,
-                        original_env={key: env.get(key) for key in (RUN_ID_ENV, FACTOR_ENV)})
-
-    def scale(self, workload: Workload, replicas: int) -> None:
-        body = {"spec": {"replicas": replicas}}
-        call = self.apps.patch_namespaced_stateful_set_scale if workload.kind == "StatefulSet" \
-            else self.apps.patch_namespaced_deployment_scale
-        self._call(f"scaling {workload} to {replicas}", call, workload.name, self.namespace, body,
-                   _content_type=MERGE)
-
-    def set_env(self, workload: Workload, env: dict[str, str | None]) -> None:
-        """Set (or, for None, remove) environment variables of the stage's container: a new rollout."""
-        entries: list[dict[str, Any]] = [
-            {"name": key, "value": value} if value is not None else {"name": key, "$patch": "delete"}
-            for key, value in env.items()
-        ]
-        body = {"spec": {"template": {"spec": {"containers": [{"name": workload.container, "env": entries}]}}}}
-        self._call(f"updating {workload}", self.apps.patch_namespaced_deployment, workload.name, self.namespace,
-                   body, _content_type=STRATEGIC_MERGE)
-
-    def rollout_state(self, workload: Workload) -> RolloutState:
-        read = self.apps.read_namespaced_stateful_set if workload.kind == "StatefulSet" \
-            else self.apps.read_namespaced_deployment
-        item = self._call(f"reading {workload}", read, workload.name, self.namespace)
-        status = item.status
-        desired = item.spec.replicas or 0
-        ready = status.ready_replicas or 0
-        updated = status.updated_replicas or 0
-        current = status.replicas or 0
-        observed = (status.observed_generation or 0) >= (item.metadata.generation or 0)
-        if workload.kind == "StatefulSet":
-            revision_done = desired == 0 or status.current_revision == status.update_revision or updated == desired
-        else:
-            revision_done = updated == desired and (status.available_replicas or 0) == desired
-        # current == desired: pods of the old revision (or beyond the new count) are gone too.
-        done = observed and revision_done and ready == desired and current == desired
-        return RolloutState(desired, ready, updated, current, done)
-
-    def wait_rollouts(self, workloads: list[Workload], timeout_s: float, poll_s: float = 0.5) -> dict[str, int]:
-        """Wait until every workload runs its desired replicas of its newest template; return ready counts."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            states = {w.stage: self.rollout_state(w) for w in workloads}
-            if all(s.done for s in states.values()):
-                return {stage: s.ready for stage, s in states.items()}
-            if time.monotonic() >= deadline:
-                pending = "; ".join(f"{w}: {states[w.stage].ready}/{states[w.stage].desired} ready, "
-                                    f"{states[w.stage].updated} updated, {states[w.stage].current} running"
-                                    for w in workloads if not states[w.stage].done)
-                raise UserError(f"rollout not finished after {timeout_s:.0f} s: {pending} "
-                                f"(see `kubectl -n {self.namespace} get pods` and their events)")
-            time.sleep(poll_s)
-
-    def rebalance_job(self, release: str, kafka: Workload, brokers: int, timeout_s: float) -> dict[str, Any]:
-        """A Job that spreads every topic over brokers 0..brokers-1, built from the broker pods' own image,
-        security settings and naming (so it passes the chart's NetworkPolicy as a Kafka client)."""
-        statefulset = self._call(f"reading {kafka}", self.apps.read_namespaced_stateful_set, kafka.name,
-                                 self.namespace)
-        pod = statefulset.spec.template.spec
-        broker = next((c for c in pod.containers if c.name == kafka.container), pod.containers[0])
-        env = {var.name: var.value for var in (broker.env or [])}
-        port = next((p.container_port for p in (broker.ports or []) if p.name == "kafka"), 9092)
-        pattern = env.get("KAFKA_HOST_PATTERN")
-        if not pattern:
-            raise UserError(f"{kafka} has no KAFKA_HOST_PATTERN: not the aitax chart's Kafka, cannot rebalance")
-        staying = min(brokers, statefulset.spec.replicas or brokers)
-        bootstrap = ",".join(f"{pattern.replace('{ordinal}', str(o))}:{port}" for o in range(staying))
-        serialize = self.api_client.sanitize_for_serialization
-        labels = {"app.kubernetes.io/instance": release, "app.kubernetes.io/component": REBALANCE_COMPONENT,
-                  "app.kubernetes.io/managed-by": "aitax-experiment", "aitax/kafka-client": release}
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"generateName": f"{kafka.name}-rebalance-{brokers}-", "labels": labels},
-            "spec": {
-                "backoffLimit": 2,
-                "activeDeadlineSeconds": int(timeout_s),
-                "ttlSecondsAfterFinished": 3600,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "serviceAccountName": pod.service_account_name,
-                        "automountServiceAccountToken": False,
-                        "securityContext": serialize(pod.security_context),
-                        "imagePullSecrets": serialize(pod.image_pull_secrets),
-                        "containers": [{
-                            "name": REBALANCE_COMPONENT,
-                            "image": broker.image,
-                            "imagePullPolicy": broker.image_pull_policy,
-                            "command": [REBALANCE_COMMAND, str(brokers)],
-                            "env": [{"name": "KAFKA_BOOTSTRAP", "value": bootstrap},
-                                    {"name": "KAFKA_WAIT_TIMEOUT_S", "value": str(int(timeout_s))},
-                                    {"name": "KAFKA_HEAP_OPTS", "value": "-Xmx256m"}],
-                            "securityContext": serialize(broker.security_context),
-                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
-                                          "limits": {"cpu": "1", "memory": "512Mi"}},
-                            # The root filesystem is read-only: the reassignment plan goes to /tmp.
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                        }],
-                        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
-                    },
-                },
-            },
-        }
-
-    def run_job(self, body: dict[str, Any], timeout_s: float, poll_s: float = 1.0) -> str:
-        """Create a Job and wait until it succeeds; a failed or late Job is an error naming it."""
-        job = self._call("creating a rebalance Job", self.batch.create_namespaced_job, self.namespace, body)
-        name = job.metadata.name
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self._call(f"reading job/{name}", self.batch.read_namespaced_job_status, name,
-                                self.namespace).status
-            if (status.succeeded or 0) >= 1:
-                return name
-            failed = next((c for c in status.conditions or [] if c.type == "Failed" and c.status == "True"), None)
-            if failed is not None or time.monotonic() >= deadline:
-                why = f"{failed.reason}: {failed.message}" if failed else f"not done after {timeout_s:.0f} s"
-                raise UserError(f"job/{name} in namespace {self.namespace} failed ({why}); see "
-                                f"`kubectl -n {self.namespace} logs job/{name}`")
-            time.sleep(poll_s)
-
-    def _list_deployments(self, selector: str) -> list:
-        return self._call("listing deployments", self.apps.list_namespaced_deployment, self.namespace,
-                          label_selector=selector).items
-
-    def _list_statefulsets(self, selector: str) -> list:
-        return self._call("listing statefulsets", self.apps.list_namespaced_stateful_set, self.namespace,
-                          label_selector=selector).items
-
-    def _call(self, what: str, function: Callable, *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return function(*args, _request_timeout=API_TIMEOUT_S, **kwargs)
-        except ApiException as error:
-            raise UserError(f"{what} in namespace {self.namespace} failed: {error.status} {error.reason}: "
-                            f"{_api_message(error)}") from None
-        except Exception as error:  # connection refused / reset / timeout mid-experiment
-            raise UserError(f"{what}: Kubernetes API server at {self.host} unreachable: {_one_line(error)}") from None
+PROFILE_CONFIGMAP = "emulator-profile"  # the chart's ConfigMap when emulator.profileYaml is given
+PROFILE_KEY = "profile.yaml"
 
 
 class KubernetesBackend:
-    """Runs a spec's phases by scaling the chart's workloads; restores the original scale afterwards."""
+    """Runs a spec's phases on the chart's workloads; restores the original scale afterwards. `collect`: how
+    `aitax collect` is run where the brokers are (default: exec in a consumer pod)."""
 
     def __init__(self, spec: ExperimentSpec, cluster: KubernetesCluster, rollout_timeout_s: float = 300.0,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print,
+                 collect: Callable[[list[str]], Collected] | None = None) -> None:
         self.spec = spec
         self.cluster = cluster
         self.rollout_timeout_s = rollout_timeout_s
         self.log = log
-        self.workloads: dict[str, Workload] = {}
+        self.collect = collect
+        self.workloads: dict[str, Scaled] = {}
+        self.offered_per_producer: float | None = None  # emulated: faces/s one instance offers at 1x
+
+    @property
+    def consumers(self) -> Scaled:
+        return self.workloads[CONSUMER_STAGE[self.spec.mode]]
+
+    @property
+    def producers(self) -> Scaled:
+        return self.workloads[PRODUCER_STAGE[self.spec.mode]]
 
     def prepare(self) -> None:
-        """Check the server and find every workload the spec scales, before changing anything."""
+        """Check the server, find every workload a phase runs or scales, and check what the release runs against
+        the spec (at least one pod of each stage; the emulator's profile), before changing anything."""
         version = self.cluster.check_reachable()
-        self.workloads = {stage: self.cluster.find_workload(self.spec.release, stage) for stage in self.spec.stages}
+        stages = (*self.spec.stages, CONSUMER_STAGE[self.spec.mode], PRODUCER_STAGE[self.spec.mode])
+        self.workloads = {stage: self.cluster.find_workload(self.spec.release, stage)
+                          for stage in dict.fromkeys(stages)}
+        for index, phase in enumerate(self.spec.phases):
+            for scaled in (self.consumers, self.producers):
+                if phase.replicas.get(scaled.stage, scaled.original_replicas) < 1:
+                    raise UserError(f"{self.spec.source}: phases[{index}].replicas.{scaled.stage}: a phase runs at "
+                                    f"least 1 pod of each stage (the release has {scaled.original_replicas})")
+        if self.spec.mode == "emulated":
+            self.offered_per_producer = self._release_profile().offered_faces_per_s(1, 1.0)
         found = ", ".join(f"{w} ({w.original_replicas})" for w in self.workloads.values())
         self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}")
 
-    def apply_phase(self, index: int, run_id: str) -> dict[str, int]:
-        """Bring the phase up: Kafka first, then consumers, then producers; returns the ready replica counts."""
-        phase = self.spec.phases[index]
-        ready: dict[str, int] = {}
-        for stage in self.spec.stages:  # already ordered kafka -> consumers -> producers
-            workload = self.workloads[stage]
-            if stage != KAFKA:
-                self.cluster.set_env(workload, {RUN_ID_ENV: run_id, FACTOR_ENV: f"{phase.factor:g}"})
-            if stage in phase.changed or index == 0:
-                replicas = phase.replicas.get(stage, workload.original_replicas)
-                if stage == KAFKA:
-                    self._resize_kafka(workload, replicas)
-                else:
-                    self.cluster.scale(workload, replicas)
-            ready.update(self.cluster.wait_rollouts([workload], self.rollout_timeout_s))
-        return ready
+    def _release_profile(self):
+        """The profile the release's emulator pods run, which must be the spec's: the offered load is computed
+        from it."""
+        from emulation.profile import load_profile
 
-    def _resize_kafka(self, kafka: Workload, brokers: int) -> None:
-        """Scale the brokers with their data: replicas move off leaving brokers first, onto new ones after."""
+        running = self.producers.arg("--profile", "paper")
+        if not running.startswith("/"):
+            if running != self.spec.profile:
+                raise UserError(f"{self.spec.source}: profile {self.spec.profile!r}: release {self.spec.release} "
+                                f"runs the emulator with profile {running!r} (its emulator.profile)")
+            return load_profile(running)
+        name = f"{self.producers.name.removesuffix('-emulate-producers')}-{PROFILE_CONFIGMAP}"
+        text = self.cluster.config_map(name).get(PROFILE_KEY)
+        if text is None:
+            raise UserError(f"configmap/{name} has no {PROFILE_KEY}: the release's emulator profile is unknown")
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / PROFILE_KEY
+            path.write_text(text)
+            release_profile = load_profile(str(path))
+        if load_profile(self.spec.profile).to_yaml() != release_profile.to_yaml():
+            raise UserError(f"{self.spec.source}: profile {self.spec.profile!r}: release {self.spec.release} runs "
+                            f"the emulator with another profile (emulator.profileYaml, configmap/{name})")
+        return release_profile
+
+    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
+        """The phase through the load engine: the replicas it ran and what it measured."""
+        phase, mode = self.spec.phases[index], self.spec.mode
+        replicas = {stage: phase.replicas.get(stage, scaled.original_replicas)
+                    for stage, scaled in self.workloads.items()}
+        consumers, producers = replicas[self.consumers.stage], replicas[self.producers.stage]
+        per_consumer = int(self.consumers.arg("--instances", "1")) if mode == "emulated" else 1
+        per_producer = int(self.producers.arg("--instances", "1")) if mode == "emulated" else 1
+        if mode == "real":
+            workload = Workload(mode="real", producers=producers, consumers=consumers, duration_s=phase.duration_s,
+                                video=self.producers.env.get("AITAX_VIDEO"), gallery=self.consumers.arg("--gallery"),
+                                pace=self.producers.arg("--pace", "native"), drain_s=REAL_DRAIN_S)
+            offered = None
+        else:
+            workload = Workload(mode="emulated", producers=producers * per_producer,
+                                consumers=consumers * per_consumer, producer_processes=producers,
+                                consumer_processes=consumers, duration_s=phase.duration_s, factor=phase.factor,
+                                profile=self.spec.profile)
+            offered = self.offered_per_producer * workload.producers * phase.factor
+        pods = PhasePods(consumers=self.consumers, producers=self.producers, consumer_replicas=consumers,
+                         producer_replicas=producers, members=consumers * per_consumer,
+                         group=self.consumers.arg("--group", "identify"))
+        load = ClusterLoad(self.cluster, self.spec.release, pods, workload, run_id,
+                           resize_kafka=lambda: self._resize_kafka(replicas.get(KAFKA)),
+                           rollout_timeout_s=self.rollout_timeout_s, collect=self.collect)
+        result = run_load(load, offered_faces_per_s=offered)
+        print_result(result)
+        return replicas, result
+
+    def _resize_kafka(self, brokers: int | None) -> None:
+        """Scale the brokers with their data (when the spec scales them): replicas move off leaving brokers
+        first, onto new ones after."""
+        kafka = self.workloads.get(KAFKA)
+        if kafka is None or brokers is None:
+            return
         current = self.cluster.rollout_state(kafka).desired
         if brokers < current:
             self._rebalance(kafka, brokers)
@@ -292,19 +138,13 @@ class KubernetesBackend:
         if brokers > current:
             self.cluster.wait_rollouts([kafka], self.rollout_timeout_s)
             self._rebalance(kafka, brokers)
+        self.cluster.wait_rollouts([kafka], self.rollout_timeout_s)
 
-    def _rebalance(self, kafka: Workload, brokers: int) -> None:
+    def _rebalance(self, kafka: Scaled, brokers: int) -> None:
         started = time.monotonic()
         body = self.cluster.rebalance_job(self.spec.release, kafka, brokers, self.rollout_timeout_s)
         name = self.cluster.run_job(body, self.rollout_timeout_s)
         self.log(f"job/{name}: topics spread over {brokers} brokers in {time.monotonic() - started:.0f} s")
-
-    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], None]:
-        """Bring the phase up, then let it run for its duration (the stages work; events carry `run_id`). The
-        pods' faces are not read back here: the phase's results are its events."""
-        ready = self.apply_phase(index, run_id)
-        time.sleep(self.spec.phases[index].duration_s)
-        return ready, None
 
     def restore(self) -> None:
         """Put back the replica counts and environment found at the start (best effort, every workload)."""
@@ -315,7 +155,7 @@ class KubernetesBackend:
                     self.cluster.set_env(workload, workload.original_env)
                     self.cluster.scale(workload, workload.original_replicas)
                 else:
-                    self._resize_kafka(workload, workload.original_replicas)
+                    self._resize_kafka(workload.original_replicas)
             except UserError as error:
                 problems.append(str(error))
         if not problems:
@@ -327,27 +167,3 @@ class KubernetesBackend:
         if problems:
             raise UserError(f"restoring the original scale failed: {problems[0]}")
         self.log(f"restored {restored}")
-
-
-def _in_cluster() -> bool:
-    import os
-
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
-
-
-def _one_line(error: Exception) -> str:
-    text = str(error)
-    for marker in ("Connection refused", "Name or service not known", "timed out", "No route to host",
-                   "certificate verify failed", "Connection reset"):
-        if marker in text:
-            return marker
-    return (text.strip().splitlines() or [type(error).__name__])[0][:200]
-
-
-def _api_message(error: Any) -> str:
-    import json
-
-    try:
-        return json.loads(error.body).get("message", "")[:300]
-    except (TypeError, ValueError, AttributeError):
-        return str(error.reason)

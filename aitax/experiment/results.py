@@ -32,14 +32,14 @@ class PhaseResult:
     ended_at: float
     factor: float
     replicas: dict[str, int]  # as the backend reported them once the phase was up
+    run: RunResult  # what the load engine measured
     stages: dict[str, StageSummary] = field(default_factory=dict)
     note: str | None = None
     repeat: int = 1  # which pass over the phases (`--repeat`)
-    run: RunResult | None = None  # the load engine's result, where the backend read the phase's faces back
 
     def to_json(self) -> dict[str, Any]:
-        document = asdict(replace(self, run=None))
-        document["run"] = None if self.run is None else self.run.model_dump(mode="json")
+        document = asdict(replace(self, run=None))  # the run is a pydantic model: dumped as its JSON
+        document["run"] = self.run.model_dump(mode="json")
         return document
 
 

@@ -21,8 +21,8 @@ EVENTS_SETTLE_S = 3.0
 class Backend(Protocol):
     def prepare(self) -> None: ...
 
-    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult | None]:
-        """Run one phase: the replicas that were up, and its `RunResult` where the backend reads its faces."""
+    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
+        """Run one phase through the load engine: the replicas that ran, and its `RunResult`."""
 
     def restore(self) -> None: ...
 
@@ -52,7 +52,7 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
             replicas, run = backend.run_phase(index, run_id)
             result = PhaseResult(phase=phase.name, run_id=run_id, started_at=started, ended_at=time.time(),
                                  factor=phase.factor, replicas=replicas, repeat=repeat,
-                                 run=None if run is None else run.model_copy(update={"repeat": repeat}))
+                                 run=run.model_copy(update={"repeat": repeat}))
             if elasticsearch_url:
                 time.sleep(EVENTS_SETTLE_S)
                 try:
@@ -76,7 +76,7 @@ def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str
     """Per phase over its repeats: how many held, and the median (min-max) of throughput and p99."""
     lines = []
     for phase in spec.phases:
-        runs = [r.run for r in results if r.phase == phase.name and r.run is not None]
+        runs = [r.run for r in results if r.phase == phase.name]
         if not runs:
             continue
         group = FactorRuns(phase.factor, runs[0].workload.in_flight, runs)
@@ -98,6 +98,6 @@ def _summary(result: PhaseResult) -> str:
     ready = ", ".join(f"{stage} {count}" for stage, count in result.replicas.items())
     stages = "; ".join(f"{stage}: {s.events} events, compute p50 {s.compute_ms['p50']} ms"
                        for stage, s in result.stages.items())
-    verdict = "" if result.run is None else f"; {'stable' if result.run.stable else 'UNSTABLE'}"
+    verdict = f"; {'stable' if result.run.stable else 'UNSTABLE'}"
     return (f"replicas {ready}{verdict}"
             + (f"; {stages}" if stages else f" ({result.note})" if result.note else ""))

@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from aitax.load.local import LocalLoad
 from aitax.load.resources import Sampler, resources
@@ -23,7 +24,43 @@ DISK_WRITE_CAPACITY = 2.2e9  # bytes/s per broker: this machine's sequential wri
 DISRUPTION_JOIN_S = 120.0
 
 
-def run_load(load: LocalLoad, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
+class Load(Protocol):
+    """One run's stages, wherever they run: local processes (`LocalLoad`) or a release's pods
+    (`aitax.experiment.cluster_load.ClusterLoad`)."""
+
+    workload: Workload
+    driver: Driver
+    run_id: str
+
+    def start_consumers(self) -> None:
+        """Start the consumers; return once each holds its partitions (start-up is not broker wait)."""
+
+    def start_producers(self) -> None: ...
+
+    def pids(self) -> dict[str, list[int]]:
+        """Local process ids by role, for the resource sampler (none for pods)."""
+
+    def alive(self) -> bool:
+        """Nothing has failed so far."""
+
+    def finish_producers(self, interrupted: bool) -> None:
+        """End the offered load; each producer flushes and waits for its acknowledgements."""
+
+    def drain(self, timeout_s: float, on_lag: Callable[[int], None]) -> int:
+        """Wait for the consumers to catch up; return the faces still queued."""
+
+    def stop(self) -> None: ...
+
+    def failures(self) -> list[str]: ...
+
+    def produced(self) -> tuple[int, float]:
+        """Faces acknowledged to the producers, and their mean thumbnail bytes."""
+
+    def identities(self) -> tuple[Sequence, int]:
+        """The run's identities (first of each face: anything `Timestamped`), and the duplicates removed."""
+
+
+def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
              disk_write_capacity: float = DISK_WRITE_CAPACITY, disruption: Callable[[], None] | None = None,
              disruption_after_s: float | None = None, progress: bool = False, repeat: int = 1) -> RunResult:
     """Run `load`'s workload once. `offered_faces_per_s`: what the producers' schedule offers (None for a

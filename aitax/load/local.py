@@ -206,7 +206,7 @@ class LocalLoad:
     def identities(self) -> tuple[list, int]:
         """The run's identities (first of each face) and the duplicates published; Object Detection's frames as
         their detections answered them."""
-        from pipeline.evaluate import read_identities
+        from pipeline.transport.readback import read_identities
 
         if self.objects:
             from pipeline.objects import frame_timeline

@@ -19,7 +19,8 @@ import pytest
 from aitax.cluster import images
 from aitax.cluster.demo import CHART, helm, identified_faces
 from aitax.cluster.node import NODE_NAME, RealCluster
-from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
+from aitax.experiment.kubernetes_api import KubernetesCluster
+from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
 from ground.daemons import poll_until
 from tests.cluster.conftest import NAMESPACE
@@ -231,22 +232,28 @@ def test_scaling_identify_runs_more_real_pods(cluster: RealCluster, release: str
 
 def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, release: str) -> None:
     """The experiment driver's broker phase on real pods: a fourth broker, then the rebalance Job moves replicas onto
-    it; restoring moves them off again before the StatefulSet shrinks, so no partition is ever left short."""
+    it; the phase's load runs on four brokers (real ingest-detect and identify pods) and loses no face; restoring
+    moves the replicas off again before the StatefulSet shrinks, so no partition is ever left short."""
     spec = parse_spec({"name": "brokers", "mode": "real", "release": release, "namespace": NAMESPACE,
-                       "phases": [{"name": "four-brokers", "duration": "10s", "replicas": {"kafka": 4}}]})
+                       "phases": [{"name": "four-brokers", "duration": "40s", "replicas": {"kafka": 4}}]})
     backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
                                 rollout_timeout_s=600)
     backend.prepare()
     try:
-        ready, _ = backend.run_phase(0, "brokers")
-        assert ready == {"kafka": 4}, ready
+        ready, run = backend.run_phase(0, "brokers")
+        assert ready == {"kafka": 4, "identify": 2, "ingest-detect": 1}, ready
         assert 3 in _brokers_holding(cluster, release, "faces")
         assert not _under_replicated(cluster, release)
+        # Read back through `aitax collect` in an identify pod: every face acknowledged was identified.
+        assert run.run_id == "brokers" and run.produced_faces > 0, run
+        assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
+        assert run.latency is not None and run.latency.faces > 0
     finally:
         backend.restore()
     assert _brokers_holding(cluster, release, "faces") == {0, 1, 2}
     _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
     assert len(_pods(cluster, "app.kubernetes.io/component=kafka")) == 3
+    assert len(_pods(cluster, "app.kubernetes.io/component=ingest-detect")) == 1  # restored after its scale to 0
 
 
 def test_helm_upgrade_runs_object_detection_on_the_demo_video(cluster: RealCluster, release: str) -> None:
@@ -288,3 +295,33 @@ def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster,
     before = identified_faces(cluster, NAMESPACE, release)
     _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) >= before + 50, 240,
               "emulated faces identified")
+
+
+def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealCluster, release: str,
+                                                                tmp_path) -> None:
+    """`aitax experiment run --backend kubernetes` on the emulator's pods: each phase through the load engine, its
+    faces read back by `aitax collect` inside an emulator pod, a RunResult per phase with the offered load of the
+    release's profile, and the release restored afterwards."""
+    from aitax.experiment.runner import run_experiment
+    from emulation.profile import load_profile
+
+    spec = parse_spec({"name": "accel", "mode": "emulated", "release": release, "namespace": NAMESPACE,
+                       "phases": [{"name": "one-x", "duration": "20s", "factor": 1,
+                                   "replicas": {"emulate-producers": 2, "emulate-consumers": 2}},
+                                  {"name": "four-x", "duration": "20s", "factor": 4}]})
+    before = {p["metadata"]["name"] for p in _pods(cluster, "app.kubernetes.io/component=emulate-producers")}
+    backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
+                                rollout_timeout_s=300)
+    results, _ = run_experiment(spec, backend, None, tmp_path)
+    per_stream = load_profile("paper").offered_faces_per_s(1, 1.0)
+    for result, factor in zip(results, (1, 4), strict=True):
+        run = result.run
+        assert run.run_id == result.run_id and run.workload.factor == factor
+        assert (run.workload.producers, run.workload.consumers) == (2, 2)
+        assert run.offered_faces_per_s == pytest.approx(2 * per_stream * factor)
+        # Two producer pods: stream ids are the pods' own, so no face of one is taken for the other's.
+        assert run.produced_faces > 0 and run.duplicates == 0, run
+        assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
+    assert results[1].run.produced_faces > results[0].run.produced_faces  # four times the offered load
+    after = _pods(cluster, "app.kubernetes.io/component=emulate-producers")
+    assert len(after) == 1 and {p["metadata"]["name"] for p in after} != before  # restored: one new pod

@@ -122,7 +122,7 @@ def test_a_rebalance_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stac
     import threading
     from dataclasses import replace
 
-    from pipeline.evaluate import read_identities
+    from pipeline.transport.readback import read_identities
 
     topics = Topics.with_prefix(f"{unique_name}-")
     kafka.ensure_topics(stack, replace(stack, faces_partitions=4).topics(topics))

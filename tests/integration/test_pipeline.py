@@ -124,8 +124,8 @@ def test_object_detection_answers_every_frame_with_real_detections(
     with a detections record; the run's "faces" are frames, its breakdown has the frame's wait as broker wait."""
     import json
 
-    from pipeline.evaluate import read_identities
     from pipeline.schema import DETECTIONS_TOPIC, decode_detections
+    from pipeline.transport.readback import read_identities
 
     events = workdir / "events-od"
     result = subprocess.run([*AITAX, "run", "--workload", "object-detection", "--video", str(video), "--consumers",
@@ -211,9 +211,9 @@ def test_unreachable_brokers_are_a_one_line_error(video: Path) -> None:
 
 
 def _faces_of(stack: StackConfig, run_id: str, stream_id: str) -> set[tuple[int, int]]:
-    from emulation.faults import read_face_topic
+    from pipeline.transport.readback import read_face_topic
 
-    faces, _ = read_face_topic(stack.bootstrap_servers, "faces")
+    faces = read_face_topic(stack.bootstrap_servers, "faces").faces
     return {(frame, face) for run, stream, frame, face in faces if run == run_id and stream == stream_id}
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from aitax.experiment.kubernetes_backend import KubernetesBackend, KubernetesCluster
+from aitax.experiment.kubernetes_api import KubernetesCluster
+from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
 from ground.errors import UserError
+from pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
 from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 
 pytestmark = pytest.mark.k8s
@@ -172,31 +174,53 @@ SPEC = {
 
 
 def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Path) -> None:
+    """Each phase through the load engine: Kafka resized, consumers rolled out with the phase's run id and ready,
+    producers for the duration, then scaled to zero before the drain and the read-back. kwok's pods run nothing, so
+    `aitax collect` (an exec into a consumer pod on a real cluster: tests/cluster) answers from the test, and
+    records what the API server reported when it was asked."""
     plane = release
     before = _replicas(plane)
-    seen: list[dict] = []
+    asked: list[dict] = []
 
-    class Recording(KubernetesBackend):
-        def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], None]:
-            ready, load = super().run_phase(index, run_id)
-            seen.append({"ready": ready, "api": _replicas(plane), "env": _env(plane, "exp-aitax-identify")})
-            return ready, load
+    def collect(args: list[str]) -> Collected:
+        asked.append({"args": args, "api": _replicas(plane), "env": _env(plane, "exp-aitax-identify")})
+        if args[0] == "--group":
+            members = asked[-1]["api"]["identify"][0]
+            return Collected(group=GroupState(group=args[1], topic="faces", state="STABLE", members=members,
+                                              assigned=members, partitions=12, lag=0))
+        start = time.time_ns()
+        timelines = [Timeline(*(start + i * 100_000_000 + step * 1_000_000 for step in range(7))) for i in range(3)]
+        return Collected(readback=RunReadback(run_id=args[1], produced_faces=3, face_bytes_mean=9000.0,
+                                              identified_faces=3, duplicates=0, timelines=timelines))
 
     spec = parse_spec(SPEC, source="scale-test.yaml")
     cluster = KubernetesCluster(kubeconfig=str(plane.kubeconfig), namespace=NAMESPACE)
-    results, out_file = run_experiment(spec, Recording(spec, cluster, rollout_timeout_s=120), None, tmp_path)
+    backend = KubernetesBackend(spec, cluster, rollout_timeout_s=120, collect=collect)
+    results, out_file = run_experiment(spec, backend, None, tmp_path)
     assert [r.replicas for r in results] == [
         {"kafka": 3, "identify": 2, "ingest-detect": 1},
         {"kafka": 4, "identify": 6, "ingest-detect": 3},
         {"kafka": 4, "identify": 1, "ingest-detect": 3},
     ]
-    # What the API server itself reported while each phase ran: desired = ready.
-    assert [phase["api"] for phase in seen] == [
-        {"kafka": (3, 3), "ingest-detect": (1, 1), "identify": (2, 2), "elasticsearch": (1, 1)},
-        {"kafka": (4, 4), "ingest-detect": (3, 3), "identify": (6, 6), "elasticsearch": (1, 1)},
-        {"kafka": (4, 4), "ingest-detect": (3, 3), "identify": (1, 1), "elasticsearch": (1, 1)},
+    ready = [call for call in asked if call["args"][0] == "--group"]
+    readbacks = [call for call in asked if call["args"][0] == "--run-id"]
+    # Consumers asked for their group once rolled out with the phase's run id, before any producer ran.
+    firsts = [next(call for call in ready if call["env"]["AITAX_RUN_ID"] == r.run_id) for r in results]
+    assert [(call["api"]["kafka"], call["api"]["identify"], call["api"]["ingest-detect"]) for call in firsts] == [
+        ((3, 3), (2, 2), (1, 1)),  # the release's own producer (the chart's) still runs before the first phase
+        ((4, 4), (6, 6), (0, 0)),
+        ((4, 4), (1, 1), (0, 0)),
     ]
-    assert [phase["env"]["AITAX_RUN_ID"] for phase in seen] == [r.run_id for r in results]
+    # The read-back of each phase: its run id, producers scaled to zero (flushed), the consumers still there.
+    assert [call["args"] for call in readbacks] == [["--run-id", r.run_id] for r in results]
+    assert [(call["api"]["identify"], call["api"]["ingest-detect"]) for call in readbacks] == [
+        ((2, 2), (0, 0)), ((6, 6), (0, 0)), ((1, 1), (0, 0))]
+    # A RunResult per phase, from what was read back.
+    assert [(r.run.run_id, r.run.produced_faces, r.run.identified_faces, r.run.latency.faces) for r in results] == [
+        (r.run_id, 3, 3, 3) for r in results]
+    assert all(r.run.process_failures == [] and r.run.workload.consumers == r.replicas["identify"] for r in results)
+    document = json.loads(out_file.read_text())
+    assert document["phases"][1]["run"]["produced_faces"] == 3
     assert results[0].run_id.startswith("scale-test-baseline-")
     assert json.loads(out_file.read_text())["phases"][2]["replicas"]["identify"] == 1
     # Restored: the original counts and the chart's environment.
@@ -249,8 +273,10 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path, control_plane) -> 
         KubernetesCluster(kubeconfig=str(tmp_path / "missing"), namespace=NAMESPACE)
 
 
-def test_cli_runs_a_spec_file(release, tmp_path: Path) -> None:
-    """The same through `aitax experiment run` (the CLI module's own parser)."""
+def test_cli_names_the_pod_it_could_not_collect_from_and_restores(release, tmp_path: Path, capsys) -> None:
+    """`aitax experiment run` (the CLI module's own parser) on kwok's pods, which run nothing: the phase scales,
+    rolls out, then `aitax collect` cannot run in a consumer pod; the command fails with one line naming the pod
+    and the command, and the release is restored. (The whole path on real pods: tests/cluster.)"""
     import argparse
 
     from aitax.commands import experiment as cli
@@ -263,10 +289,12 @@ def test_cli_runs_a_spec_file(release, tmp_path: Path) -> None:
     cli.register(parser.add_subparsers())
     args = parser.parse_args(["experiment", "run", str(spec_file), "--backend", "kubernetes", "--kubeconfig",
                               str(release.kubeconfig), "--out", str(tmp_path)])
-    assert args.func(args) == 0
-    document = json.loads(next(tmp_path.glob("cli-*.json")).read_text())
-    assert document["phases"][0]["replicas"] == {"identify": 3}
+    with pytest.raises(UserError, match=r"^`aitax collect --group identify` in pod/exp-aitax-identify-\S+ in "
+                                        r"namespace aitax-test failed: .+"):
+        args.func(args)
+    assert "restored deployment/exp-aitax-identify -> 2" in capsys.readouterr().out
     assert _replicas(release)["identify"] == (2, 2)
+    assert _env(release, "exp-aitax-identify")["AITAX_RUN_ID"] == "helm"
 
 
 def test_uninstall_removes_the_release(control_plane) -> None:

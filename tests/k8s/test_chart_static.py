@@ -298,7 +298,7 @@ def test_stage_deployments_per_mode() -> None:
     assert producers["spec"]["replicas"] == 2
     assert producers["spec"]["template"]["spec"]["containers"][0]["args"] == [
         "emulate-producers", "--instances", "4", "--factor", "$(AITAX_ACCELERATION_FACTOR)", "--profile",
-        "/etc/aitax/profile/profile.yaml", "--run-id", "$(AITAX_RUN_ID)"]
+        "/etc/aitax/profile/profile.yaml", "--run-id", "$(AITAX_RUN_ID)", "--stream-prefix", "$(POD_NAME)"]
     assert "profile.yaml" in _named(emulated, "ConfigMap", "-emulator-profile")["data"]
 
 

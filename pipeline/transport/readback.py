@@ -1,0 +1,186 @@
+"""A run read back from its topics once its consumers are idle: the faces the brokers acknowledged, the identities
+they got (first of each face; duplicates counted), and a consumer group's state.
+
+Everything reads a topic to its end as it stood when the read began, through one loop (`read_to_end`). The
+module needs only the Kafka client (no OpenCV, no TensorFlow): `aitax collect` runs it inside an emulator pod,
+where the brokers are reachable, and prints a `Collected` as one JSON line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
+
+COLLECTED_VERSION = 1
+READ_TIMEOUT_S = 300.0  # a long-lived `faces` topic can hold gigabytes of thumbnails
+
+
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S) -> Iterator[Any]:
+    """Every record of `topic` up to the end offsets it had when the read began (confluent-kafka messages),
+    read by a consumer of its own that commits nothing. Stops at `timeout_s` even if some partition is unread."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"readback-{time.time_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {}
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high > low:
+                ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        remaining = set(ends)
+        deadline = time.monotonic() + timeout_s
+        while remaining and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 1.0):
+                if message.error():
+                    continue
+                if message.offset() + 1 >= ends[message.partition()]:
+                    remaining.discard(message.partition())
+                yield message
+    finally:
+        consumer.close()
+
+
+def count_records(bootstrap: str, topic: str) -> int:
+    """Records ever appended to `topic` (its end offsets), read or not."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"readback-{time.time_ns()}", "log_level": 0})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    finally:
+        consumer.close()
+
+
+def read_identities(bootstrap: str, run_id: str, topic: str = IDENTITIES_TOPIC,
+                    decode: Callable[[bytes], Any] = decode_identity,
+                    timeout_s: float = 60.0) -> tuple[list[Any], int]:
+    """Every identity of the run (first of each face), and how many duplicates were published. `decode` reads
+    another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames)."""
+    seen: dict[tuple, Any] = {}
+    duplicates = 0
+    for message in read_to_end(bootstrap, topic, timeout_s):
+        try:
+            identity = decode(message.value())
+        except MalformedRecordError:
+            continue
+        if identity.run_id != run_id:
+            continue
+        if identity.key in seen:
+            duplicates += 1
+        else:
+            seen[identity.key] = identity
+    return list(seen.values()), duplicates
+
+
+@dataclass(frozen=True)
+class FaceTopic:
+    """What a `faces` topic holds (of one run, when asked for one)."""
+
+    faces: set[tuple]  # distinct face keys
+    thumbnail_bytes: int  # of the distinct faces
+    stall_s: float  # the longest gap between consecutive broker append times (all runs)
+
+    @property
+    def thumbnail_bytes_mean(self) -> float:
+        return self.thumbnail_bytes / len(self.faces) if self.faces else 0.0
+
+
+def read_face_topic(bootstrap: str, topic: str, run_id: str | None = None) -> FaceTopic:
+    faces: set[tuple] = set()
+    thumbnail_bytes, appended = 0, []
+    for message in read_to_end(bootstrap, topic):
+        appended.append(message.timestamp()[1])
+        try:
+            face = decode_face(message.value(), dict(message.headers() or []))
+        except MalformedRecordError:
+            continue
+        if (run_id is None or face.meta.run_id == run_id) and face.key not in faces:
+            faces.add(face.key)
+            thumbnail_bytes += len(message.value() or b"")
+    appended.sort()
+    stall_s = max((b - a for a, b in itertools.pairwise(appended)), default=0) / 1000
+    return FaceTopic(faces, thumbnail_bytes, stall_s)
+
+
+class Timeline(NamedTuple):
+    """One face's stage edges, as its identity carried them (what latency is computed from)."""
+
+    scheduled_ns: int
+    captured_ns: int
+    ingested_ns: int
+    detect_start_ns: int
+    detected_ns: int
+    identify_start_ns: int
+    identified_ns: int
+
+    @classmethod
+    def of(cls, identity: Any) -> Timeline:
+        return cls(*(getattr(identity, name) for name in cls._fields))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GroupState(_Model):
+    """A consumer group on one topic: ready when it is stable with every expected member holding partitions."""
+
+    group: str
+    topic: str
+    state: str  # Kafka's: STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD, UNKNOWN
+    members: int
+    assigned: int  # members holding at least one partition of `topic`
+    partitions: int  # of `topic`
+    lag: int  # records of `topic` the group has not committed
+
+
+class RunReadback(_Model):
+    run_id: str
+    produced_faces: int  # distinct faces of the run the brokers hold (each acknowledged to its producer)
+    face_bytes_mean: float
+    identified_faces: int
+    duplicates: int
+    timelines: list[Timeline]  # one per identified face
+
+
+class Collected(_Model):
+    """What `aitax collect` prints (one JSON line)."""
+
+    version: int = COLLECTED_VERSION
+    group: GroupState | None = None
+    readback: RunReadback | None = None
+
+
+def group_state(bootstrap: str, group: str, topic: str, timeout_s: float = 10.0) -> GroupState:
+    from confluent_kafka.admin import AdminClient
+
+    from pipeline.transport.admin import group_lag, partition_count
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    description = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout_s)
+    assigned = sum(any(tp.topic == topic for tp in (member.assignment.topic_partitions if member.assignment else []))
+                   for member in description.members)
+    return GroupState(group=group, topic=topic, state=description.state.name, members=len(description.members),
+                      assigned=assigned, partitions=partition_count(bootstrap, topic, timeout_s),
+                      lag=group_lag(bootstrap, group, topic, timeout_s))
+
+
+def read_run(bootstrap: str, run_id: str, faces_topic: str, identities_topic: str) -> RunReadback:
+    """The run's faces as the brokers hold them and its identities, compact enough to cross an exec stream."""
+    faces = read_face_topic(bootstrap, faces_topic, run_id)
+    identities, duplicates = read_identities(bootstrap, run_id, topic=identities_topic)
+    return RunReadback(run_id=run_id, produced_faces=len(faces.faces), face_bytes_mean=faces.thumbnail_bytes_mean,
+                       identified_faces=len(identities), duplicates=duplicates,
+                       timelines=[Timeline.of(identity) for identity in identities])
