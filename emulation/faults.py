@@ -203,16 +203,18 @@ def _events_in_elasticsearch(config: StackConfig, run_name: str, frames: int, fa
     from elasticsearch import Elasticsearch
 
     es = Elasticsearch(config.elasticsearch_url)
-    deadline = time.monotonic() + 60
     counts: dict[str, int] = {}
-    while time.monotonic() < deadline:
+
+    def added_up() -> bool:
         es.indices.refresh(index="aitax-events-*")
         buckets = es.search(index="aitax-events-*", size=0, query={"term": {"run_id": run_name}},
                             aggs={"stages": {"terms": {"field": "stage"}}})["aggregations"]["stages"]["buckets"]
-        counts = {b["key"]: b["doc_count"] for b in buckets}
-        if [counts.get(s) for s in ("ingest", "detect", "broker_wait", "identify")] == [frames, frames, faces, faces]:
-            break
-        time.sleep(2)
+        counts.clear()
+        counts.update({b["key"]: b["doc_count"] for b in buckets})
+        return [counts.get(s) for s in ("ingest", "detect", "broker_wait", "identify")] == [frames, frames, faces,
+                                                                                          faces]
+
+    poll_until(added_up, 60, 2)
     return dict(sorted(counts.items()))
 
 

@@ -7,7 +7,6 @@ since Kibana itself cannot run here.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -171,34 +170,3 @@ def _describe_import_error(error: dict[str, Any]) -> str:
     detail = f"{kind}: missing {', '.join(missing)}" if missing else kind
     named = f"{error.get('type', 'object')} {error.get('id', '?')}" + (f' "{title}"' if title else "")
     return " ".join(f"{named} ({detail})".split())
-
-
-def register_kibana(subparsers: argparse._SubParsersAction) -> None:
-    kibana = subparsers.add_parser(
-        "kibana",
-        help="ship the aitax dashboard to Kibana",
-        description="Kibana saved objects for the aitax-events-* indices: a data view, Lens charts of the "
-        "paper's Fig. 6 and Fig. 7, latency tails, throughput and broker wait, and a dashboard of them all.",
-    )
-    actions = kibana.add_subparsers(dest="kibana_action", metavar="ACTION", required=True)
-    importer = actions.add_parser(
-        "import",
-        help="import the dashboard and its data view (overwrites objects with the same ids)",
-        description=f"POST the saved objects to Kibana's import API. Authenticates with ${API_KEY_ENV} "
-        "(an Elastic API key, base64) when it is set.",
-    )
-    importer.add_argument("--url", required=True, help="Kibana base URL, e.g. http://kibana:5601")
-    importer.add_argument("--space", help="Kibana space id (default: the default space)")
-    importer.add_argument(
-        "--file", type=Path, default=DEFAULT_NDJSON, help="saved objects NDJSON (default: the shipped dashboard)"
-    )
-    importer.set_defaults(func=_import_command)
-
-
-def _import_command(args: argparse.Namespace) -> int:
-    imported = import_saved_objects(args.url, args.file, space=args.space)
-    print(
-        f"imported {imported} saved objects; dashboard: "
-        f"{kibana_base(args.url, args.space)}/app/dashboards#/view/{DASHBOARD_ID}"
-    )
-    return 0

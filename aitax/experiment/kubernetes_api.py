@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aitax.experiment.spec import KAFKA
+from ground.daemons import poll_until
 from ground.errors import UserError
 
 REBALANCE_COMPONENT = "kafka-rebalance"
@@ -149,18 +150,19 @@ class KubernetesCluster:
 
     def wait_rollouts(self, workloads: list[Scaled], timeout_s: float, poll_s: float = 0.5) -> dict[str, int]:
         """Wait until every workload runs its desired replicas of its newest template; return ready counts."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            states = {w.stage: self.rollout_state(w) for w in workloads}
-            if all(s.done for s in states.values()):
-                return {stage: s.ready for stage, s in states.items()}
-            if time.monotonic() >= deadline:
-                pending = "; ".join(f"{w}: {states[w.stage].ready}/{states[w.stage].desired} ready, "
-                                    f"{states[w.stage].updated} updated, {states[w.stage].current} running"
-                                    for w in workloads if not states[w.stage].done)
-                raise UserError(f"rollout not finished after {timeout_s:.0f} s: {pending} "
-                                f"(see `kubectl -n {self.namespace} get pods` and their events)")
-            time.sleep(poll_s)
+        states: dict[str, RolloutState] = {}
+
+        def done() -> bool:
+            states.update({w.stage: self.rollout_state(w) for w in workloads})
+            return all(s.done for s in states.values())
+
+        if not poll_until(done, timeout_s, poll_s):
+            pending = "; ".join(f"{w}: {states[w.stage].ready}/{states[w.stage].desired} ready, "
+                                f"{states[w.stage].updated} updated, {states[w.stage].current} running"
+                                for w in workloads if not states[w.stage].done)
+            raise UserError(f"rollout not finished after {timeout_s:.0f} s: {pending} "
+                            f"(see `kubectl -n {self.namespace} get pods` and their events)")
+        return {stage: s.ready for stage, s in states.items()}
 
     def rebalance_job(self, release: str, kafka: Scaled, brokers: int, timeout_s: float) -> dict[str, Any]:
         """A Job that spreads every topic over brokers 0..brokers-1, built from the broker pods' own image,
@@ -219,18 +221,19 @@ class KubernetesCluster:
         """Create a Job and wait until it succeeds; a failed or late Job is an error naming it."""
         job = self._call("creating a rebalance Job", self.batch.create_namespaced_job, self.namespace, body)
         name = job.metadata.name
-        deadline = time.monotonic() + timeout_s
-        while True:
+        failed: list = [None]
+
+        def ended() -> bool:
             status = self._call(f"reading job/{name}", self.batch.read_namespaced_job_status, name,
                                 self.namespace).status
-            if (status.succeeded or 0) >= 1:
-                return name
-            failed = next((c for c in status.conditions or [] if c.type == "Failed" and c.status == "True"), None)
-            if failed is not None or time.monotonic() >= deadline:
-                why = f"{failed.reason}: {failed.message}" if failed else f"not done after {timeout_s:.0f} s"
-                raise UserError(f"job/{name} in namespace {self.namespace} failed ({why}); see "
-                                f"`kubectl -n {self.namespace} logs job/{name}`")
-            time.sleep(poll_s)
+            failed[0] = next((c for c in status.conditions or [] if c.type == "Failed" and c.status == "True"), None)
+            return (status.succeeded or 0) >= 1 or failed[0] is not None
+
+        if not poll_until(ended, timeout_s, poll_s) or failed[0] is not None:
+            why = f"{failed[0].reason}: {failed[0].message}" if failed[0] else f"not done after {timeout_s:.0f} s"
+            raise UserError(f"job/{name} in namespace {self.namespace} failed ({why}); see "
+                            f"`kubectl -n {self.namespace} logs job/{name}`")
+        return name
 
     def pods(self, selector: str) -> list:
         return self._call("listing pods", self.core.list_namespaced_pod, self.namespace,

@@ -2,8 +2,9 @@
 Services and DNS work, the NetworkPolicies are enforced, faces flow from the demo video to identities with the
 chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
 replicated, a drain stops at the brokers' disruption budget, identify pods crashed and deleted under load lose no
-face, the brokers scale out and back with their partitions, `helm upgrade` switches the release to Object Detection
-and then to the emulator, and nothing is left behind.
+face, the brokers scale out and back with their partitions under a real load phase, `helm upgrade` switches the
+release to Object Detection and then to the emulator, an emulated experiment measures each phase on the pods, and
+nothing is left behind.
 
 The tests run in file order on one release: each leaves it serving faces for the next."""
 

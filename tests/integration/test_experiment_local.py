@@ -47,3 +47,21 @@ phases:
         assert run.identified_faces >= run.produced_faces > 0 and run.process_failures == []
         assert run.resources is not None and run.latency is not None
         assert run.offered_faces_per_s == pytest.approx(10 * factor)  # 1 stream of the paper profile
+    # What the kubernetes backend asks from inside a pod: `aitax collect` reads the same run back from the topics.
+    from pipeline.transport.readback import Collected
+
+    run = RunResult.model_validate(phases[1]["run"])
+    answer = subprocess.run([sys.executable, "-m", "aitax.cli", "collect", "--run-id", run.run_id, "--group",
+                             "identify", "--bootstrap", stack.bootstrap_servers], capture_output=True, text=True,
+                            timeout=300)
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    (line,) = answer.stdout.splitlines()  # one JSON line, no thumbnail
+    collected = Collected.model_validate_json(line)
+    readback, group = collected.readback, collected.group
+    assert (readback.run_id, readback.produced_faces, readback.identified_faces, readback.duplicates) == (
+        run.run_id, run.produced_faces, run.identified_faces, run.duplicates)
+    assert len(readback.timelines) == run.identified_faces
+    assert readback.face_bytes_mean == pytest.approx(run.face_bytes_mean, rel=0.02)
+    assert all(t.scheduled_ns <= t.ingested_ns <= t.identify_start_ns < t.identified_ns for t in readback.timelines)
+    assert (group.group, group.topic, group.members, group.state) == ("identify", "faces", 0, "EMPTY")
+    assert group.partitions >= 1

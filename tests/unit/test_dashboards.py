@@ -6,7 +6,6 @@ server on 127.0.0.1 that records what `import_saved_objects` sends.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import socket
@@ -28,7 +27,6 @@ from telemetry.kibana import (
     import_saved_objects,
     read_saved_objects,
     referenced_fields,
-    register_kibana,
     runtime_fields,
 )
 
@@ -348,9 +346,9 @@ def test_a_bad_space_id_is_refused_before_any_request(space: str) -> None:
 
 
 def test_kibana_import_command(fake_kibana: FakeKibana, capsys: pytest.CaptureFixture[str]) -> None:
-    parser = argparse.ArgumentParser(prog="aitax")
-    register_kibana(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["kibana", "import", "--url", fake_kibana.url, "--space", "lab"])
+    from aitax.cli import build_parser
+
+    args = build_parser().parse_args(["kibana", "import", "--url", fake_kibana.url, "--space", "lab"])
     assert args.func(args) == 0
     assert fake_kibana.requests[0]["path"].startswith("/s/lab/api/saved_objects/_import")
     assert f"{fake_kibana.url}/s/lab/app/dashboards#/view/aitax-dashboard" in capsys.readouterr().out
