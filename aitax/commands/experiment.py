@@ -15,9 +15,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     run = actions.add_parser(
         "run", help="run every phase, collect results, restore the original scale",
-        description="kubernetes: scales the chart's Deployments/StatefulSet through the API server (like "
-                    "`kubectl scale`), waits for each rollout, runs, and restores the original replica counts. "
-                    "local: runs each phase as processes against the local stack.")
+        description="Each phase runs through the load engine, as `aitax run` does, and keeps its RunResult. "
+                    "kubernetes: scales the chart's Deployments/StatefulSet through the API server (like "
+                    "`kubectl scale`), consumers first and ready once their group holds every partition, producers "
+                    "for the duration, then to zero; the run is read back by `aitax collect` in a consumer pod; "
+                    "the original replica counts are restored at the end. local: runs each phase as processes "
+                    "against the local stack.")
     run.add_argument("spec", type=Path, help="experiment spec (YAML)")
     run.add_argument("--backend", choices=("local", "kubernetes"), required=True)
     run.add_argument("--elasticsearch", metavar="URL",

@@ -52,7 +52,7 @@ class ClusterLoad:
         self.resize_kafka, self.rollout_timeout_s = resize_kafka, rollout_timeout_s
         self.collect = collect or self._collect_in_pod
         self.restarts_before: dict[str, int] = {}
-        self.producer_failures: list[str] = []
+        self.producer_failures: list[str] | None = None  # kept when the producers are scaled to zero
         self.readback: RunReadback | None = None
 
     def start_consumers(self) -> None:
@@ -114,7 +114,8 @@ class ClusterLoad:
         """Nothing: the consumers stay up for the next phase, and the backend restores the release at the end."""
 
     def failures(self) -> list[str]:
-        return self.producer_failures + self._failed(self.pods.consumers)
+        producers = self._failed(self.pods.producers) if self.producer_failures is None else self.producer_failures
+        return producers + self._failed(self.pods.consumers)
 
     def produced(self) -> tuple[int, float]:
         readback = self._read_back()

@@ -114,9 +114,9 @@ def test_containers_restarted_in_the_phase_are_its_failures() -> None:
     cluster.pods_by_component["emulate-producers"] = [_pod("p-1")]
     load.start_producers()
     assert load.alive() and load.failures() == []
-    cluster.pods_by_component["emulate-consumers"] = [_pod("c-1", restarts=1), _pod("c-2", 2, reason="OOMKilled")]
     cluster.pods_by_component["emulate-producers"] = [_pod("p-1", 1, reason="Error")]
-    assert not load.alive()
+    assert not load.alive()  # a producer that restarted during the load ends it
+    cluster.pods_by_component["emulate-consumers"] = [_pod("c-1", restarts=1), _pod("c-2", 2, reason="OOMKilled")]
     load.finish_producers(interrupted=False)  # the producers' failures are kept once their pods are gone
     cluster.pods_by_component["emulate-producers"] = []
     assert cluster.calls[-2:] == [("scale", "emulate-producers", 0), ("rollout", "emulate-producers")]
