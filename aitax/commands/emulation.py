@@ -138,6 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "identities. Thumbnails are never printed.")
     collect.add_argument("--group", help="consumer group whose state on the faces topic to report")
     collect.add_argument("--run-id", help="the run to read back from the faces and identities topics")
+    collect.add_argument("--since-ms", type=int, metavar="EPOCH_MS",
+                         help="the run began after this time: older records are not read (default: all)")
     collect.add_argument("--bootstrap", help="Kafka brokers (default: $AITAX_BOOTSTRAP, else the local stack)")
     collect.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
     collect.set_defaults(func=_collect)
@@ -311,7 +313,8 @@ def _collect(args: argparse.Namespace) -> int:
     require_brokers(bootstrap, topics=(topics.faces, topics.identities))
     collected = Collected(
         group=group_state(bootstrap, args.group, topics.faces) if args.group else None,
-        readback=read_run(bootstrap, args.run_id, topics.faces, topics.identities) if args.run_id else None)
+        readback=read_run(bootstrap, args.run_id, topics.faces, topics.identities, args.since_ms)
+        if args.run_id else None)
     print(collected.model_dump_json(), flush=True)
     return 0
 

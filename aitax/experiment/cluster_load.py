@@ -11,21 +11,28 @@ read-back come from `aitax collect`, run inside a consumer pod through the API s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aitax.experiment.kubernetes_api import FACTOR_ENV, RUN_ID_ENV, KubernetesCluster, Scaled
+from aitax.experiment.kubernetes_api import (
+    COMPONENT_LABEL,
+    FACTOR_ENV,
+    INSTANCE_LABEL,
+    RUN_ID_ENV,
+    KubernetesCluster,
+    Scaled,
+)
 from ground.daemons import poll_until
 from ground.errors import UserError
 from pipeline.transport.readback import Collected, GroupState, RunReadback
 from telemetry.results import Driver, Workload
 
-READY_TIMEOUT_S = {"real": 300.0, "emulated": 120.0}  # a real identify pod loads TensorFlow and FaceNet first
 PRODUCERS_GONE_S = 120.0  # the pods' grace period (60 s) and some
 POLL_S = 2.0  # each poll is an exec into a pod that starts a Python process
-COLLECT_TIMEOUT_S = 600.0  # the read-back of a long phase: every face and identity of the topics
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-COMPONENT_LABEL = "app.kubernetes.io/component"
+GROUP_TIMEOUT_S = 60.0  # one `aitax collect --group`: a hung exec must not outlast the drain by minutes
+READBACK_TIMEOUT_S = 900.0  # the read-back of a long phase: every face and identity since it began
+SINCE_MARGIN_S = 300.0  # for a skew between this machine's clock and the broker clock
 
 
 @dataclass(frozen=True)
@@ -52,39 +59,58 @@ class ClusterLoad:
         self.resize_kafka, self.rollout_timeout_s = resize_kafka, rollout_timeout_s
         self.collect = collect or self._collect_in_pod
         self.restarts_before: dict[str, int] = {}
+        self.since_ms = 0  # the read-back skips records appended before the phase (less a margin)
         self.producer_failures: list[str] | None = None  # kept when the producers are scaled to zero
         self.readback: RunReadback | None = None
 
     def start_consumers(self) -> None:
+        """Producers stopped (the release's own run before the first phase), Kafka resized, consumers rolled out
+        with the phase's run id; ready once their group is stable, every instance holds partitions and nothing
+        from before is still queued (an old backlog is not this phase's broker wait)."""
+        self.since_ms = int(time.time() * 1000) - round(SINCE_MARGIN_S * 1000)
+        self.restarts_before = self._restarts()  # pods created from here on start from 0
+        self._stop_producers()
         self.resize_kafka()
         self._roll_out(self.pods.consumers, self.pods.consumer_replicas)
-        self.restarts_before = self._restarts()
-        last: list[GroupState | None] = [None]
+        last: list[GroupState | str] = ["no answer yet"]
 
         def ready() -> bool:
-            last[0] = state = self._group()
+            try:
+                last[0] = state = self._group()
+            except UserError as error:  # an exec into a pod that is still starting: ask again
+                last[0] = str(error)
+                return False
             if state.members >= self.pods.members and state.partitions < self.pods.members:
                 raise UserError(f"{self.pods.members} consumer instances in group {state.group}: the {state.topic} "
                                 f"topic has {state.partitions} partitions, so some would hold none")
             return (state.state == "STABLE" and state.members == self.pods.members
-                    and state.assigned == self.pods.members)
+                    and state.assigned == self.pods.members and state.lag == 0)
 
-        if not poll_until(ready, READY_TIMEOUT_S[self.workload.mode], POLL_S):
+        # As long as a rollout may take: a real identify pod loads TensorFlow and FaceNet before it joins.
+        timeout_s = self.rollout_timeout_s
+        if not poll_until(ready, timeout_s, POLL_S):
             state = last[0]
-            raise UserError(f"{self.pods.consumers}: group {self.pods.group} not ready after "
-                            f"{READY_TIMEOUT_S[self.workload.mode]:.0f} s ({state.state if state else 'unknown'}, "
-                            f"{state.members if state else 0} members, {state.assigned if state else 0} holding "
-                            f"partitions; {self.pods.members} expected)")
+            seen = state if isinstance(state, str) else (
+                f"{state.state}, {state.members} members, {state.assigned} holding partitions, lag {state.lag}")
+            raise UserError(f"{self.pods.consumers}: group {self.pods.group} not ready after {timeout_s:.0f} s "
+                            f"({seen}; {self.pods.members} members holding partitions and lag 0 expected)")
 
     def start_producers(self) -> None:
         self._roll_out(self.pods.producers, self.pods.producer_replicas)
-        self.restarts_before.update({pod: count for pod, count in self._restarts().items()
-                                     if pod not in self.restarts_before})
 
     def _roll_out(self, scaled: Scaled, replicas: int) -> None:
         self.cluster.set_env(scaled, {RUN_ID_ENV: self.run_id, FACTOR_ENV: f"{self.workload.factor:g}"})
         self.cluster.scale(scaled, replicas)
         self.cluster.wait_rollouts([scaled], self.rollout_timeout_s)
+
+    def _stop_producers(self) -> None:
+        """Scale the producers to zero and wait until their pods are gone: each gets SIGTERM, flushes and waits for
+        its acknowledgements (a Deployment counts a terminating pod as gone already)."""
+        self.cluster.scale(self.pods.producers, 0)
+        selector = self._selector(self.pods.producers)
+        if not poll_until(lambda: not self.cluster.pods(selector), PRODUCERS_GONE_S, POLL_S):
+            raise UserError(f"{self.pods.producers}: pods still terminating {PRODUCERS_GONE_S:.0f} s after "
+                            f"scaling to 0 (see `kubectl -n {self.cluster.namespace} get pods -l {selector}`)")
 
     def pids(self) -> dict[str, list[int]]:
         return {}  # pods: their resources are the cluster's metrics, not this machine's processes
@@ -93,16 +119,17 @@ class ClusterLoad:
         return not self.failures()
 
     def finish_producers(self, interrupted: bool) -> None:
-        """Scale the producers to zero: each pod gets SIGTERM, flushes and waits for its acknowledgements."""
         self.producer_failures = self._failed(self.pods.producers)
-        self.cluster.scale(self.pods.producers, 0)
-        self.cluster.wait_rollouts([self.pods.producers], PRODUCERS_GONE_S)
+        self._stop_producers()
 
     def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:
         backlog = [0]
 
         def caught_up() -> bool:
-            backlog[0] = self._group().lag
+            try:
+                backlog[0] = self._group().lag
+            except UserError:  # one exec that failed (a pod restarting): the next poll asks again
+                return False
             if backlog[0]:
                 on_lag(backlog[0])
             return not backlog[0]
@@ -127,7 +154,7 @@ class ClusterLoad:
 
     def _read_back(self) -> RunReadback:
         if self.readback is None:
-            collected = self.collect(["--run-id", self.run_id])
+            collected = self.collect(["--run-id", self.run_id, "--since-ms", str(self.since_ms)])
             if collected.readback is None:
                 raise UserError(f"aitax collect --run-id {self.run_id}: no read-back in its answer")
             self.readback = collected.readback
@@ -162,15 +189,17 @@ class ClusterLoad:
         return lines
 
     def _collect_in_pod(self, args: list[str]) -> Collected:
-        running = [pod for pod in self.cluster.pods(self._selector(self.pods.consumers))
-                   if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None]
-        if not running:
-            raise UserError(f"no running pod of {self.pods.consumers} to collect from")
-        output = self.cluster.exec(running[0].metadata.name, self.pods.consumers.container,
-                                   ["aitax", "collect", *args], COLLECT_TIMEOUT_S)
+        ready = [pod for pod in self.cluster.pods(self._selector(self.pods.consumers))
+                 if pod.metadata.deletion_timestamp is None and any(
+                     c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])]
+        if not ready:
+            raise UserError(f"no ready pod of {self.pods.consumers} to run aitax collect in")
+        timeout_s = READBACK_TIMEOUT_S if "--run-id" in args else GROUP_TIMEOUT_S
+        output = self.cluster.exec(ready[0].metadata.name, self.pods.consumers.container,
+                                   ["aitax", "collect", *args], timeout_s)
         line = next((line for line in reversed(output.splitlines()) if line.startswith("{")), "")
         try:
             return Collected.model_validate_json(line)
         except ValueError:
-            raise UserError(f"aitax collect {' '.join(args)} in pod/{running[0].metadata.name}: not its JSON line: "
+            raise UserError(f"aitax collect {' '.join(args)} in pod/{ready[0].metadata.name}: not its JSON line: "
                             f"{output.strip()[-200:]!r}") from None

@@ -15,6 +15,8 @@ from aitax.experiment.spec import KAFKA
 from ground.daemons import poll_until
 from ground.errors import UserError
 
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the chart's labels: a workload is found by release and stage
+COMPONENT_LABEL = "app.kubernetes.io/component"
 REBALANCE_COMPONENT = "kafka-rebalance"
 REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"
 RUN_ID_ENV = "AITAX_RUN_ID"
@@ -40,8 +42,8 @@ class Scaled:
 
     def arg(self, option: str, default: str | None = None) -> str | None:
         """The value the chart gave the stage's `option` (`--group identify` -> identify)."""
-        args = list(self.args)
-        return args[args.index(option) + 1] if option in args[:-1] else default
+        given = [value for name, value in zip(self.args, self.args[1:], strict=False) if name == option]
+        return given[-1] if given else default  # the last one, as argparse reads a repeated option
 
     def __str__(self) -> str:
         return f"{self.kind.lower()}/{self.name}"
@@ -95,7 +97,7 @@ class KubernetesCluster:
             raise UserError(f"Kubernetes API server at {self.host} unreachable: {_one_line(error)}") from None
 
     def find_workload(self, release: str, stage: str) -> Scaled:
-        selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component={stage}"
+        selector = f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={stage}"
         kind, items = ("StatefulSet", self._list_statefulsets(selector)) if stage == KAFKA else \
             ("Deployment", self._list_deployments(selector))
         if not items:
@@ -179,7 +181,7 @@ class KubernetesCluster:
         staying = min(brokers, statefulset.spec.replicas or brokers)
         bootstrap = ",".join(f"{pattern.replace('{ordinal}', str(o))}:{port}" for o in range(staying))
         serialize = self.api_client.sanitize_for_serialization
-        labels = {"app.kubernetes.io/instance": release, "app.kubernetes.io/component": REBALANCE_COMPONENT,
+        labels = {INSTANCE_LABEL: release, COMPONENT_LABEL: REBALANCE_COMPONENT,
                   "app.kubernetes.io/managed-by": "aitax-experiment", "aitax/kafka-client": release}
         return {
             "apiVersion": "batch/v1",
@@ -266,13 +268,20 @@ class KubernetesCluster:
             # The API server ends every exec with a status; none means the stream broke off.
             status = yaml.safe_load(response.read_channel(ERROR_CHANNEL) or "{}") or {
                 "status": "Failure", "message": "the exec stream closed without an exit status"}
+        except (UserError, KeyboardInterrupt):
+            raise
+        except Exception as error:  # the websocket reset, closed or unreadable mid-command
+            raise UserError(f"{what} in namespace {self.namespace}: {_one_line(error)}") from None
         finally:
             response.close()
+        if not isinstance(status, dict):
+            status = {"status": "Failure", "message": f"unreadable exec status {str(status)[:100]!r}"}
         if status.get("status") != "Success":
             # An exit code is a cause of reason ExitCode; any other failure (no such command, a pod that runs
             # nothing) has only its message.
-            code = next((c.get("message") for c in status.get("details", {}).get("causes", [])
-                         if c.get("reason") == "ExitCode"), None)
+            details = status.get("details") if isinstance(status.get("details"), dict) else {}
+            code = next((c.get("message") for c in details.get("causes") or []
+                         if isinstance(c, dict) and c.get("reason") == "ExitCode"), None)
             last = ("".join(stderr).strip().splitlines() or [status.get("message", "no output")])[-1][:300]
             raise UserError(f"{what} in namespace {self.namespace} {f'exited {code}' if code else 'failed'}: {last}")
         return "".join(stdout)

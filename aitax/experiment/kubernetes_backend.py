@@ -66,6 +66,13 @@ class KubernetesBackend:
                                     f"least 1 pod of each stage (the release has {scaled.original_replicas})")
         if self.spec.mode == "emulated":
             self.offered_per_producer = self._release_profile().offered_faces_per_s(1, 1.0)
+            for index, phase in enumerate(self.spec.phases):
+                for key, scaled in (("producers", self.producers), ("consumers", self.consumers)):
+                    running = int(scaled.arg("--instances", "1"))
+                    if phase.instances.get(key, 1) != running:
+                        raise UserError(f"{self.spec.source}: phases[{index}].instances.{key}: "
+                                        f"{phase.instances.get(key, 1)}, but release {self.spec.release} runs "
+                                        f"{running} per {scaled.stage} pod (its emulator.{key}.instances)")
         found = ", ".join(f"{w} ({w.original_replicas})" for w in self.workloads.values())
         self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}")
 

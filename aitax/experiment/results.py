@@ -31,7 +31,7 @@ class PhaseResult:
     started_at: float  # epoch seconds
     ended_at: float
     factor: float
-    replicas: dict[str, int]  # as the backend reported them once the phase was up
+    replicas: dict[str, int]  # of each stage the phase ran (its producers end it at zero)
     run: RunResult  # what the load engine measured
     stages: dict[str, StageSummary] = field(default_factory=dict)
     note: str | None = None

@@ -16,15 +16,19 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from ground.errors import UserError
 from pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
 
 COLLECTED_VERSION = 1
 READ_TIMEOUT_S = 300.0  # a long-lived `faces` topic can hold gigabytes of thumbnails
 
 
-def read_to_end(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S) -> Iterator[Any]:
-    """Every record of `topic` up to the end offsets it had when the read began (confluent-kafka messages),
-    read by a consumer of its own that commits nothing. Stops at `timeout_s` even if some partition is unread."""
+def read_to_end(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S,
+                since_ms: int | None = None) -> Iterator[Any]:
+    """Every record of `topic` (appended at or after `since_ms`, broker time, when given) up to the end offsets it
+    had when the read began (confluent-kafka messages), read by a consumer of its own that commits nothing. A
+    read that cannot reach every end within `timeout_s` is a UserError naming the topic: a partial read-back would
+    count faces as lost."""
     from confluent_kafka import Consumer, TopicPartition
 
     # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
@@ -37,16 +41,26 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S) -
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             if high > low:
                 ends[partition] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        remaining = set(ends)
+        starts = [TopicPartition(topic, p, 0) for p in ends]
+        if since_ms is not None and starts:
+            # The first offset at or after the time (-1, the end, where nothing is that recent).
+            found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in ends], timeout=10)
+            starts = [TopicPartition(topic, f.partition, f.offset if f.offset >= 0 else ends[f.partition])
+                      for f in found]
+        remaining = {start.partition for start in starts if start.offset < ends[start.partition]}
+        consumer.assign([start for start in starts if start.partition in remaining])
         deadline = time.monotonic() + timeout_s
         while remaining and time.monotonic() < deadline:
             for message in consumer.consume(1000, 1.0):
-                if message.error():
+                if message.error() or message.partition() not in remaining:
                     continue
                 if message.offset() + 1 >= ends[message.partition()]:
                     remaining.discard(message.partition())
+                    consumer.pause([TopicPartition(topic, message.partition())])  # records past the snapshot
                 yield message
+        if remaining:
+            raise UserError(f"{topic} at {bootstrap}: {len(remaining)} partition(s) not read to their end within "
+                            f"{timeout_s:.0f} s")
     finally:
         consumer.close()
 
@@ -64,13 +78,13 @@ def count_records(bootstrap: str, topic: str) -> int:
 
 
 def read_identities(bootstrap: str, run_id: str, topic: str = IDENTITIES_TOPIC,
-                    decode: Callable[[bytes], Any] = decode_identity,
-                    timeout_s: float = 60.0) -> tuple[list[Any], int]:
+                    decode: Callable[[bytes], Any] = decode_identity, timeout_s: float = READ_TIMEOUT_S,
+                    since_ms: int | None = None) -> tuple[list[Any], int]:
     """Every identity of the run (first of each face), and how many duplicates were published. `decode` reads
     another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames)."""
     seen: dict[tuple, Any] = {}
     duplicates = 0
-    for message in read_to_end(bootstrap, topic, timeout_s):
+    for message in read_to_end(bootstrap, topic, timeout_s, since_ms):
         try:
             identity = decode(message.value())
         except MalformedRecordError:
@@ -97,10 +111,10 @@ class FaceTopic:
         return self.thumbnail_bytes / len(self.faces) if self.faces else 0.0
 
 
-def read_face_topic(bootstrap: str, topic: str, run_id: str | None = None) -> FaceTopic:
+def read_face_topic(bootstrap: str, topic: str, run_id: str | None = None, since_ms: int | None = None) -> FaceTopic:
     faces: set[tuple] = set()
     thumbnail_bytes, appended = 0, []
-    for message in read_to_end(bootstrap, topic):
+    for message in read_to_end(bootstrap, topic, since_ms=since_ms):
         appended.append(message.timestamp()[1])
         try:
             face = decode_face(message.value(), dict(message.headers() or []))
@@ -177,10 +191,12 @@ def group_state(bootstrap: str, group: str, topic: str, timeout_s: float = 10.0)
                       lag=group_lag(bootstrap, group, topic, timeout_s))
 
 
-def read_run(bootstrap: str, run_id: str, faces_topic: str, identities_topic: str) -> RunReadback:
-    """The run's faces as the brokers hold them and its identities, compact enough to cross an exec stream."""
-    faces = read_face_topic(bootstrap, faces_topic, run_id)
-    identities, duplicates = read_identities(bootstrap, run_id, topic=identities_topic)
+def read_run(bootstrap: str, run_id: str, faces_topic: str, identities_topic: str,
+             since_ms: int | None = None) -> RunReadback:
+    """The run's faces as the brokers hold them and its identities, compact enough to cross an exec stream.
+    `since_ms`: the run began after this broker time (records before it are not read)."""
+    faces = read_face_topic(bootstrap, faces_topic, run_id, since_ms)
+    identities, duplicates = read_identities(bootstrap, run_id, topic=identities_topic, since_ms=since_ms)
     return RunReadback(run_id=run_id, produced_faces=len(faces.faces), face_bytes_mean=faces.thumbnail_bytes_mean,
                        identified_faces=len(identities), duplicates=duplicates,
                        timelines=[Timeline.of(identity) for identity in identities])

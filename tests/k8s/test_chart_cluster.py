@@ -206,13 +206,15 @@ def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Pa
     readbacks = [call for call in asked if call["args"][0] == "--run-id"]
     # Consumers asked for their group once rolled out with the phase's run id, before any producer ran.
     firsts = [next(call for call in ready if call["env"]["AITAX_RUN_ID"] == r.run_id) for r in results]
+    # The release's own producer (the chart's) was stopped first: its backlog is not the first phase's broker wait.
     assert [(call["api"]["kafka"], call["api"]["identify"], call["api"]["ingest-detect"]) for call in firsts] == [
-        ((3, 3), (2, 2), (1, 1)),  # the release's own producer (the chart's) still runs before the first phase
+        ((3, 3), (2, 2), (0, 0)),
         ((4, 4), (6, 6), (0, 0)),
         ((4, 4), (1, 1), (0, 0)),
     ]
     # The read-back of each phase: its run id, producers scaled to zero (flushed), the consumers still there.
-    assert [call["args"] for call in readbacks] == [["--run-id", r.run_id] for r in results]
+    assert [call["args"][:3] for call in readbacks] == [["--run-id", r.run_id, "--since-ms"] for r in results]
+    assert all(int(call["args"][3]) < r.started_at * 1000 for call, r in zip(readbacks, results, strict=True))
     assert [(call["api"]["identify"], call["api"]["ingest-detect"]) for call in readbacks] == [
         ((2, 2), (0, 0)), ((6, 6), (0, 0)), ((1, 1), (0, 0))]
     # A RunResult per phase, from what was read back.
@@ -275,8 +277,9 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path, control_plane) -> 
 
 def test_cli_names_the_pod_it_could_not_collect_from_and_restores(release, tmp_path: Path, capsys) -> None:
     """`aitax experiment run` (the CLI module's own parser) on kwok's pods, which run nothing: the phase scales,
-    rolls out, then `aitax collect` cannot run in a consumer pod; the command fails with one line naming the pod
-    and the command, and the release is restored. (The whole path on real pods: tests/cluster.)"""
+    rolls out, then `aitax collect` cannot run in a consumer pod; once the rollout timeout has passed the command
+    fails with one line naming the group, the pod and the command, and the release is restored. (The whole path on
+    real pods: tests/cluster.)"""
     import argparse
 
     from aitax.commands import experiment as cli
@@ -288,8 +291,9 @@ def test_cli_names_the_pod_it_could_not_collect_from_and_restores(release, tmp_p
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
     args = parser.parse_args(["experiment", "run", str(spec_file), "--backend", "kubernetes", "--kubeconfig",
-                              str(release.kubeconfig), "--out", str(tmp_path)])
-    with pytest.raises(UserError, match=r"^`aitax collect --group identify` in pod/exp-aitax-identify-\S+ in "
+                              str(release.kubeconfig), "--out", str(tmp_path), "--rollout-timeout", "20"])
+    with pytest.raises(UserError, match=r"^deployment/exp-aitax-identify: group identify not ready after 20 s "
+                                        r"\(`aitax collect --group identify` in pod/exp-aitax-identify-\S+ in "
                                         r"namespace aitax-test failed: .+"):
         args.func(args)
     assert "restored deployment/exp-aitax-identify -> 2" in capsys.readouterr().out

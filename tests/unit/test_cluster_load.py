@@ -41,6 +41,8 @@ class FakeCluster:
 
     def scale(self, scaled: Scaled, replicas: int) -> None:
         self.calls.append(("scale", scaled.stage, replicas))
+        if replicas == 0:  # the pods terminate (at once here)
+            self.pods_by_component[scaled.stage] = []
 
     def wait_rollouts(self, workloads: list[Scaled], timeout_s: float) -> dict[str, int]:
         self.calls.append(("rollout", workloads[0].stage))
@@ -56,16 +58,20 @@ def _group(state: str = "STABLE", members: int = 4, assigned: int = 4, partition
                                       assigned=assigned, partitions=partitions, lag=lag))
 
 
-def _load(cluster: FakeCluster, answers: list[Collected], asked: list[list[str]]) -> ClusterLoad:
+def _load(cluster: FakeCluster, answers: list[Collected | Exception], asked: list[list[str]],
+          rollout_timeout_s: float = 60) -> ClusterLoad:
     def collect(args: list[str]) -> Collected:
         asked.append(args)
-        return answers.pop(0) if len(answers) > 1 else answers[0]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     workload = Workload(mode="emulated", producers=1, consumers=4, consumer_processes=2, duration_s=10, factor=4)
     pods = PhasePods(consumers=CONSUMERS, producers=PRODUCERS, consumer_replicas=2, producer_replicas=1,
                      members=4, group=CONSUMERS.arg("--group"))
     return ClusterLoad(cluster, "t", pods, workload, "run-1", resize_kafka=lambda: cluster.calls.append(("kafka",)),
-                       rollout_timeout_s=60, collect=collect)
+                       rollout_timeout_s=rollout_timeout_s, collect=collect)
 
 
 @pytest.fixture(autouse=True)
@@ -77,17 +83,21 @@ def test_the_chart_arguments_of_a_stage_are_read_by_option() -> None:
     assert (CONSUMERS.arg("--instances"), CONSUMERS.arg("--group"), CONSUMERS.arg("--factor")) == ("2", "faces-group",
                                                                                                     "1")
     assert PRODUCERS.arg("--profile", "paper") == "paper"
+    assert Scaled("s", "Deployment", "n", "c", 1, args=("--group", "a", "--group", "b")).arg("--group") == "b"
     assert Scaled("s", "Deployment", "n", "c", 1, args=("x", "--group")).arg("--group") is None  # no value after it
 
 
-def test_consumers_are_ready_once_every_instance_holds_partitions_then_producers_start() -> None:
+def test_consumers_are_ready_once_every_instance_holds_partitions_and_no_backlog_is_left() -> None:
     cluster, asked = FakeCluster(), []
-    load = _load(cluster, [_group("PREPARING_REBALANCE", 3, 0), _group("STABLE", 4, 3), _group()], asked)
+    cluster.pods_by_component["emulate-producers"] = [_pod("release-own-producer")]
+    load = _load(cluster, [_group("PREPARING_REBALANCE", 3, 0), UserError("exec: pod not ready"),
+                           _group("STABLE", 4, 3), _group(lag=120), _group()], asked)
     load.start_consumers()
-    assert asked == [["--group", "faces-group"]] * 3  # asked until the third answer
+    assert asked == [["--group", "faces-group"]] * 5  # a failed exec is asked again; ready at the fifth answer
     load.start_producers()
+    # The release's own producers stop first: what they queued is drained before the phase, not measured in it.
     assert cluster.calls == [
-        ("kafka",),
+        ("scale", "emulate-producers", 0), ("kafka",),
         ("env", "emulate-consumers", "run-1", "4"), ("scale", "emulate-consumers", 2), ("rollout", "emulate-consumers"),
         ("env", "emulate-producers", "run-1", "4"), ("scale", "emulate-producers", 1), ("rollout", "emulate-producers")]
 
@@ -98,11 +108,11 @@ def test_more_instances_than_partitions_is_a_clear_error() -> None:
         load.start_consumers()
 
 
-def test_a_group_that_never_forms_names_what_it_saw(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cluster_load.READY_TIMEOUT_S, "emulated", 0.05)
-    load = _load(FakeCluster(), [_group("COMPLETING_REBALANCE", 4, 2)], [])
+def test_a_group_that_never_forms_names_what_it_saw() -> None:
+    load = _load(FakeCluster(), [_group("COMPLETING_REBALANCE", 4, 2)], [], rollout_timeout_s=0.05)
     with pytest.raises(UserError, match=r"group faces-group not ready after 0 s \(COMPLETING_REBALANCE, 4 members, "
-                                        r"2 holding partitions; 4 expected\)"):
+                                        r"2 holding partitions, lag 0; 4 members holding partitions and lag 0 "
+                                        r"expected\)"):
         load.start_consumers()
 
 
@@ -118,8 +128,7 @@ def test_containers_restarted_in_the_phase_are_its_failures() -> None:
     assert not load.alive()  # a producer that restarted during the load ends it
     cluster.pods_by_component["emulate-consumers"] = [_pod("c-1", restarts=1), _pod("c-2", 2, reason="OOMKilled")]
     load.finish_producers(interrupted=False)  # the producers' failures are kept once their pods are gone
-    cluster.pods_by_component["emulate-producers"] = []
-    assert cluster.calls[-2:] == [("scale", "emulate-producers", 0), ("rollout", "emulate-producers")]
+    assert cluster.calls[-1] == ("scale", "emulate-producers", 0)
     assert load.failures() == ["pod/p-1: running, restarted 1 times (last: Error, exit 137)",
                                "pod/c-2: running, restarted 2 times (last: OOMKilled, exit 137)"]
 
@@ -134,4 +143,4 @@ def test_the_drain_polls_the_lag_and_the_run_is_read_back_once() -> None:
     assert load.drain(5.0, lags.append) == 0 and lags == [7, 2]
     assert load.produced() == (3, 100.0)
     assert load.identities() == (timelines, 1)
-    assert asked[-1] == ["--run-id", "run-1"] and asked.count(["--run-id", "run-1"]) == 1
+    assert asked[-1][:3] == ["--run-id", "run-1", "--since-ms"] and len(asked) == 4  # read back once
