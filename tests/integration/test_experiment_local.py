@@ -51,9 +51,10 @@ phases:
     from pipeline.transport.readback import Collected
 
     run = RunResult.model_validate(phases[1]["run"])
+    since_ms = run.load_started_ns // 1_000_000 - 60_000  # as a cluster phase asks: records from its start only
     answer = subprocess.run([sys.executable, "-m", "aitax.cli", "collect", "--run-id", run.run_id, "--group",
-                             "identify", "--bootstrap", stack.bootstrap_servers], capture_output=True, text=True,
-                            timeout=300)
+                             "identify", "--since-ms", str(since_ms), "--bootstrap", stack.bootstrap_servers],
+                            capture_output=True, text=True, timeout=300)
     assert answer.returncode == 0, answer.stderr[-2000:]
     (line,) = answer.stdout.splitlines()  # one JSON line, no thumbnail
     collected = Collected.model_validate_json(line)
