@@ -35,8 +35,9 @@ from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop, identity_of_process
 from pipeline.schema import DEFAULT_KEYING, FaceMessage, MalformedRecordError, Match, Topics, decode_identity
 from pipeline.stream import Frame, hand_off, schedule
-from pipeline.three_stage import IngestStats, frames_from_topic, ingest_loop
+from pipeline.three_stage import FRAME_BATCHING, IngestStats, frames_from_topic, ingest_loop
 from pipeline.transport import Consumer, Producer
+from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
 
@@ -46,6 +47,8 @@ _TINY_FRAME = np.zeros((1, 1, 3), np.uint8)  # frames stay inside the container:
 END_OF_STREAM = None
 
 
+# The paper's identify took one face at a time (its 131.5 ms is per face): the emulator's default batching.
+PER_FACE = BatchPolicy(max_batch=1)
 MIN_SLEEP_S = 50e-6  # below the kernel's sleep granularity (a "zero" sleep still costs ~0.5 ms here): skip it
 
 
@@ -150,9 +153,9 @@ class ClosedLoopStats(DetectStats):
 def close_the_loop(consumer: Consumer, run_id: str, windows: Mapping[str, FramesInFlight],
                    should_stop: Callable[[], bool]) -> None:
     """Free each stream's slots as its frames' identities arrive (a thread beside the instances)."""
+    batcher = DynamicBatcher(consumer, BatchPolicy(max_batch=500))
     while not should_stop():
-        # Wait for one record, then take what else is buffered: a batch call waits out its whole timeout.
-        for record in [*consumer.poll_batch(1, 0.2), *consumer.poll_batch(500, 0)]:
+        for record in batcher.next_batch().records:
             try:
                 identity = decode_identity(record.value or b"")
             except MalformedRecordError:
@@ -251,14 +254,15 @@ def _countdown(instances: int, on_ready: Callable[[], None] | None) -> Callable[
 def run_detector_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
                            keying: str = DEFAULT_KEYING, seed: int = 0,
-                           on_ready: Callable[[], None] | None = None) -> list[DetectStats]:
+                           on_ready: Callable[[], None] | None = None,
+                           batching: BatchPolicy = FRAME_BATCHING) -> list[DetectStats]:
     """The three-stage design's detection, emulated: one instance per consumer of the `frames` topic, each the real
     `frames_from_topic` into the real `detect_loop` with detection's compute as a sleep, until stopped."""
     stats = [DetectStats() for _ in consumers]
     instance_ready = _countdown(len(consumers), on_ready)
     threads = [threading.Thread(
         target=detect_loop, name=f"detect-{i}", daemon=True,
-        args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready),
+        args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready, batching=batching),
               EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}")), producer, sink, run_id,
               factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
         for i, consumer in enumerate(consumers)]
@@ -274,13 +278,14 @@ def _start_and_join(threads: list[threading.Thread]) -> None:
 
 
 def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
-                           sink: EventSink, topics: Topics, should_stop: Callable[[], bool], max_batch: int = 1,
-                           seed: int = 0, stats_out: list[IdentifyStats] | None = None,
+                           sink: EventSink, topics: Topics, should_stop: Callable[[], bool],
+                           batching: BatchPolicy = PER_FACE, seed: int = 0,
+                           stats_out: list[IdentifyStats] | None = None,
                            on_ready: Callable[[], None] | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
-    until stopped.
+    until stopped. Each forms its batches with the real identify's dynamic batcher.
 
-    `max_batch` 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
+    A maximum batch of 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
     larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
     `on_ready` is called once every instance has partitions."""
     stats = [IdentifyStats() for _ in consumers]
@@ -291,7 +296,7 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
-              should_stop, max_batch, 0.2, factor, stats[i], topics),
+              should_stop, batching, factor, stats[i], topics),
         kwargs={"on_ready": instance_ready})
         for i, consumer in enumerate(consumers)]
     _start_and_join(threads)

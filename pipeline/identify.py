@@ -14,6 +14,7 @@ sleeps. Malformed records go to the dead-letter topic with the reason, and the l
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -35,7 +36,9 @@ from pipeline.schema import (
 )
 from pipeline.transport import CommitRejectedError, Consumer, DeliveryReport, Producer, Record
 from pipeline.transport.base import Partition
+from pipeline.transport.batcher import DEFAULT_BATCHING, Batch, BatchPolicy, DynamicBatcher
 from telemetry.events import Event
+from telemetry.latency import BROKER_WAIT, broker_wait_edges
 from telemetry.metrics import StageMetrics
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -47,9 +50,10 @@ IdentifyFaces = Callable[[Sequence[FaceMessage], Stopwatch], list[IdentifyResult
 RECENT_KEYS = 100_000  # faces remembered for duplicate detection after a rebalance
 # How often finished positions are committed: a crash redoes at most this much work (plus what was in flight).
 COMMIT_INTERVAL_S = 1.0
-# Identities are time-stamped before they are sent, so lingering costs no measured latency; it fills batches
-# (fewer produce requests for the brokers: each identity is a few hundred bytes).
-RESULTS_LINGER_MS = 100.0
+# How long the results producer holds an identity to fill a produce request. End to end runs to the identity's
+# append, so this is counted (as `deliver`). 5 ms, measured (docs/latency.md): 100 ms added 100 ms to every face,
+# and 0 sends a request per identity for no gain visible at the loads measured.
+RESULTS_LINGER_MS = 5.0
 FINAL_FLUSH_S = 300.0  # results still in flight at the end or at a revocation: wait out a broker fail-over
 
 
@@ -145,6 +149,7 @@ class IdentifyStats:
     faces: int = 0  # identities acknowledged by the brokers
     duplicates: int = 0
     dead_letters: int = 0
+    other_runs: int = 0  # faces of other runs skipped: an interrupted run's leftovers are not this run's work
     identities: dict[str, int] = field(default_factory=dict)
     commits: int = 0
     commits_rejected: int = 0
@@ -168,12 +173,13 @@ class _Batch:
 
 @dataclass(frozen=True)
 class _Sent:
-    """A result in flight: the record it answers and, for an identity, the face and its batch."""
+    """A result in flight: the record it answers and, for an identity, the face, its batch and its wait."""
 
     record: Record
     face: FaceMessage | None = None
     identity: str = ""
     batch: _Batch | None = None
+    message: IdentityMessage | None = None
 
 
 class IdentifyWorker:
@@ -186,8 +192,9 @@ class IdentifyWorker:
     def __init__(self, consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
                  acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
                  topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None,
-                 commit_interval_s: float = COMMIT_INTERVAL_S) -> None:
+                 commit_interval_s: float = COMMIT_INTERVAL_S, run_id: str | None = None) -> None:
         self.consumer, self.producer, self.identify_faces, self.sink = consumer, producer, identify_faces, sink
+        self.run_id = run_id  # identify only this run's faces (None: every face)
         self.acceleration_factor, self.topics, self.metrics = acceleration_factor, topics, metrics
         self.stats = stats or IdentifyStats()
         self.commit_interval_s = commit_interval_s
@@ -200,11 +207,12 @@ class IdentifyWorker:
         # reported with the next batch: its events may be logged while it is still being sent.
         self._carried_ms: dict[str, float] = {}
         self._next_commit = time.monotonic() + commit_interval_s
-        consumer.on_revoke(self.partitions_revoked)
 
-    def handle(self, records: Sequence[Record]) -> None:
-        """Decode, identify and send the results of one poll; nothing here waits for a broker."""
+    def handle(self, batch: Batch) -> None:
+        """Decode, identify and send the results of one batch; nothing here waits for a broker."""
         identify_start_ns = time.time_ns()
+        records = batch.records
+        fetched_ns = {(r.topic, r.partition, r.offset): t for r, t in zip(records, batch.fetched_ns, strict=True)}
         started = time.perf_counter()
         watch = Stopwatch()
         for name, ms in self._carried_ms.items():
@@ -219,6 +227,10 @@ class IdentifyWorker:
                     face = decode_face(record.value, record.headers)
                 except MalformedRecordError as error:
                     dead.append((record, str(error)))
+                    continue
+                if self.run_id is not None and face.meta.run_id != self.run_id:
+                    self.stats.other_runs += 1
+                    self.offsets.finish((record.topic, record.partition), record.offset)
                     continue
                 if face.key in self.recent:
                     self._duplicate(record)  # redelivered after a rebalance: already identified and published
@@ -236,14 +248,19 @@ class IdentifyWorker:
                  if isinstance(result, MalformedRecordError)]
         share = 1 / max(1, len(named))
         substeps = {k: round(v * share, 3) for k, v in watch.with_other((time.perf_counter() - started) * 1000).items()}
-        batch = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named), substeps,
-                       getattr(self.identify_faces, "precision", None))
+        done = _Batch(identify_start_ns, identified_ns, round(compute_ms * share, 3), len(named),
+                      substeps, getattr(self.identify_faces, "precision", None))
         sending_started = time.perf_counter()
         for record, face, match in named:
-            key, value = encode_identity(IdentityMessage.answering(face.meta, match, identify_start_ns,
-                                                                   identified_ns))
+            fetched = fetched_ns[(record.topic, record.partition, record.offset)]
+            appended, requested = broker_wait_edges(face.meta.detected_ns, record.appended_ns, batch.requested_ns,
+                                                    fetched)
+            message = IdentityMessage.answering(face.meta, match, appended_ns=appended, requested_ns=requested,
+                                                fetched_ns=fetched, identify_start_ns=identify_start_ns,
+                                                identified_ns=identified_ns, batch_size=len(named))
+            key, value = encode_identity(message)
             self.producer.send(self.topics.identities, value, key=key, on_delivery=self._reports.append,
-                               opaque=_Sent(record, face, match.identity, batch))
+                               opaque=_Sent(record, face, match.identity, done, message))
         for record, reason in dead:
             headers = dead_letter_headers(record.headers, reason, record.topic, record.partition, record.offset)
             self.producer.send(self.topics.dlq, record.value or b"", key=record.key, headers=headers,
@@ -328,46 +345,50 @@ class IdentifyWorker:
         self.stats.identities[sent.identity] = self.stats.identities.get(sent.identity, 0) + 1
         if self.sink.enabled:
             logging_started = time.perf_counter()
-            self._log_identified(sent.record, sent.face, sent.batch)
+            self._log_identified(sent, max(sent.message.identified_ns, report.timestamp_ms * 1_000_000))
             self._carry("events", (time.perf_counter() - logging_started) * 1000)
 
-    def _log_identified(self, record: Record, face: FaceMessage, batch: _Batch) -> None:
-        """The face's broker wait and identify events, once its identity is durable."""
+    def _log_identified(self, sent: _Sent, delivered_ns: int) -> None:
+        """The face's broker wait and identify events, once its identity is durable (`delivered_ns`: its append,
+        as the delivery report says)."""
+        record, face, batch, identity = sent.record, sent.face, sent.batch, sent.message
         meta = face.meta
         common = dict(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
                       face_index=meta.face_index, acceleration_factor=self.acceleration_factor,
                       kafka_client=self.producer.client_name, partition=record.partition, offset=record.offset,
                       **self._where)
-        append_ns = record.timestamp_ms * 1_000_000 if record.timestamp_is_broker_append else None
-        split = None if append_ns is None else {
-            "producer_to_broker": round((append_ns - meta.detected_ns) / 1e6, 3),
-            "broker_to_consumer": round((batch.identify_start_ns - append_ns) / 1e6, 3)}
+        edges = (meta.detected_ns, identity.appended_ns, identity.requested_ns, identity.fetched_ns,
+                 identity.identify_start_ns)
+        owners = {part: round((end - start) / 1e6, 3)
+                  for part, (start, end) in zip(BROKER_WAIT, itertools.pairwise(edges), strict=True)}
         self.sink.emit(Event(stage="broker_wait", wall_start_ns=meta.detected_ns, wall_end_ns=batch.identify_start_ns,
-                             compute_time_ms=0.0, broker_append_ns=append_ns, consumer_lag=self.consumer.lag(record),
-                             substeps_ms=split, **common))
+                             compute_time_ms=0.0, broker_append_ns=record.appended_ns,
+                             consumer_lag=self.consumer.lag(record), substeps_ms=owners, **common))
         self.sink.emit(Event(stage="identify", wall_start_ns=batch.identify_start_ns, wall_end_ns=batch.identified_ns,
                              compute_time_ms=batch.compute_ms_per_face, face_count=batch.faces,
                              data_size_bytes=len(face.thumbnail), substeps_ms=batch.substeps_ms,
-                             precision=batch.precision, **common))
+                             precision=batch.precision, delivered_ns=delivered_ns, **common))
 
 
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,
-                  should_stop: Callable[[], bool], max_batch: int = 8, poll_timeout_s: float = 0.5,
+                  should_stop: Callable[[], bool], batching: BatchPolicy = DEFAULT_BATCHING,
                   acceleration_factor: float = 1.0, stats: IdentifyStats | None = None,
                   topics: Topics = DEFAULT_TOPICS, metrics: StageMetrics | None = None,
-                  on_ready: Callable[[], None] | None = None) -> IdentifyStats:
-    """Poll up to `max_batch` faces at a time until `should_stop()`, then wait for the results and commit.
+                  on_ready: Callable[[], None] | None = None, run_id: str | None = None) -> IdentifyStats:
+    """Identify the batches the dynamic batcher forms until `should_stop()`, then wait for the results and commit.
 
     `on_ready` is called once the group has given this consumer partitions: whoever starts the producers waits
-    for it, so the group's formation is not measured as broker wait."""
-    worker = IdentifyWorker(consumer, producer, identify_faces, sink, acceleration_factor, stats, topics, metrics)
+    for it, so the group's formation is not measured as broker wait. With `run_id`, other runs' faces are skipped."""
+    worker = IdentifyWorker(consumer, producer, identify_faces, sink, acceleration_factor, stats, topics, metrics,
+                            run_id=run_id)
+    batcher = DynamicBatcher(consumer, batching, on_revoke=worker.partitions_revoked)
     while not should_stop():
-        records = consumer.poll_batch(max_batch, poll_timeout_s)
-        if on_ready is not None and (records or consumer.assigned()):
+        batch = batcher.next_batch()
+        if on_ready is not None and (batch.records or consumer.assigned()):
             on_ready()
             on_ready = None
-        if records:
-            worker.handle(records)
+        if batch.records:
+            worker.handle(batch)
         worker.settle()
     worker.finish()
     return worker.stats

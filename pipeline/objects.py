@@ -190,8 +190,8 @@ class ObjectRecords:
         key, value = encode_detections(DetectionsMessage(
             run_id=detected.run_id, stream_id=frame.stream_id, frame_index=frame.index,
             objects=tuple(detected.found), scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
-            ingested_ns=frame.ingested_ns, detect_start_ns=detected.detect_start_ns,
-            detected_ns=detected.detected_ns))
+            ingested_ns=frame.ingested_ns, appended_ns=frame.appended_ns, requested_ns=frame.requested_ns,
+            fetched_ns=frame.fetched_ns, detect_start_ns=detected.detect_start_ns, detected_ns=detected.detected_ns))
         return [(key, value, {})]
 
 
@@ -210,17 +210,23 @@ class FrameTimeline:
     ingested_ns: int
     detect_start_ns: int  # = ingested_ns
     detected_ns: int  # = ingested_ns
+    appended_ns: int  # the frame's wait in Kafka, by owner
+    requested_ns: int
+    fetched_ns: int
     identify_start_ns: int  # object detection's start
     identified_ns: int  # object detection's end
+    delivered_ns: int  # the brokers appended the frame's detections
+    batch_size: int = 1  # frames are detected one at a time
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.run_id, self.stream_id, self.frame_index)
 
 
-def frame_timeline(value: bytes) -> FrameTimeline:
-    """A `detections` record as a FrameTimeline (MalformedRecordError when it does not decode)."""
-    message = decode_detections(value)
-    return FrameTimeline(message.run_id, message.stream_id, message.frame_index, len(message.objects),
-                         message.scheduled_ns, message.captured_ns, message.ingested_ns, message.ingested_ns,
-                         message.ingested_ns, message.detect_start_ns, message.detected_ns)
+def frame_timeline(value: bytes, appended_ms: int = 0) -> FrameTimeline:
+    """A `detections` record (appended at `appended_ms`) as a FrameTimeline (MalformedRecordError when it does not
+    decode)."""
+    m = decode_detections(value, appended_ms)
+    return FrameTimeline(m.run_id, m.stream_id, m.frame_index, len(m.objects), m.scheduled_ns, m.captured_ns,
+                         m.ingested_ns, m.ingested_ns, m.ingested_ns, m.appended_ns, m.requested_ns, m.fetched_ns,
+                         m.detect_start_ns, m.detected_ns, m.delivered_ns)

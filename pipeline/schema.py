@@ -14,15 +14,18 @@ and goes to the dead-letter topic with the reason; it never stops a consumer.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 # 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
 # Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
 # 3: `frames` records, for the three-stage design (frames through Kafka); faces and identities unchanged.
 # 4: `detections` records, Object Detection's results; faces, frames and identities unchanged.
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: identities carry where the face's broker wait went (`appended_ns`, `requested_ns`, `fetched_ns`) and the size
+#    of the batch it was identified in; detections carry their frame's wait the same way. An older identity or
+#    detections record reads with its whole broker wait as `produce`.
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 SCHEMA_HEADER = "aitax.schema"
 META_HEADER = "aitax.meta"
 DLQ_REASON_HEADER = "aitax.dlq.reason"
@@ -254,9 +257,17 @@ class IdentityMessage:
     ingested_ns: int
     detect_start_ns: int
     detected_ns: int
+    # The broker wait's edges (v5), split by owner in `telemetry.latency.BREAKDOWN`:
+    appended_ns: int  # the brokers appended the face (LogAppendTime)
+    requested_ns: int  # its consumer was free and asking for work (the append, if it was already asking)
+    fetched_ns: int  # the consumer client handed the face to the batcher
     identify_start_ns: int
     identified_ns: int
+    batch_size: int = 1  # faces identified together with this one (v5)
     candidate: str = ""  # absent from version 1 identities
+    # When the brokers took this identity, from its record's append time: set by whoever reads it, never sent
+    # (0 until then). End to end ends here, when the identity is durable and any application can read it.
+    delivered_ns: int = 0
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -264,29 +275,38 @@ class IdentityMessage:
         return (self.run_id, self.stream_id, self.frame_index, self.face_index)
 
     @classmethod
-    def answering(cls, meta: FaceMeta, match: Match, identify_start_ns: int, identified_ns: int) -> IdentityMessage:
+    def answering(cls, meta: FaceMeta, match: Match, *, appended_ns: int, requested_ns: int, fetched_ns: int,
+                  identify_start_ns: int, identified_ns: int, batch_size: int) -> IdentityMessage:
         """The identity of the face `meta` describes, carrying its timestamps on."""
         return cls(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
                    face_index=meta.face_index, identity=match.identity, score=round(match.score, 4),
                    candidate=match.candidate, box=meta.box,
                    scheduled_ns=meta.scheduled_ns, captured_ns=meta.captured_ns, ingested_ns=meta.ingested_ns,
-                   detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns,
-                   identify_start_ns=identify_start_ns, identified_ns=identified_ns)
+                   detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns, appended_ns=appended_ns,
+                   requested_ns=requested_ns, fetched_ns=fetched_ns, identify_start_ns=identify_start_ns,
+                   identified_ns=identified_ns, batch_size=batch_size)
 
 
 def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:
-    return message.stream_id.encode(), json.dumps(vars(message), separators=(",", ":")).encode()
+    document = {k: v for k, v in vars(message).items() if k != "delivered_ns"}
+    return message.stream_id.encode(), json.dumps(document, separators=(",", ":")).encode()
 
 
-def decode_identity(value: bytes) -> IdentityMessage:
+def decode_identity(value: bytes, appended_ms: int = 0) -> IdentityMessage:
+    """An `identities` record; `appended_ms` is the record's append time, which sets `delivered_ns` (never before
+    the identity was made: the broker's clock counts whole milliseconds)."""
     try:
         raw: dict[str, Any] = json.loads(value)
         if raw.get("schema_version") not in READABLE_VERSIONS:
             raise MalformedRecordError(f"identity schema version {raw.get('schema_version')!r}, expected one of "
                                        f"{READABLE_VERSIONS}")
-        return IdentityMessage(**{**raw, "box": tuple(raw["box"])})
+        raw.pop("delivered_ns", None)
+        if raw["schema_version"] < 5:  # no split recorded: the whole broker wait reads as produce
+            raw.update(dict.fromkeys(("appended_ns", "requested_ns", "fetched_ns"), raw["identify_start_ns"]))
+        identity = IdentityMessage(**{**raw, "box": tuple(raw["box"])})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"identity record: {error}") from None
+    return replace(identity, delivered_ns=max(identity.identified_ns, appended_ms * 1_000_000))
 
 
 @dataclass(frozen=True)
@@ -307,8 +327,13 @@ class DetectionsMessage:
     scheduled_ns: int
     captured_ns: int
     ingested_ns: int
+    # The frame's wait in Kafka by owner (v5, as IdentityMessage's); older records read with all of it as produce
+    appended_ns: int = 0
+    requested_ns: int = 0
+    fetched_ns: int = 0
     detect_start_ns: int
     detected_ns: int
+    delivered_ns: int = 0  # as IdentityMessage's: set by whoever reads the record, never sent
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -318,11 +343,13 @@ class DetectionsMessage:
 
 def encode_detections(message: DetectionsMessage) -> tuple[bytes, bytes]:
     document = {**vars(message), "objects": [vars(found) for found in message.objects]}
+    del document["delivered_ns"]
     return message.stream_id.encode(), json.dumps(document, separators=(",", ":")).encode()
 
 
-def decode_detections(value: bytes | None) -> DetectionsMessage:
-    """Validate and decode a `detections` record; raises MalformedRecordError naming what is wrong."""
+def decode_detections(value: bytes | None, appended_ms: int = 0) -> DetectionsMessage:
+    """Validate and decode a `detections` record (`appended_ms`: its append time, as `decode_identity`'s); raises
+    MalformedRecordError naming what is wrong."""
     try:
         raw: dict[str, Any] = json.loads(value or b"")
         if raw.get("schema_version") not in READABLE_VERSIONS:
@@ -331,9 +358,13 @@ def decode_detections(value: bytes | None) -> DetectionsMessage:
         objects = tuple(DetectedObject(str(found["label"]), float(found["score"]),
                                        tuple(int(v) for v in found["box"]))  # type: ignore[arg-type]
                         for found in raw["objects"])
-        return DetectionsMessage(**{**raw, "objects": objects})
+        raw.pop("delivered_ns", None)
+        if raw["schema_version"] < 5:
+            raw.update(dict.fromkeys(("appended_ns", "requested_ns", "fetched_ns"), raw["detect_start_ns"]))
+        message = DetectionsMessage(**{**raw, "objects": objects})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"detections record: {error}") from None
+    return replace(message, delivered_ns=max(message.detected_ns, appended_ms * 1_000_000))
 
 
 def dead_letter_headers(headers: dict[str, bytes], reason: str, topic: str, partition: int,

@@ -30,6 +30,10 @@ class Frame:
     # The three-stage design: decoding the frame that came through Kafka, in the detect process.
     received_decode_ms: float = 0.0
     run_id: str = ""  # frames through Kafka carry the run that ingested them; detection keeps it
+    # Frames through Kafka: their wait's edges (telemetry.latency.BROKER_WAIT), from ingestion's hand-off on
+    appended_ns: int = 0
+    requested_ns: int = 0
+    fetched_ns: int = 0
 
 
 def schedule(fps: float, pace: str = "native", start_index: int = 0) -> Iterator[tuple[int, int]]:

@@ -31,12 +31,15 @@ from pipeline.schema import (
 from pipeline.stream import Frame
 from pipeline.transport import Consumer, DeliveryReport, Producer
 from pipeline.transport.base import next_offsets
+from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
 from telemetry.events import Event
+from telemetry.latency import broker_wait_edges
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
 
 FRAME_JPEG_QUALITY = 90
-FRAMES_PER_POLL = 4  # at most, per poll: their faces are acknowledged and their offsets committed together
+# At most, per batch: their faces are acknowledged and their offsets committed together.
+FRAME_BATCHING = BatchPolicy(max_batch=4)
 
 
 @dataclass
@@ -131,19 +134,21 @@ class ReceivedFrames:
 
 def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Callable[[], bool],
                       topics: Topics = DEFAULT_TOPICS, on_ready: Callable[[], None] | None = None,
-                      received: ReceivedFrames | None = None, run_id: str | None = None) -> Iterator[Frame]:
-    """The `frames` topic as detection's frames, until `should_stop()`. Before polling again, the previous poll's
-    faces are flushed and then its offsets committed: nothing is committed that is not durable downstream. With a
-    `run_id`, frames of other runs are skipped (and committed); each frame keeps the run that ingested it."""
+                      received: ReceivedFrames | None = None, run_id: str | None = None,
+                      batching: BatchPolicy = FRAME_BATCHING) -> Iterator[Frame]:
+    """The `frames` topic as detection's frames, in the batches the dynamic batcher forms, until `should_stop()`.
+    Before the next batch, the previous one's faces are flushed and then its offsets committed: nothing is
+    committed that is not durable downstream. With a `run_id`, frames of other runs are skipped (and committed);
+    each frame keeps the run that ingested it, and its wait's edges."""
     received = received if received is not None else ReceivedFrames()
+    batcher = DynamicBatcher(consumer, batching)
     while not should_stop():
-        # Wait for one frame, then take what else is buffered: a batch call would wait out its whole timeout.
-        records = consumer.poll_batch(1, 0.5)
-        records += consumer.poll_batch(FRAMES_PER_POLL - 1, 0) if records else []
+        batch = batcher.next_batch()
+        records = batch.records
         if on_ready is not None and (records or consumer.assigned()):
             on_ready()
             on_ready = None
-        for record in records:
+        for record, fetched_ns in zip(records, batch.fetched_ns, strict=True):
             started = time.perf_counter()
             try:
                 message = decode_frame(record.value, record.headers)
@@ -160,9 +165,11 @@ def frames_from_topic(consumer: Consumer, producer: Producer, should_stop: Calla
                 continue
             meta = message.meta
             received.frames += 1
+            appended, requested = broker_wait_edges(meta.ingested_ns, record.appended_ns, batch.requested_ns,
+                                                    fetched_ns)
             yield Frame(meta.stream_id, meta.frame_index, rgb, meta.captured_ns, meta.ingested_ns, meta.decode_ms,
                         meta.resize_ms, meta.scheduled_ns, received_decode_ms=(time.perf_counter() - started) * 1000,
-                        run_id=meta.run_id)
+                        run_id=meta.run_id, appended_ns=appended, requested_ns=requested, fetched_ns=fetched_ns)
         if records:
             producer.flush(300)
             consumer.commit(next_offsets(records))

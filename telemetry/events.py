@@ -9,10 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from telemetry.latency import BROKER_WAIT
+
 # 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
 # 3: identify events carry `precision`, the arithmetic FaceNet ran in (fp32, bf16).
 # 4: detect events of Object Detection carry `object_count` (not `face_count`) and sub-steps resize, centernet.
-EVENT_SCHEMA_VERSION = 4
+# 5: identify events carry `delivered_ns` (the identity's append: end to end ends there); broker_wait's sub-steps
+#    are its parts by owner (produce, consumer_busy, in_kafka, client_queue) instead of before and after the append.
+EVENT_SCHEMA_VERSION = 5
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
@@ -28,8 +32,9 @@ SUBSTEPS = {
     # resize and centernet: Object Detection's (the frame to the network's input, and the network)
     "detect": ("decode", "pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "resize", "centernet",
                "kafka", "events", "emulated", "other"),
-    # broker_wait split with the record's broker append timestamp: before and after the broker appended it
-    "broker_wait": ("producer_to_broker", "broker_to_consumer"),
+    # broker_wait by owner (telemetry.latency.BROKER_WAIT); producer_to_broker and broker_to_consumer: events of
+    # schema 4 and before, split at the broker's append only
+    "broker_wait": (*BROKER_WAIT, "producer_to_broker", "broker_to_consumer"),
     "identify": ("decode", "embed", "svm", "kafka", "events", "emulated", "other"),
 }
 AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet", "centernet"), "identify": ("embed", "svm")}
@@ -60,6 +65,7 @@ class Event:
     substeps_ms: dict[str, float] | None = None
     scheduled_ns: int | None = None  # ingest: when the stream's schedule wanted the frame (v2; v1 events lack it)
     precision: str | None = None  # identify: FaceNet's arithmetic (v3)
+    delivered_ns: int | None = None  # identify: the brokers appended the face's identity (v5)
     schema_version: int = EVENT_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -97,6 +103,7 @@ _FIELD_TYPES = {
     "consumer_lag": _LONG,
     "scheduled_ns": _LONG,
     "precision": _KEYWORD,
+    "delivered_ns": _LONG,
     "schema_version": _INTEGER,
     "substeps_ms": {
         "dynamic": "strict",

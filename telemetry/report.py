@@ -20,14 +20,16 @@ import numpy as np
 
 from ground.paper import PAPER, PaperNumbers
 from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
-from telemetry.latency import NS_PER_MS, Distribution, distribution, end_to_end_ms
+from telemetry.latency import BROKER_WAIT, NS_PER_MS, Distribution, distribution, dominant_wait, end_to_end_ms
 
 NS_PER_S = 1_000_000_000
 BUCKET_NS = NS_PER_S  # Fig. 7 buckets
 FRAME_QUEUE = "frame_queue"  # the wait between ingest and detection: a stage of latency with no event of its own
 # A frame's start past its schedule (the paper's "Delay", Sec. 6.3), from the ingest event's `scheduled_ns`.
 SCHEDULE_DELAY = "schedule_delay"
-BREAKDOWN_STAGES = (SCHEDULE_DELAY, STAGES[0], FRAME_QUEUE, *STAGES[1:])
+DELIVER = "deliver"  # identified to the identity's append: the results' linger, send and acknowledgement
+# Fig. 6's stages: the events' stages with broker wait split by owner (telemetry.latency), and the delivery.
+BREAKDOWN_STAGES = (SCHEDULE_DELAY, "ingest", FRAME_QUEUE, "detect", *BROKER_WAIT, "identify", DELIVER)
 PROCESS_KINDS = tuple(stage for stage in STAGES if stage != "broker_wait")  # broker_wait is time in Kafka, no CPU
 AI_SPEEDUPS = (1, 2, 4, 8, 16, 32)  # Fig. 9's x axis
 
@@ -54,14 +56,17 @@ class LatencyBreakdown:
     e2e: Distribution
     tail_faces: int
     tail_e2e_mean_ms: float
-    stages: list[StageLatency]
+    stages: list[StageLatency]  # BREAKDOWN_STAGES: they tile end to end
+    broker_wait: StageLatency  # its parts by owner taken together: the paper's broker wait
 
 
 @dataclass(frozen=True)
-class BrokerSplit:
-    faces_split: int  # faces whose broker wait could be split at the broker append time
-    producer_to_broker_ms: float | None
-    broker_to_consumer_ms: float | None
+class BrokerWaitOwners:
+    """The broker wait's mean parts by owner (telemetry.latency.BROKER_WAIT) over the breakdown's faces."""
+
+    faces: int
+    parts_ms: dict[str, float]
+    dominant: str  # the largest part
     clock: str
 
 
@@ -141,7 +146,7 @@ class Report:
     acceleration_factors: list[float]
     kafka_clients: list[str]
     latency: LatencyBreakdown | None
-    broker: BrokerSplit | None
+    broker: BrokerWaitOwners | None
     load: LoadOverTime
     cpu: CpuBreakdown
     amdahl: list[AmdahlProjection]
@@ -233,28 +238,56 @@ class _Face:
 
     stages_ms: dict[str, float]
     e2e_ms: float
-    identified_ns: int
+    delivered_ns: int
     detect_host: str | None
     identify_host: str | None
 
 
 def _faces(run: _RunEvents) -> list[_Face]:
     """Faces with their frame's ingest and detect events. End to end starts at the frame's schedule
-    (`telemetry.latency`; an event of schema 1 has none, so it starts at capture). Broker wait is identify start
-    minus detect end (the paper's definition, and what the broker_wait event spans), so the stages tile the
-    face's lifetime."""
+    (`telemetry.latency`; an event of schema 1 has none, so it starts at capture) and ends at the identity's append
+    (schema 5; before, at identification). Broker wait is identify start minus detect end (the paper's definition,
+    and what the broker_wait event spans), split by owner as its event says, so the stages tile the face's
+    lifetime."""
     faces = []
-    for (stream_id, frame_index, _), identify in run.identify.items():
+    for key, identify in run.identify.items():
+        stream_id, frame_index, _ = key
         ingest, detect = run.ingest.get((stream_id, frame_index)), run.detect.get((stream_id, frame_index))
         if ingest is None or detect is None:
             continue
+        delivered_ns = _delivered_ns(identify)
         marks = (_scheduled_ns(ingest), ingest["wall_start_ns"], ingest["wall_end_ns"], detect["wall_start_ns"],
-                 detect["wall_end_ns"], identify["wall_start_ns"], identify["wall_end_ns"])
+                 detect["wall_end_ns"])
         stages_ms = {stage: (end - start) / NS_PER_MS
                      for stage, start, end in zip(BREAKDOWN_STAGES, marks, marks[1:], strict=False)}
-        faces.append(_Face(stages_ms, end_to_end_ms(marks[0], marks[-1]), identify["wall_end_ns"],
-                           detect.get("host"), identify.get("host")))
+        wait_ms = (identify["wall_start_ns"] - detect["wall_end_ns"]) / NS_PER_MS
+        stages_ms |= _owners_ms(run.broker_wait.get(key), wait_ms)
+        stages_ms["identify"] = _duration_ms(identify)
+        stages_ms[DELIVER] = (delivered_ns - identify["wall_end_ns"]) / NS_PER_MS
+        faces.append(_Face(stages_ms, end_to_end_ms(marks[0], delivered_ns), delivered_ns, detect.get("host"),
+                           identify.get("host")))
     return faces
+
+
+def _owners_ms(broker_wait: Document | None, wait_ms: float) -> dict[str, float]:
+    """A face's broker wait by owner, from its event's sub-steps; events of schema 4 and before split it only at the
+    append (before it: produce; after it: in Kafka). The parts are scaled to `wait_ms` so that the stages tile end
+    to end exactly (the sub-steps are rounded to the microsecond)."""
+    steps = (broker_wait or {}).get("substeps_ms") or {}
+    if "producer_to_broker" in steps:
+        steps = {"produce": steps["producer_to_broker"], "in_kafka": steps["broker_to_consumer"]}
+    elif not steps and broker_wait and broker_wait.get("broker_append_ns"):  # schema 1: the append time alone
+        produce = (broker_wait["broker_append_ns"] - broker_wait["wall_start_ns"]) / NS_PER_MS
+        steps = {"produce": produce, "in_kafka": _duration_ms(broker_wait) - produce}
+    parts = {part: float(steps.get(part, 0.0)) for part in BROKER_WAIT}
+    total = math.fsum(parts.values())
+    if total <= 0:
+        return {**parts, "produce": wait_ms}  # not split: all of it before the consumer could have asked
+    return {part: ms * wait_ms / total for part, ms in parts.items()}
+
+
+def _delivered_ns(identify: Document) -> int:
+    return identify.get("delivered_ns", identify["wall_end_ns"])
 
 
 def _scheduled_ns(ingest: dict) -> int:
@@ -270,8 +303,11 @@ def _standalone(run: _RunEvents) -> dict[str, Distribution | None]:
         "ingest": distribution([_duration_ms(d) for d in run.ingest.values()]),
         FRAME_QUEUE: distribution(queued),
         "detect": distribution([_duration_ms(d) for d in run.detect.values()]),
+        **{part: distribution([_owners_ms(d, _duration_ms(d))[part] for d in run.broker_wait.values()])
+           for part in BROKER_WAIT},
         "broker_wait": distribution([_duration_ms(d) for d in run.broker_wait.values()]),
         "identify": distribution([_duration_ms(d) for d in run.identify.values()]),
+        DELIVER: distribution([(_delivered_ns(d) - d["wall_end_ns"]) / NS_PER_MS for d in run.identify.values()]),
     }
 
 
@@ -282,38 +318,24 @@ def _latency_breakdown(run: _RunEvents, faces: list[_Face]) -> LatencyBreakdown 
     tail = [face for face in faces if face.e2e_ms >= e2e.p99_ms]
     tail_e2e_mean = _mean([face.e2e_ms for face in tail])
     standalone = _standalone(run)
-    stages = []
-    for stage in BREAKDOWN_STAGES:
-        mean = _mean([face.stages_ms[stage] for face in faces])
-        tail_mean = _mean([face.stages_ms[stage] for face in tail])
-        stages.append(StageLatency(stage, mean, mean / e2e.mean_ms if e2e.mean_ms else 0.0, tail_mean,
-                                   tail_mean / tail_e2e_mean if tail_e2e_mean else 0.0, standalone[stage]))
-    return LatencyBreakdown(len(faces), e2e, len(tail), tail_e2e_mean, stages)
+
+    def latency(name: str, parts: tuple[str, ...]) -> StageLatency:
+        mean = _mean([math.fsum(face.stages_ms[part] for part in parts) for face in faces])
+        tail_mean = _mean([math.fsum(face.stages_ms[part] for part in parts) for face in tail])
+        return StageLatency(name, mean, mean / e2e.mean_ms if e2e.mean_ms else 0.0, tail_mean,
+                            tail_mean / tail_e2e_mean if tail_e2e_mean else 0.0, standalone[name])
+
+    stages = [latency(stage, (stage,)) for stage in BREAKDOWN_STAGES]
+    return LatencyBreakdown(len(faces), e2e, len(tail), tail_e2e_mean, stages, latency("broker_wait", BROKER_WAIT))
 
 
-def _broker_split(run: _RunEvents, faces: list[_Face]) -> BrokerSplit | None:
+def _broker_owners(faces: list[_Face]) -> BrokerWaitOwners | None:
     if not faces:
         return None
-    before, after = [], []
-    for document in run.broker_wait.values():
-        split = _split_ms(document)
-        if split is not None:
-            before.append(split[0])
-            after.append(split[1])
+    parts = {part: _mean([face.stages_ms[part] for face in faces]) for part in BROKER_WAIT}
     same_host = all(face.detect_host == face.identify_host for face in faces)
     clock = "one clock" if same_host else "several clocks: cross-host differences include clock offset"
-    return BrokerSplit(len(before), _mean(before) if before else None, _mean(after) if after else None, clock)
-
-
-def _split_ms(broker_wait: Document) -> tuple[float, float] | None:
-    """(producer_to_broker, broker_to_consumer) ms: the event's sub-steps, or, in older runs, its append time."""
-    substeps = broker_wait.get("substeps_ms") or {}
-    if "producer_to_broker" in substeps and "broker_to_consumer" in substeps:
-        return substeps["producer_to_broker"], substeps["broker_to_consumer"]
-    appended = broker_wait.get("broker_append_ns")
-    if appended is None:
-        return None
-    return (appended - broker_wait["wall_start_ns"]) / NS_PER_MS, (broker_wait["wall_end_ns"] - appended) / NS_PER_MS
+    return BrokerWaitOwners(len(faces), parts, dominant_wait(parts), clock)
 
 
 # -- Fig. 7 ------------------------------------------------------------------------------------------------------
@@ -322,13 +344,13 @@ def _load_over_time(run: _RunEvents, faces: list[_Face], start_ns: int, end_ns: 
     count = max(1, math.ceil((end_ns - start_ns) / BUCKET_NS))
     finished: list[list[float]] = [[] for _ in range(count)]
     for face in faces:
-        finished[min(count - 1, (face.identified_ns - start_ns) // BUCKET_NS)].append(face.e2e_ms)
+        finished[min(count - 1, (face.delivered_ns - start_ns) // BUCKET_NS)].append(face.e2e_ms)
     # Each detected face is in the system from its frame's detection end until identified (or the run's end).
     in_system_ns = [0] * count
     for (stream_id, frame_index), detect in run.detect.items():
         for face_index in range(detect.get("face_count") or 0):
             identify = run.identify.get((stream_id, frame_index, face_index))
-            entered, left = detect["wall_end_ns"], identify["wall_end_ns"] if identify else end_ns
+            entered, left = detect["wall_end_ns"], _delivered_ns(identify) if identify else end_ns
             for bucket in range((entered - start_ns) // BUCKET_NS, min(count, (left - start_ns) // BUCKET_NS + 1)):
                 bucket_start = start_ns + bucket * BUCKET_NS
                 in_system_ns[bucket] += max(0, min(left, bucket_start + BUCKET_NS) - max(entered, bucket_start))
@@ -423,7 +445,7 @@ def build_report(run_id: str, documents: Iterable[Document], malformed_lines: in
         acceleration_factors=sorted({float(d.get("acceleration_factor", 1.0)) for d in used}),
         kafka_clients=sorted({d["kafka_client"] for d in used if d.get("kafka_client")}),
         latency=_latency_breakdown(run, faces),
-        broker=_broker_split(run, faces),
+        broker=_broker_owners(faces),
         load=_load_over_time(run, faces, start_ns, end_ns),
         cpu=cpu,
         amdahl=_amdahl_projections(cpu),

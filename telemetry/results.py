@@ -94,6 +94,9 @@ class Driver(_Model):
     kafka_client: Literal["confluent-kafka", "kafka-python"] = "confluent-kafka"
     keying: str = "face"  # of the `faces` records (pipeline.schema.KEYINGS)
     acks: Literal["all"] = "all"
+    # The consuming stages' dynamic batcher (pipeline.transport.batcher): how long after a first arrival it may
+    # wait for a fuller batch. 0 (the default) never waits.
+    max_queue_delay_ms: float = Field(default=0.0, ge=0.0, le=60_000.0)
 
 
 class Condition(_Model):

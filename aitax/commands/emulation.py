@@ -10,7 +10,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, add_measurement, counts, stage_settings
+from aitax.commands.options import (
+    add_batching,
+    add_kafka_options,
+    add_keying,
+    add_measurement,
+    batch_policy,
+    counts,
+    stage_settings,
+)
 from emulation.profile import WORKLOADS
 from ground.errors import UserError
 
@@ -166,6 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _stage_options(detectors)
     detectors.add_argument("--group", default="detect", help="consumer group (default detect)")
     add_keying(detectors)
+    add_batching(detectors, 4, "frames whose faces are acknowledged and committed together")
     detectors.set_defaults(func=_emulate_detectors)
 
     consumers = subparsers.add_parser("emulate-consumers", help="emulated identify instances (one process)",
@@ -173,8 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                   "group, committing after results are durable.")
     _stage_options(consumers)
     consumers.add_argument("--group", default="identify", help="consumer group (default identify)")
-    consumers.add_argument("--max-batch", type=int, default=1,
-                           help="faces per identify call (default 1: the paper's per-face identify)")
+    add_batching(consumers, 1, "faces (1: the paper's per-face identify)")
     consumers.set_defaults(func=_emulate_consumers)
 
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
@@ -381,7 +389,8 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
     stop = stop_flag()
     try:
         stats = run_detector_instances(consumers, producer, profile, args.factor, sink, args.run_id, topics,
-                                       lambda: stop[0], keying=args.keying, on_ready=lambda: report(READY))
+                                       lambda: stop[0], keying=args.keying, on_ready=lambda: report(READY),
+                                       batching=batch_policy(args))
     finally:
         for client in (*consumers, producer):
             client.close()
@@ -407,7 +416,7 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     try:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
-                                       max_batch=args.max_batch, on_ready=lambda: report(READY))
+                                       batching=batch_policy(args), on_ready=lambda: report(READY))
     finally:
         for client in (*consumers, producer):
             client.close()

@@ -24,6 +24,28 @@ def add_kafka_options(parser: argparse.ArgumentParser) -> None:
                         help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
 
 
+def add_batching(parser: argparse.ArgumentParser, max_batch: int, what: str) -> None:
+    """The dynamic batcher's two settings (pipeline.transport.batcher), for a stage that consumes `what`."""
+    parser.add_argument("--max-batch", type=int, default=max_batch,
+                        help=f"{what} per batch at most: a batch is whatever has arrived, never waited for "
+                             f"(default {max_batch})")
+    parser.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="MS",
+                        help="after the first arrival, wait up to this long for a fuller batch: latency traded for "
+                             "fewer, larger batches (default 0: never wait)")
+
+
+def batch_policy(args: argparse.Namespace):
+    """The BatchPolicy of `add_batching`'s flags; a bad value is a UserError naming the flag."""
+    from ground.errors import UserError
+    from pipeline.transport.batcher import BatchPolicy
+
+    try:
+        return BatchPolicy(args.max_batch, args.max_queue_delay_ms)
+    except ValueError as error:
+        flag = "--max-batch" if "batch" in str(error) else "--max-queue-delay-ms"
+        raise UserError(f"{flag}: {error}") from None
+
+
 def add_keying(parser: argparse.ArgumentParser) -> None:
     from pipeline.schema import DEFAULT_KEYING, KEYINGS
 

@@ -6,7 +6,15 @@ import argparse
 import os
 from pathlib import Path
 
-from aitax.commands.options import add_kafka_options, add_keying, add_measurement, counts, stage_settings
+from aitax.commands.options import (
+    add_batching,
+    add_kafka_options,
+    add_keying,
+    add_measurement,
+    batch_policy,
+    counts,
+    stage_settings,
+)
 from ground.errors import UserError, invalid
 
 
@@ -111,6 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     detect.add_argument("--size", type=_size, default=(960, 540),
                         help="the frames' WIDTHxHEIGHT, traced for at start-up (default 960x540)")
     _add_detection(detect)
+    add_batching(detect, 4, "frames whose faces are acknowledged and committed together")
     add_kafka_options(detect)
     detect.set_defaults(func=_detect)
 
@@ -124,6 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     objects.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID"), help="experiment run id")
     objects.add_argument("--min-score", type=float, default=0.3, help="smallest score kept, 0-1 (default 0.3)")
     objects.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
+    add_batching(objects, 4, "frames whose detections are acknowledged and committed together")
     add_kafka_options(objects)
     objects.set_defaults(func=_detect_objects)
 
@@ -132,7 +142,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "commit offsets only after results are durable.")
     identify.add_argument("--gallery", type=Path, required=True, help="gallery from `aitax enroll`")
     identify.add_argument("--group", default="identify", help="consumer group (default identify)")
-    identify.add_argument("--max-batch", type=int, default=8, help="faces embedded per call (default 8)")
+    identify.add_argument("--run-id", help="identify only this run's faces: other runs' are skipped and committed "
+                                           "(default: every face, as a long-lived deployment does)")
+    add_batching(identify, 8, "faces embedded together")
     identify.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
     identify.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
                           help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
@@ -468,7 +480,7 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
         # `aitax run` starts ingestion once every detect process has its partitions.
         # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
         frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
-                                   received=received, run_id=args.run_id)
+                                   received=received, run_id=args.run_id, batching=batch_policy(args))
         stats = detect_loop(frames, find, producer, sink, args.run_id or new_run_id(), publication=publication,
                             ingest_events=False)
     finally:
@@ -512,14 +524,15 @@ def _identify(args: argparse.Namespace) -> int:
     try:
         # `aitax run` starts the producers once every identify process has its partitions.
         stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, gallery), sink, lambda: stop[0],
-                              max_batch=args.max_batch, metrics=metrics, on_ready=lambda: report(READY))
+                              batching=batch_policy(args), metrics=metrics, on_ready=lambda: report(READY),
+                              run_id=args.run_id)
     finally:
         consumer.close()
         producer.close()
         sink.close()
         metrics.close()
     print(f"identify: {stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "
-          f"{stats.dead_letters} dead letters; {stats.identities}")
+          f"{stats.other_runs} faces of other runs skipped, {stats.dead_letters} dead letters")
     return 0
 
 

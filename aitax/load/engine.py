@@ -16,7 +16,7 @@ from aitax.load.local import LocalLoad
 from aitax.load.resources import Sampler, resources
 from aitax.stack.config import StackConfig
 from ground.errors import UserError
-from telemetry.latency import summarize
+from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
 from telemetry.results import Driver, RunResult, Workload, judge, write_results
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
@@ -109,7 +109,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     measured_from_ns = schedule_start_ns + round(workload.ramp_up_s * 1e9)
     measured_to_ns = schedule_start_ns + round((workload.duration_s - workload.ramp_down_s) * 1e9)
     measured = [i for i in identities if measured_from_ns <= i.scheduled_ns < measured_to_ns]
-    in_window = sum(measured_from_ns <= i.identified_ns < measured_to_ns for i in identities)
+    in_window = sum(measured_from_ns <= i.delivered_ns < measured_to_ns for i in identities)
     offered = None if offered_faces_per_s is None else round(offered_faces_per_s * workload.window_s)
     latency = summarize(measured, workload.quantiles)
     if backlog:
@@ -162,13 +162,15 @@ def print_result(result: RunResult) -> None:
     print(f"run {result.run_id}: {result.produced_faces} {unit} acknowledged, {result.identified_faces} {done} "
           f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} {unit}/s")
     if latency is not None:
-        print(f"  end to end (from the schedule) mean {latency.mean_ms:.0f} ms, p50 {latency.p50_ms:.0f} ms, "
-              f"p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} of it")
+        steps = latency.breakdown_ms
+        print(f"  end to end (from the schedule to the durable result) mean {latency.mean_ms:.0f} ms, p50 "
+              f"{latency.p50_ms:.0f} ms, p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} "
+              f"of it, by owner: " + ", ".join(f"{part} {steps.get(part, 0.0):.1f} ms" for part in BROKER_WAIT)
+              + f" ({dominant_wait(steps)} dominates); batch size p50 {batch_size_p50(latency.batch_sizes) or 0:g}")
     if latency is not None and result.workload.application == "object-detection":
         from ground.paper import OBJECT_DETECTION
 
-        steps = latency.breakdown_ms
-        print(f"  per frame: ingest {steps['ingest']:.1f} ms, broker wait {steps['broker_wait']:.0f} ms, detection "
+        print(f"  per frame: ingest {steps['ingest']:.1f} ms, broker wait {broker_wait_ms(steps):.0f} ms, detection "
               f"{steps['identify']:.1f} ms (paper's Object Detection at 1x: ingest {OBJECT_DETECTION.ingest_ms:g} "
               f"ms, broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms, Faster R-CNN "
               f"{OBJECT_DETECTION.detect_ms:.0f} ms; {OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS from "

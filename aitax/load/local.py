@@ -34,18 +34,21 @@ def split(total: int, parts: int) -> list[int]:
 
 class LocalLoad:
     """One run's processes. `topic_prefix` gives an emulated run topics of its own; real stages use the
-    pipeline's topics and the `identify` group."""
+    pipeline's topics, and identify a group of the run's own (`identify-RUN`) that skips other runs' faces: the
+    leftovers of an interrupted run are never this run's work."""
 
     def __init__(self, workload: Workload, driver: Driver, run_id: str, bootstrap: str, logs: Path, events: str,
                  topic_prefix: str = "", group: str = "identify", env: dict[str, str] | None = None) -> None:
         if topic_prefix and workload.mode == "real":
             raise UserError("a topic prefix is for emulated runs: the real stages use the pipeline's topics")
         self.workload, self.driver, self.run_id, self.bootstrap = workload, driver, run_id, bootstrap
-        self.logs, self.env, self.group = logs, env, group
+        self.logs, self.env = logs, env
+        self.group = f"{group}-{run_id}" if workload.mode == "real" else group
         # three stages: the detect processes' group on the frames topic (an emulated run's own, beside its topics)
         self.detect_group = DETECT_GROUP if workload.mode == "real" else f"{group}-detect"
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
+        self.batching = ["--max-queue-delay-ms", f"{driver.max_queue_delay_ms:g}"]  # for the consuming stages
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
             common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
                        "--metrics-port", "-1", "--topic-prefix", topic_prefix]
@@ -101,23 +104,26 @@ class LocalLoad:
         w = self.workload
         if w.mode == "real" and self.objects:
             self.consumers = [self._spawn(f"detect-objects-{i}", [
-                "detect-objects", "--group", OBJECTS_GROUP, "--run-id", self.run_id])
+                "detect-objects", "--group", OBJECTS_GROUP, "--run-id", self.run_id, *self.batching])
                 for i in range(1, w.consumers + 1)]
         elif w.mode == "real":
-            argv = ["identify", "--gallery", str(w.gallery), "--group", self.group]
+            argv = ["identify", "--gallery", str(w.gallery), "--group", self.group, "--run-id", self.run_id,
+                    *self.batching]
             self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
             if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
                 self.detectors = [self._spawn(f"detect-{i}", [
-                    "detect", "--group", self.detect_group, "--run-id", self.run_id, "--keying", self.driver.keying])
+                    "detect", "--group", self.detect_group, "--run-id", self.run_id, "--keying", self.driver.keying,
+                    *self.batching])
                     for i in range(1, w.producers + 1)]
         else:
             self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
-                                                            self.group])
+                                                            self.group, *self.batching])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
             if w.stages == 3:  # one emulated detect instance per stream, as the real run has one detect process each
                 self.detectors = [self._spawn(f"detectors-{i}", [
                     "emulate-detectors", "--instances", str(n), "--group", self.detect_group, "--keying",
-                    self.driver.keying]) for i, n in enumerate(split(w.producers, w.producer_processes))]
+                    self.driver.keying, *self.batching])
+                    for i, n in enumerate(split(w.producers, w.producer_processes))]
         children.wait_reported(self.consumers + self.detectors, children.READY, READY_TIMEOUT_S[w.mode],
                                f"{w.mode} consumers")
 

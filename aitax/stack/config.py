@@ -100,10 +100,11 @@ class StackConfig:
     def topics(self, topics: Topics = DEFAULT_TOPICS, frames: bool = False, detections: bool = False
                ) -> list[TopicSpec]:
         """The pipeline's topics (with `frames`, also the three-stage design's and Object Detection's; with
-        `detections`, Object Detection's results). Broker append time on `faces`
-        gives consumers the broker-side timestamp that splits broker waiting time into producer queueing and
-        broker-to-consumer wait. Frames show faces too: they live as briefly as thumbnails."""
-        common = {"min.insync.replicas": str(self.min_insync_replicas)}
+        `detections`, Object Detection's results). Every topic keeps the brokers' append time (LogAppendTime): on
+        `faces` and `frames` it splits a record's broker wait by owner, on `identities` and `detections` it is the
+        moment a result became durable, where end to end ends (`telemetry.latency`). Frames show faces too: they
+        live as briefly as thumbnails."""
+        common = {"min.insync.replicas": str(self.min_insync_replicas), "message.timestamp.type": "LogAppendTime"}
         short_lived = {
             **common,
             "retention.ms": str(self.faces_retention_ms),
@@ -111,7 +112,7 @@ class StackConfig:
             "segment.ms": str(max(60_000, self.faces_retention_ms // 4)),
         }
         return [
-            TopicSpec(topics.faces, self.faces_partitions, {**short_lived, "message.timestamp.type": "LogAppendTime"}),
+            TopicSpec(topics.faces, self.faces_partitions, short_lived),
             TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
             TopicSpec(topics.dlq, 3, short_lived),
             *([TopicSpec(topics.frames, self.faces_partitions, short_lived)] if frames else []),

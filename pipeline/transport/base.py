@@ -24,6 +24,11 @@ class Record:
     timestamp_ms: int = 0
     timestamp_is_broker_append: bool = False  # the topic uses LogAppendTime: the broker's clock at append
 
+    @property
+    def appended_ns(self) -> int | None:
+        """When the brokers appended the record, where its topic says (LogAppendTime)."""
+        return self.timestamp_ms * 1_000_000 if self.timestamp_is_broker_append else None
+
 
 @dataclass(frozen=True)
 class DeliveryReport:
@@ -32,6 +37,8 @@ class DeliveryReport:
     offset: int
     error: str | None
     opaque: object = None  # what the caller passed to `send`, handed back unchanged
+    # The record's timestamp as the brokers reported it: their append time where the topic uses LogAppendTime
+    timestamp_ms: int = 0
 
 
 DeliveryCallback = Callable[[DeliveryReport], None]

@@ -67,6 +67,7 @@ class ConfluentProducer:
                         message.offset(),
                         None if error is None else str(error),
                         opaque,
+                        message.timestamp()[1],
                     )
                 )
 

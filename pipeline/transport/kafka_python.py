@@ -70,7 +70,8 @@ class KafkaPythonProducer:
                 if isinstance(result, Exception):
                     report = DeliveryReport(topic, -1, -1, repr(result), opaque)
                 else:
-                    report = DeliveryReport(result.topic, result.partition, result.offset, None, opaque)
+                    report = DeliveryReport(result.topic, result.partition, result.offset, None, opaque,
+                                            result.timestamp)
                 self._reports.put((on_delivery, report))
 
         future.add_callback(done)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from ground.errors import UserError
 from pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
 
-COLLECTED_VERSION = 1
+COLLECTED_VERSION = 2  # 2: timelines carry the broker wait's edges, the delivery and the batch size
 READ_TIMEOUT_S = 300.0  # a long-lived `faces` topic can hold gigabytes of thumbnails
 
 
@@ -78,15 +78,16 @@ def count_records(bootstrap: str, topic: str) -> int:
 
 
 def read_identities(bootstrap: str, run_id: str, topic: str = IDENTITIES_TOPIC,
-                    decode: Callable[[bytes], Any] = decode_identity, timeout_s: float = READ_TIMEOUT_S,
+                    decode: Callable[[bytes, int], Any] = decode_identity, timeout_s: float = READ_TIMEOUT_S,
                     since_ms: int | None = None) -> tuple[list[Any], int]:
     """Every identity of the run (first of each face), and how many duplicates were published. `decode` reads
-    another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames)."""
+    another topic's results the same way (anything with `run_id` and `key`: Object Detection's frames). Each is
+    decoded with its record's append time: when it became durable."""
     seen: dict[tuple, Any] = {}
     duplicates = 0
     for message in read_to_end(bootstrap, topic, timeout_s, since_ms):
         try:
-            identity = decode(message.value())
+            identity = decode(message.value(), message.timestamp()[1])
         except MalformedRecordError:
             continue
         if identity.run_id != run_id:
@@ -136,8 +137,13 @@ class Timeline(NamedTuple):
     ingested_ns: int
     detect_start_ns: int
     detected_ns: int
+    appended_ns: int
+    requested_ns: int
+    fetched_ns: int
     identify_start_ns: int
     identified_ns: int
+    delivered_ns: int
+    batch_size: int
 
     @classmethod
     def of(cls, identity: Any) -> Timeline:

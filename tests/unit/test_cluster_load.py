@@ -135,7 +135,7 @@ def test_containers_restarted_in_the_phase_are_its_failures() -> None:
 
 def test_the_drain_polls_the_lag_and_the_run_is_read_back_once() -> None:
     asked: list[list[str]] = []
-    timelines = [Timeline(*(i * 10 + step for step in range(7))) for i in range(3)]
+    timelines = [Timeline(*(i * 10 + step for step in range(len(Timeline._fields)))) for i in range(3)]
     readback = Collected(readback=RunReadback(run_id="run-1", produced_faces=3, face_bytes_mean=100.0,
                                               identified_faces=3, duplicates=1, timelines=timelines))
     load = _load(FakeCluster(), [_group(lag=7), _group(lag=2), _group(lag=0), readback], asked)

@@ -13,6 +13,7 @@ import pytest
 from pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
 from pipeline.schema import FaceMessage, FaceMeta, Match, encode_face
 from pipeline.transport import DeliveryReport, Record
+from pipeline.transport.batcher import Batch, DynamicBatcher
 from telemetry.sinks import NullSink
 from telemetry.timing import Stopwatch
 
@@ -58,6 +59,7 @@ class FakeProducer:
         self.errors: dict[int, str] = {}  # send index -> error
         self.sent = 0
         self.reverse = False
+        self.appended_ms = 0  # the brokers' append time the delivery reports carry
 
     def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
         self.pending.append((topic, value, on_delivery, (self.sent, opaque)))
@@ -66,7 +68,7 @@ class FakeProducer:
     def poll(self, timeout_s: float = 0.0) -> None:
         pending, self.pending = self.pending, []
         for topic, _value, on_delivery, (index, opaque) in (reversed(pending) if self.reverse else pending):
-            on_delivery(DeliveryReport(topic, 0, index, self.errors.get(index), opaque))
+            on_delivery(DeliveryReport(topic, 0, index, self.errors.get(index), opaque, self.appended_ms))
 
     def flush(self, timeout_s: float = 30.0) -> int:
         self.poll()
@@ -99,9 +101,9 @@ class FakeConsumer:
         pass
 
 
-def _record(partition: int, offset: int, frame: int) -> Record:
+def _record(partition: int, offset: int, frame: int, run_id: str = "run") -> Record:
     now = time.time_ns()
-    meta = FaceMeta("run", "cam-1", frame, 0, 1, (0, 0, 160, 160), 1.0, "synthetic", now, now, now, now, now, now)
+    meta = FaceMeta(run_id, "cam-1", frame, 0, 1, (0, 0, 160, 160), 1.0, "synthetic", now, now, now, now, now, now)
     _, value, headers = encode_face(FaceMessage(meta, b"thumbnail"))
     return Record("faces", partition, offset, None, value, headers)
 
@@ -110,14 +112,22 @@ def _name_all(faces: Sequence[FaceMessage], watch: Stopwatch):
     return [Match("alice", 1.0, "alice") for _ in faces]
 
 
-def _worker(producer: FakeProducer, consumer: FakeConsumer) -> IdentifyWorker:
-    return IdentifyWorker(consumer, producer, _name_all, NullSink(), stats=IdentifyStats(), commit_interval_s=0.0)
+def _worker(producer: FakeProducer, consumer: FakeConsumer, run_id: str | None = None) -> IdentifyWorker:
+    worker = IdentifyWorker(consumer, producer, _name_all, NullSink(), stats=IdentifyStats(), commit_interval_s=0.0,
+                            run_id=run_id)
+    DynamicBatcher(consumer, on_revoke=worker.partitions_revoked)  # as identify_loop wires them
+    return worker
+
+
+def _batch(records: list[Record]) -> Batch:
+    now = time.time_ns()
+    return Batch(records, now, [now] * len(records))
 
 
 def test_nothing_is_committed_before_its_result_is_acknowledged() -> None:
     producer, consumer = FakeProducer(), FakeConsumer()
     worker = _worker(producer, consumer)
-    worker.handle([_record(0, offset, offset) for offset in range(4)])
+    worker.handle(_batch([_record(0, offset, offset) for offset in range(4)]))
     assert consumer.commits == [] and len(producer.pending) == 4  # sent, not waited for
     producer.reverse = True  # acknowledgements may arrive in any order
     worker.settle()
@@ -129,7 +139,7 @@ def test_a_failed_result_holds_its_offset_back_and_stops_the_loop() -> None:
     producer, consumer = FakeProducer(), FakeConsumer()
     worker = _worker(producer, consumer)
     producer.errors = {1: "broker gone"}
-    worker.handle([_record(0, offset, offset) for offset in range(3)])
+    worker.handle(_batch([_record(0, offset, offset) for offset in range(3)]))
     with pytest.raises(DeliveryFailedError, match="broker gone"):
         worker.settle()
     assert all(positions.get(P0, 0) <= 1 for positions, _ in consumer.commits)
@@ -139,7 +149,7 @@ def test_a_failed_result_holds_its_offset_back_and_stops_the_loop() -> None:
 def test_revocation_commits_the_revoked_partitions_synchronously() -> None:
     producer, consumer = FakeProducer(), FakeConsumer()
     worker = _worker(producer, consumer)
-    worker.handle([_record(0, 5, 1), _record(1, 9, 2)])
+    worker.handle(_batch([_record(0, 5, 1), _record(1, 9, 2)]))
     consumer.revoke([P1])  # inside poll: the results are flushed first, then committed while still owned
     assert consumer.commits == [({P1: 10}, False)]
     assert worker.offsets.due() == {P0: 6}
@@ -148,9 +158,9 @@ def test_revocation_commits_the_revoked_partitions_synchronously() -> None:
 def test_redelivered_faces_are_skipped_as_duplicates_and_committed() -> None:
     producer, consumer = FakeProducer(), FakeConsumer()
     worker = _worker(producer, consumer)
-    worker.handle([_record(0, 0, 1)])
+    worker.handle(_batch([_record(0, 0, 1)]))
     worker.settle()
-    worker.handle([_record(0, 1, 1)])  # the same face again (a producer retry or a rebalance)
+    worker.handle(_batch([_record(0, 1, 1)]))  # the same face again (a producer retry or a rebalance)
     worker.finish()
     assert worker.stats.duplicates == 1 and worker.stats.faces == 1 and producer.sent == 1
     assert consumer.commits[-1] == ({P0: 2}, False)
@@ -159,7 +169,7 @@ def test_redelivered_faces_are_skipped_as_duplicates_and_committed() -> None:
 def test_the_final_commit_repeats_positions_an_asynchronous_commit_may_have_lost() -> None:
     producer, consumer = FakeProducer(), FakeConsumer()
     worker = _worker(producer, consumer)
-    worker.handle([_record(0, 0, 1), _record(0, 1, 2)])
+    worker.handle(_batch([_record(0, 0, 1), _record(0, 1, 2)]))
     worker.settle()
     assert consumer.commits == [({P0: 2}, True)]  # sent asynchronously; suppose it failed at the broker
     worker.finish()
@@ -167,18 +177,6 @@ def test_the_final_commit_repeats_positions_an_asynchronous_commit_may_have_lost
 
 
 def test_identify_events_record_the_precision_the_compute_ran_in() -> None:
-    class Recording:
-        enabled = True
-
-        def __init__(self) -> None:
-            self.events = []
-
-        def emit(self, event) -> None:
-            self.events.append(event)
-
-        def close(self) -> None:
-            pass
-
     class InBf16:
         precision = "bf16"
 
@@ -187,8 +185,62 @@ def test_identify_events_record_the_precision_the_compute_ran_in() -> None:
 
     producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
     worker = IdentifyWorker(consumer, producer, InBf16(), sink, stats=IdentifyStats(), commit_interval_s=0.0)
-    worker.handle([_record(0, 0, 0)])
+    worker.handle(_batch([_record(0, 0, 0)]))
     worker.settle()
     identify = [event for event in sink.events if event.stage == "identify"]
     assert [event.precision for event in identify] == ["bf16"]
     assert {event.precision for event in sink.events if event.stage == "broker_wait"} == {None}
+
+
+class Recording:
+    enabled = True
+
+    def __init__(self) -> None:
+        self.events = []
+
+    def emit(self, event) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_identity_is_timed_at_its_acknowledgement_not_when_it_was_made() -> None:
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    worker = IdentifyWorker(consumer, producer, _name_all, sink, stats=IdentifyStats(), commit_interval_s=0.0)
+    worker.handle(_batch([_record(0, 0, 0)]))
+    producer.appended_ms = time.time_ns() // 1_000_000 + 250  # the brokers took it a quarter second later
+    worker.settle()
+    [identify] = [event for event in sink.events if event.stage == "identify"]
+    assert identify.delivered_ns == producer.appended_ms * 1_000_000
+    assert identify.delivered_ns - identify.wall_end_ns >= 249_000_000
+
+
+def test_the_broker_wait_is_split_by_owner_and_the_parts_tile_it() -> None:
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    worker = IdentifyWorker(consumer, producer, _name_all, sink, stats=IdentifyStats(), commit_interval_s=0.0)
+    detected_ns = time.time_ns() - 100_000_000
+    appended_ms = detected_ns // 1_000_000 + 10
+    meta = FaceMeta("run", "cam-1", 0, 0, 1, (0, 0, 160, 160), 1.0, "synthetic", *[detected_ns] * 6)
+    _, value, headers = encode_face(FaceMessage(meta, b"thumbnail"))
+    record = Record("faces", 0, 0, None, value, headers, timestamp_ms=appended_ms, timestamp_is_broker_append=True)
+    requested_ns = appended_ms * 1_000_000 + 30_000_000  # the consumer was busy for 30 ms after the append
+    fetched_ns = requested_ns + 5_000_000
+    worker.handle(Batch([record], requested_ns, [fetched_ns]))
+    worker.settle()
+    [wait] = [event for event in sink.events if event.stage == "broker_wait"]
+    parts = wait.substeps_ms
+    assert parts["produce"] == pytest.approx((appended_ms * 1_000_000 - detected_ns) / 1e6, abs=0.001)
+    assert parts["consumer_busy"] == pytest.approx(30.0)
+    assert parts["in_kafka"] == pytest.approx(5.0)
+    assert sum(parts.values()) == pytest.approx((wait.wall_end_ns - wait.wall_start_ns) / 1e6, abs=0.01)
+    assert parts["client_queue"] >= 0
+
+
+def test_a_run_of_its_own_skips_and_commits_faces_other_runs_left() -> None:
+    producer, consumer = FakeProducer(), FakeConsumer()
+    worker = _worker(producer, consumer, run_id="this-run")
+    worker.handle(_batch([_record(0, 0, 0, run_id="interrupted-run"), _record(0, 1, 1, run_id="this-run")]))
+    worker.finish()
+    assert worker.stats.other_runs == 1 and worker.stats.faces == 1 and producer.sent == 1
+    assert consumer.commits[-1] == ({P0: 2}, False)  # the leftover is committed past, never identified

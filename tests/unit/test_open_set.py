@@ -71,7 +71,8 @@ def test_the_det_curve_counts_each_kind_of_error_at_every_threshold() -> None:
 def _identity(frame: int, face: int, name: str, score_value: float, candidate: str, box) -> IdentityMessage:
     return IdentityMessage(run_id="r", stream_id="s", frame_index=frame, face_index=face, identity=name,
                            score=score_value, candidate=candidate, box=box, scheduled_ns=0, captured_ns=0,
-                           ingested_ns=0, detect_start_ns=0, detected_ns=0, identify_start_ns=0, identified_ns=1)
+                           ingested_ns=0, detect_start_ns=0, detected_ns=0, appended_ns=0, requested_ns=0,
+                           fetched_ns=0, identify_start_ns=0, identified_ns=1, delivered_ns=1)
 
 
 def test_scoring_separates_enrolled_people_from_strangers() -> None:

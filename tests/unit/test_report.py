@@ -9,6 +9,16 @@ Two streams, six frames, six faces (one never identified). Times are ms after T0
     cam-2 0/0       20     10      50    1020      200      1300     1300
     cam-2 1/0       10      0      80     210      200       500     1500
     mean            12      6      50     312      140       520
+
+Each broker wait by owner: produce, consumer busy, in Kafka, client queue (each identity is durable the moment it
+is made, deliver 0, unless a test says otherwise):
+
+    cam-1 0/0       10      0     20     10
+    cam-1 0/1       20    200     10     10
+    cam-1 2/0       10      0     30     10
+    cam-2 0/0       10   1000      0     10
+    cam-2 1/0       10    180     10     10
+    mean            12    276     14     10
 """
 
 from __future__ import annotations
@@ -44,14 +54,15 @@ FRAMES = {
     ("cam-2", 1): (1000, 1010, 1010, 1090, 1),
     ("cam-2", 2): (2000, 2020, 2030, 2100, 1),  # its face is still in the system when the run ends
 }
-# (stream, frame, face): broker append, identify start, identify end
+# (stream, frame, face): broker append, consumer asked, fetched, identify start, identify end
 FACES = {
-    ("cam-1", 0, 0): (70, 100, 200),
-    ("cam-1", 0, 1): (80, 300, 400),
-    ("cam-1", 2, 0): (2060, 2100, 2200),
-    ("cam-2", 0, 0): (90, 1100, 1300),
-    ("cam-2", 1, 0): (1100, 1300, 1500),
+    ("cam-1", 0, 0): (70, 70, 90, 100, 200),
+    ("cam-1", 0, 1): (80, 280, 290, 300, 400),
+    ("cam-1", 2, 0): (2060, 2060, 2090, 2100, 2200),
+    ("cam-2", 0, 0): (90, 1090, 1090, 1100, 1300),
+    ("cam-2", 1, 0): (1100, 1280, 1290, 1300, 1500),
 }
+OWNERS_MS = {"produce": 12.0, "consumer_busy": 276.0, "in_kafka": 14.0, "client_queue": 10.0}
 
 
 def at(ms: float) -> int:
@@ -70,16 +81,19 @@ def synthetic_events(run_id: str = RUN, identify_host: str = "edge-1") -> list[E
         events.append(Event(stage="detect", wall_start_ns=at(detect_start), wall_end_ns=at(detect_end),
                             compute_time_ms=40.0, face_count=faces, data_size_bytes=37_300 * faces,
                             substeps_ms=DETECT_STEPS, **frame))
-    for (stream_id, frame_index, face_index), (appended, identify_start, identify_end) in FACES.items():
+    for (stream_id, frame_index, face_index), edges in FACES.items():
+        appended, requested, fetched, identify_start, identify_end = edges
         detected = FRAMES[stream_id, frame_index][3]
         face = dict(stream_id=stream_id, frame_index=frame_index, face_index=face_index, host=identify_host,
                     process="identify-1", **common)
         events.append(Event(stage="broker_wait", wall_start_ns=at(detected), wall_end_ns=at(identify_start),
                             compute_time_ms=0.0, broker_append_ns=at(appended),
-                            substeps_ms={"producer_to_broker": appended - detected,
-                                         "broker_to_consumer": identify_start - appended}, **face))
+                            substeps_ms={"produce": appended - detected, "consumer_busy": requested - appended,
+                                         "in_kafka": fetched - requested, "client_queue": identify_start - fetched},
+                            **face))
         events.append(Event(stage="identify", wall_start_ns=at(identify_start), wall_end_ns=at(identify_end),
-                            compute_time_ms=100.0, face_count=1, substeps_ms=IDENTIFY_STEPS, **face))
+                            compute_time_ms=100.0, face_count=1, substeps_ms=IDENTIFY_STEPS,
+                            delivered_ns=at(identify_end), **face))
     events.append(Event(stage="detect.inference", stream_id="cam-1", frame_index=0, wall_start_ns=at(20),
                         wall_end_ns=at(60), compute_time_ms=20.0, **common))
     return events
@@ -113,14 +127,25 @@ def test_end_to_end_latency_and_its_breakdown(report: Report) -> None:
     assert (latency.e2e.count, latency.e2e.mean_ms, latency.e2e.p50_ms) == (5, 520.0, 400.0)
     assert latency.e2e.p99_ms == pytest.approx(500 + 0.96 * 800)  # rank 3.96 of 5, interpolated
     # Schema-1 events carry no schedule: end to end starts at capture, with no schedule delay.
-    means = {"schedule_delay": 0.0, "ingest": 12.0, "frame_queue": 6.0, "detect": 50.0, "broker_wait": 312.0,
-             "identify": 140.0}
+    means = {"schedule_delay": 0.0, "ingest": 12.0, "frame_queue": 6.0, "detect": 50.0, **OWNERS_MS,
+             "identify": 140.0, "deliver": 0.0}
     assert [s.stage for s in latency.stages] == list(means)
     for name, mean in means.items():
         assert stage(report, name).mean_ms == pytest.approx(mean)
         assert stage(report, name).share == pytest.approx(mean / 520)
-    assert stage(report, "broker_wait").share == pytest.approx(0.6)
+    assert latency.broker_wait.mean_ms == pytest.approx(312.0) and latency.broker_wait.share == pytest.approx(0.6)
     assert math.fsum(s.share for s in latency.stages) == pytest.approx(1.0)
+
+
+def test_end_to_end_ends_when_the_identity_is_durable() -> None:
+    documents = synthetic_documents()
+    for document in documents:
+        if document["stage"] == "identify":  # every identity appended 15 ms after it was made
+            document["delivered_ns"] = document["wall_end_ns"] + 15 * 1_000_000
+    latency = build_report(RUN, documents).latency
+    assert latency.e2e.mean_ms == pytest.approx(535.0)
+    (deliver,) = [s for s in latency.stages if s.stage == "deliver"]
+    assert deliver.mean_ms == pytest.approx(15.0) and deliver.standalone.p50_ms == pytest.approx(15.0)
 
 
 def test_end_to_end_starts_at_the_schedule_when_events_carry_it() -> None:
@@ -138,7 +163,8 @@ def test_tail_breakdown_and_standalone_p99(report: Report) -> None:
     latency = report.latency
     # Only cam-2 0/0 (1300 ms) is at or above the p99 of 1268 ms.
     assert (latency.tail_faces, latency.tail_e2e_mean_ms) == (1, 1300.0)
-    tail = {"ingest": 20.0, "frame_queue": 10.0, "detect": 50.0, "broker_wait": 1020.0, "identify": 200.0}
+    tail = {"ingest": 20.0, "frame_queue": 10.0, "detect": 50.0, "produce": 10.0, "consumer_busy": 1000.0,
+            "in_kafka": 0.0, "client_queue": 10.0, "identify": 200.0}
     for name, mean in tail.items():
         assert stage(report, name).tail_mean_ms == pytest.approx(mean)
         assert stage(report, name).tail_share == pytest.approx(mean / 1300)
@@ -147,31 +173,41 @@ def test_tail_breakdown_and_standalone_p99(report: Report) -> None:
         "ingest": (6, 80 / 6, 10.0, 20.0),
         "frame_queue": (6, 5.0, 5.0, 10.0),
         "detect": (6, 320 / 6, 45.0, 70 + 0.95 * 10),
-        "broker_wait": (5, 312.0, 210.0, 240 + 0.96 * 780),
+        "consumer_busy": (5, 276.0, 180.0, 200 + 0.96 * 800),
         "identify": (5, 140.0, 100.0, 200.0),
     }
+    assert report.latency.broker_wait.tail_mean_ms == pytest.approx(1020.0)
+    assert (report.latency.broker_wait.standalone.p50_ms, report.latency.broker_wait.standalone.p99_ms) == \
+        pytest.approx((210.0, 240 + 0.96 * 780))
     for name, (count, mean, p50, p99) in standalone.items():
         distribution = stage(report, name).standalone
         assert distribution.count == count
         assert (distribution.mean_ms, distribution.p50_ms, distribution.p99_ms) == pytest.approx((mean, p50, p99))
 
 
-def test_broker_wait_split_and_one_clock(report: Report) -> None:
+def test_broker_wait_by_owner_names_the_dominant_part_on_one_clock(report: Report) -> None:
     broker = report.broker
-    assert broker.faces_split == 5
-    assert broker.producer_to_broker_ms == pytest.approx(12.0)  # (10 + 20 + 10 + 10 + 10) / 5
-    assert broker.broker_to_consumer_ms == pytest.approx(300.0)  # (30 + 220 + 40 + 1010 + 200) / 5
+    assert broker.faces == 5
+    assert broker.parts_ms == pytest.approx(OWNERS_MS)
+    assert broker.dominant == "consumer_busy"
     assert broker.clock == "one clock"
 
 
-def test_broker_wait_split_from_the_append_time_of_older_runs() -> None:
+@pytest.mark.parametrize("older", ["schema 4: split at the append", "schema 1: the append time alone"])
+def test_broker_wait_of_older_runs_reads_as_produce_and_in_kafka(older: str) -> None:
     documents = synthetic_documents()
     for document in documents:
         if document["stage"] == "broker_wait":
-            del document["substeps_ms"]
+            appended = (document["broker_append_ns"] - document["wall_start_ns"]) / 1e6
+            after = (document["wall_end_ns"] - document["broker_append_ns"]) / 1e6
+            document["substeps_ms"] = {"producer_to_broker": appended, "broker_to_consumer": after}
+            if older.startswith("schema 1"):
+                del document["substeps_ms"]
+        if document["stage"] == "identify":
+            del document["delivered_ns"]
     broker = build_report(RUN, documents).broker
-    assert (broker.faces_split, broker.producer_to_broker_ms, broker.broker_to_consumer_ms) == pytest.approx(
-        (5, 12.0, 300.0))
+    assert broker.parts_ms == pytest.approx({"produce": 12.0, "consumer_busy": 0.0, "in_kafka": 300.0,
+                                             "client_queue": 0.0})
 
 
 def test_identify_on_another_host_means_several_clocks() -> None:
@@ -305,7 +341,7 @@ def test_unknown_run_is_a_one_line_user_error(tmp_path: Path) -> None:
 def test_terminal_table(report: Report) -> None:
     text = format_text(report)
     print(text)  # shown with -s: the report of the synthetic run
-    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:9]}
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[2:14]}
     assert rows["broker_wait"][1:6] == ["312.0", "210.0", "988.8", "60.0%", "1,020.0"]
     assert rows["broker_wait"][-2:] == ["126.1", "116.0"]
     assert rows["end"][3:8] == ["520.0", "400.0", "1,268.0", "100.0%", "1,300.0"]

@@ -26,12 +26,13 @@ from telemetry.results import (
 
 def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
     start = int(scheduled_ms * 1e6)
-    step = int(latency_ms * 1e6 / 6)
-    marks = [start + i * step for i in range(7)]
+    step = int(latency_ms * 1e6 / 10)
+    marks = [start + i * step for i in range(11)]
     return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
                            box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
-                           detect_start_ns=marks[3], detected_ns=marks[4], identify_start_ns=marks[5],
-                           identified_ns=marks[6])
+                           detect_start_ns=marks[3], detected_ns=marks[4], appended_ns=marks[5],
+                           requested_ns=marks[6], fetched_ns=marks[7], identify_start_ns=marks[8],
+                           identified_ns=marks[9], delivered_ns=marks[10])
 
 
 def _emulated_verdict(identities: list[IdentityMessage], offered: int):
@@ -47,7 +48,7 @@ def test_steady_latency_at_full_throughput_holds_every_condition() -> None:
     summary = summarize(identities)
     assert summary.mean_ms == pytest.approx(300, abs=0.01)
     assert sum(summary.breakdown_ms.values()) == pytest.approx(summary.mean_ms, abs=0.01)
-    assert summary.broker_wait_share == pytest.approx(1 / 6, abs=0.001)
+    assert summary.broker_wait_share == pytest.approx(4 / 10, abs=0.001)  # 4 of 10 steps
 
 
 def test_growing_latency_fails_its_condition() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -43,21 +44,37 @@ def test_face_round_trip_and_keying() -> None:
         encode_face(_face(), "camera")
 
 
+def _answer(match: Match):
+    return IdentityMessage.answering(_face().meta, match, appended_ns=5, requested_ns=6, fetched_ns=7,
+                                     identify_start_ns=10, identified_ns=11, batch_size=3)
+
+
 def test_identity_answers_its_face() -> None:
-    identity = IdentityMessage.answering(_face().meta, Match(UNKNOWN, 0.31234, "alice"), 10, 11)
+    identity = _answer(Match(UNKNOWN, 0.31234, "alice"))
     assert identity.key == _face().key
     assert (identity.identity, identity.score, identity.candidate) == (UNKNOWN, 0.3123, "alice")
-    assert decode_identity(encode_identity(identity)[1]) == identity
-    assert (identity.box, identity.detected_ns, identity.identify_start_ns, identity.identified_ns) == \
-        ((10, 20, 64, 80), 4, 10, 11)
+    assert decode_identity(encode_identity(identity)[1]) == replace(identity, delivered_ns=11)
+    assert (identity.box, identity.detected_ns, identity.appended_ns, identity.requested_ns, identity.fetched_ns,
+            identity.identify_start_ns, identity.identified_ns, identity.batch_size) == \
+        ((10, 20, 64, 80), 4, 5, 6, 7, 10, 11, 3)
 
 
-def test_a_version_1_identity_still_reads_without_a_candidate() -> None:
-    current = json.loads(encode_identity(IdentityMessage.answering(_face().meta, Match("alice", 0.9, "alice"),
-                                                                   10, 11))[1])
+def test_an_identity_is_delivered_when_the_brokers_appended_it_never_before_it_was_made() -> None:
+    identity = _answer(Match("alice", 0.9, "alice"))
+    value = encode_identity(identity)[1]
+    assert "delivered_ns" not in json.loads(value)  # the sender cannot know it: the reader sets it
+    assert decode_identity(value, appended_ms=7).delivered_ns == 7_000_000
+    assert decode_identity(value, appended_ms=0).delivered_ns == identity.identified_ns
+
+
+def test_a_version_1_identity_still_reads_without_a_candidate_or_a_split_wait() -> None:
+    current = json.loads(encode_identity(_answer(Match("alice", 0.9, "alice")))[1])
     del current["candidate"]
+    for name in ("appended_ns", "requested_ns", "fetched_ns", "batch_size"):
+        del current[name]
     old = decode_identity(json.dumps({**current, "schema_version": 1}).encode())
     assert (old.identity, old.candidate, old.schema_version) == ("alice", "", 1)
+    assert old.appended_ns == old.requested_ns == old.fetched_ns == old.identify_start_ns  # all of it: produce
 
 
 @pytest.mark.parametrize(("mutate", "reason"), [
@@ -103,7 +120,8 @@ def test_missing_field_is_named() -> None:
 def test_identity_round_trip() -> None:
     identity = IdentityMessage(run_id="r", stream_id="cam-1", frame_index=3, face_index=0, identity="madonna",
                                score=0.82, box=(1, 2, 3, 4), scheduled_ns=9, captured_ns=10, ingested_ns=11,
-                               detect_start_ns=12, detected_ns=13, identify_start_ns=14, identified_ns=15)
+                               detect_start_ns=12, detected_ns=13, appended_ns=14, requested_ns=14, fetched_ns=14,
+                               identify_start_ns=14, identified_ns=15, delivered_ns=15)
     key, value = encode_identity(identity)
     assert key == b"cam-1"
     assert decode_identity(value) == identity

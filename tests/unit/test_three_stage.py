@@ -52,6 +52,9 @@ class FakeConsumer:
     def assigned(self) -> bool:
         return True
 
+    def on_revoke(self, handler) -> None:
+        pass
+
 
 def _record(offset: int, rgb: np.ndarray | None, run_id: str = "r") -> Record:
     meta = FrameMeta(run_id=run_id, stream_id="cam-1", frame_index=offset, width=64, height=48, encoding="jpeg",
