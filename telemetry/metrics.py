@@ -19,6 +19,7 @@ from telemetry.sinks import EventSink
 log = logging.getLogger(__name__)
 # 1 ms to 10 s: from a 32x-accelerated identify call to a broker wait that is running away.
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class StageMetrics:
@@ -28,6 +29,11 @@ class StageMetrics:
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes
         self.stage_seconds = Histogram("aitax_stage_duration_seconds", "Wall time a frame or face spends in a stage",
                                        ["stage"], buckets=DURATION_BUCKETS, registry=self.registry)
+        self.broker_wait_seconds = Histogram(
+            "aitax_broker_wait_seconds", "A face's broker wait by owner: produce, consumer_busy, in_kafka, "
+            "client_queue (telemetry.latency)", ["part"], buckets=DURATION_BUCKETS, registry=self.registry)
+        self.batch_size = Histogram("aitax_batch_size", "Size of the batch each face was identified in",
+                                    buckets=BATCH_SIZE_BUCKETS, registry=self.registry)
         self.frames = Counter("aitax_frames", "Frames processed", ["stage"], registry=self.registry)
         self.faces = Counter("aitax_faces", "Faces found (detect) or identified (identify)", ["stage"],
                              registry=self.registry)
@@ -60,8 +66,14 @@ class StageMetrics:
                 self.stage_seconds.labels("frame_queue").observe(max(0.0, (event.wall_start_ns - ingested) / 1e9))
         elif event.stage == "identify":
             self.faces.labels("identify").inc()
-        elif event.stage == "broker_wait" and event.consumer_lag is not None:
-            self.consumer_lag.set(event.consumer_lag)
+            self.batch_size.observe(event.face_count or 1)
+            if event.delivered_ns is not None:
+                self.stage_seconds.labels("deliver").observe(max(0.0, (event.delivered_ns - event.wall_end_ns) / 1e9))
+        elif event.stage == "broker_wait":
+            for part, ms in (event.substeps_ms or {}).items():
+                self.broker_wait_seconds.labels(part).observe(max(0.0, ms / 1000))
+            if event.consumer_lag is not None:
+                self.consumer_lag.set(event.consumer_lag)
 
     def serve(self, name: str, port: int = 0, host: str = "127.0.0.1", scrape_targets: Path | None = None) -> int:
         """Serve /metrics (port 0: any free port) and announce it in `scrape_targets` when given."""

@@ -35,6 +35,8 @@ DATA_VIEW_ID = "aitax-dataview"
 # The metrics every stage process serves (telemetry/metrics.py), and the series a histogram expands to.
 METRIC_NAMES = {
     "aitax_stage_duration_seconds",
+    "aitax_broker_wait_seconds",
+    "aitax_batch_size",
     "aitax_frames_total",
     "aitax_faces_total",
     "aitax_payload_bytes_total",
@@ -46,7 +48,8 @@ METRIC_NAMES = {
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
 }
-HISTOGRAM_SERIES = {f"aitax_stage_duration_seconds_{suffix}" for suffix in ("bucket", "sum", "count")}
+HISTOGRAM_SERIES = {f"{histogram}_{suffix}" for suffix in ("bucket", "sum", "count")
+                    for histogram in ("aitax_stage_duration_seconds", "aitax_broker_wait_seconds", "aitax_batch_size")}
 METRIC_NAME = re.compile(r"aitax_[a-z_]+|process_[a-z_]+")
 # The brokers' metrics (the JMX exporter rules): tests/integration/test_prometheus.py checks live brokers serve them.
 BROKER_METRIC_NAME = re.compile(r"kafka_[a-z_]+")
@@ -151,7 +154,7 @@ def test_fig6_shows_the_stages_in_pipeline_order(saved_objects: list[dict[str, A
 
 def test_every_referenced_field_is_in_the_index_mapping_or_a_runtime_field() -> None:
     fields = referenced_fields(DEFAULT_NDJSON)
-    assert {"stage", "face_count", "compute_time_ms", "duration_ms", "substeps_ms.broker_to_consumer"} <= fields
+    assert {"stage", "face_count", "compute_time_ms", "duration_ms", "substeps_ms.client_queue"} <= fields
     assert unknown_fields(DEFAULT_NDJSON) == set()
 
 
