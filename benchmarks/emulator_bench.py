@@ -161,9 +161,9 @@ def own_costs(config, seconds: float) -> None:
     from aitax.stack import kafka
     from emulation.profile import paper_profile
     from emulation.workers import run_consumer_instances, run_producer_instances
-    from pipeline.identify import RESULTS_LINGER_MS
     from pipeline.schema import Topics
     from pipeline.transport import make_consumer, make_producer
+    from telemetry.results import Driver
     from telemetry.sinks import NullSink
 
     topics = Topics.with_prefix(f"bench-own-{time.time_ns()}-")
@@ -178,7 +178,7 @@ def own_costs(config, seconds: float) -> None:
         producer_us = (time.process_time() - cpu) / produced * 1e6
         consumers = [make_consumer("confluent-kafka", config.bootstrap_servers, f"{topics.faces}-own", [topics.faces])
                      for _ in range(4)]
-        results = make_producer("confluent-kafka", config.bootstrap_servers, linger_ms=RESULTS_LINGER_MS)
+        results = make_producer("confluent-kafka", config.bootstrap_servers, linger_ms=Driver().results_linger_ms)
         cpu, started = time.process_time(), time.monotonic()
         identify_stats: list = []
         run_consumer_instances(consumers, results, paper_profile(), NO_SLEEP, NullSink(), topics,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aitax.load.engine import DISK_WRITE_CAPACITY, run_load
@@ -55,6 +55,8 @@ class SweepSpec:
     latency_bound_ms: float | None = None  # runs are also judged by this bound on a quantile of end to end
     latency_bound_quantile: float = 0.99
     stages: int = 2  # 3: frames through Kafka to emulated detect instances (the paper's Fig. 3a)
+    # The batcher's delay and the results linger (the client and keying are the fields above)
+    driver_settings: Driver = field(default_factory=Driver)
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -94,7 +96,7 @@ class SweepSpec:
                         application=self.profile.application)
 
     def driver(self) -> Driver:
-        return Driver(kafka_client=self.kafka_client, keying=self.keying)
+        return self.driver_settings.model_copy(update={"kafka_client": self.kafka_client, "keying": self.keying})
 
     def offered_faces_per_s(self, factor: float) -> float:
         return self.profile.offered_faces_per_s(self.producers, factor)

@@ -50,10 +50,6 @@ IdentifyFaces = Callable[[Sequence[FaceMessage], Stopwatch], list[IdentifyResult
 RECENT_KEYS = 100_000  # faces remembered for duplicate detection after a rebalance
 # How often finished positions are committed: a crash redoes at most this much work (plus what was in flight).
 COMMIT_INTERVAL_S = 1.0
-# How long the results producer holds an identity to fill a produce request. End to end runs to the identity's
-# append, so this is counted (as `deliver`). 5 ms, measured (docs/latency.md): 100 ms added 100 ms to every face,
-# and 0 sends a request per identity for no gain visible at the loads measured.
-RESULTS_LINGER_MS = 5.0
 FINAL_FLUSH_S = 300.0  # results still in flight at the end or at a revocation: wait out a broker fail-over
 
 

@@ -97,6 +97,10 @@ class Driver(_Model):
     # The consuming stages' dynamic batcher (pipeline.transport.batcher): how long after a first arrival it may
     # wait for a fuller batch. 0 (the default) never waits.
     max_queue_delay_ms: float = Field(default=0.0, ge=0.0, le=60_000.0)
+    # How long identify's results producer holds an identity to fill a produce request. End to end runs to the
+    # identity's append, so this is counted (as `deliver`). 5 ms by measurement (docs/latency.md): 100 ms added
+    # 100 ms to every face for no gain the brokers showed at these rates.
+    results_linger_ms: float = Field(default=5.0, ge=0.0, le=10_000.0)
 
 
 class Condition(_Model):

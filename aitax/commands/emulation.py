@@ -12,11 +12,14 @@ from pathlib import Path
 
 from aitax.commands.options import (
     add_batching,
+    add_driver_timing,
     add_kafka_options,
     add_keying,
     add_measurement,
+    add_results_linger,
     batch_policy,
     counts,
+    driver,
     stage_settings,
 )
 from emulation.profile import WORKLOADS
@@ -95,6 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="the quantile --latency-bound applies to (default 0.99)")
     add_measurement(sweep, ramp_up_s=2.0)
     add_keying(sweep)
+    add_driver_timing(sweep)
     sweep.set_defaults(func=_emulate)
 
     scaling = subparsers.add_parser(
@@ -183,6 +187,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _stage_options(consumers)
     consumers.add_argument("--group", default="identify", help="consumer group (default identify)")
     add_batching(consumers, 1, "faces (1: the paper's per-face identify)")
+    add_results_linger(consumers)
     consumers.set_defaults(func=_emulate_consumers)
 
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
@@ -220,7 +225,7 @@ def _emulate(args: argparse.Namespace) -> int:
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
                      keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
-                     latency_bound_quantile=args.quantile, stages=args.stages)
+                     latency_bound_quantile=args.quantile, stages=args.stages, driver_settings=driver(args))
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
@@ -402,7 +407,6 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
 def _emulate_consumers(args: argparse.Namespace) -> int:
     from emulation.workers import run_consumer_instances
     from ground.children import READY, SUMMARY, report
-    from pipeline.identify import RESULTS_LINGER_MS
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
@@ -410,7 +414,7 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
     # One producer shared by the instances.
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
     stop = stop_flag()
     try:

@@ -29,9 +29,42 @@ def add_batching(parser: argparse.ArgumentParser, max_batch: int, what: str) -> 
     parser.add_argument("--max-batch", type=int, default=max_batch,
                         help=f"{what} per batch at most: a batch is whatever has arrived, never waited for "
                              f"(default {max_batch})")
+    _add_queue_delay(parser)
+
+
+def _add_queue_delay(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="MS",
                         help="after the first arrival, wait up to this long for a fuller batch: latency traded for "
                              "fewer, larger batches (default 0: never wait)")
+
+
+def add_driver_timing(parser: argparse.ArgumentParser) -> None:
+    """For a command that runs the stages: the consuming stages' batcher delay and identify's results linger."""
+    _add_queue_delay(parser)
+    add_results_linger(parser)
+
+
+def driver(args: argparse.Namespace, **settings):
+    """The Driver of `add_driver_timing`'s flags (and `settings`); a bad value is a UserError naming the flag."""
+    from pydantic import ValidationError
+
+    from ground.errors import invalid
+    from telemetry.results import Driver
+
+    try:
+        return Driver(max_queue_delay_ms=args.max_queue_delay_ms, results_linger_ms=args.results_linger_ms, **settings)
+    except ValidationError as error:
+        raise invalid(error, names={"max_queue_delay_ms": "--max-queue-delay-ms",
+                                    "results_linger_ms": "--results-linger-ms"}) from None
+
+
+def add_results_linger(parser: argparse.ArgumentParser) -> None:
+    from telemetry.results import Driver
+
+    default = Driver.model_fields["results_linger_ms"].default
+    parser.add_argument("--results-linger-ms", type=float, default=default, metavar="MS",
+                        help=f"how long the results producer holds an identity to fill a request; counted in end to "
+                             f"end, which ends at the identity's append (default {default:g})")
 
 
 def batch_policy(args: argparse.Namespace):

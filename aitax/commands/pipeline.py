@@ -8,11 +8,14 @@ from pathlib import Path
 
 from aitax.commands.options import (
     add_batching,
+    add_driver_timing,
     add_kafka_options,
     add_keying,
     add_measurement,
+    add_results_linger,
     batch_policy,
     counts,
+    driver,
     stage_settings,
 )
 from ground.errors import UserError, invalid
@@ -145,6 +148,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     identify.add_argument("--run-id", help="identify only this run's faces: other runs' are skipped and committed "
                                            "(default: every face, as a long-lived deployment does)")
     add_batching(identify, 8, "faces embedded together")
+    add_results_linger(identify)
     identify.add_argument("--threads", type=int, default=1, help="TensorFlow threads (default 1)")
     identify.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
                           help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
@@ -173,6 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--pace", choices=("native", "max"), default="native", help="ingestion pace")
     add_measurement(run, ramp_up_s=0.0)
     add_keying(run)
+    add_driver_timing(run)
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
 
@@ -202,6 +207,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--consumers", type=int, default=2, help="identify processes (default 2)")
     demo.add_argument("--out", type=Path, help="folder for the gallery, video and events (default .aitax/demo)")
     add_keying(demo)
+    add_driver_timing(demo)
     demo.set_defaults(func=_demo)
 
     evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
@@ -511,7 +517,7 @@ def _identify(args: argparse.Namespace) -> int:
     settings = stage_settings(args)
     require_brokers(settings.bootstrap)
     from pipeline.facenet import FaceEmbedder
-    from pipeline.identify import RESULTS_LINGER_MS, FaceNetIdentifier, identify_loop
+    from pipeline.identify import FaceNetIdentifier, identify_loop
     from pipeline.schema import FACES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=args.threads, precision=args.precision,
@@ -519,7 +525,7 @@ def _identify(args: argparse.Namespace) -> int:
     print(f"identify: FaceNet in {embedder.precision} through {embedder.runtime}", flush=True)
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FACES_TOPIC])
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=RESULTS_LINGER_MS)
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms)
     sink, metrics = open_telemetry(settings, "identify", f"identify-{os.getpid()}")
     try:
         # `aitax run` starts the producers once every identify process has its partitions.
@@ -539,14 +545,13 @@ def _identify(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from aitax.load.engine import run_local_pipeline
     from aitax.stack.stack import resolve_bootstrap
-    from telemetry.results import Driver
 
     if args.workload == "face-recognition" and args.gallery is None:
         raise UserError("--gallery: Face Recognition needs a gallery (`aitax enroll --out gallery.npz`)")
     workload = _real_workload(args.video, args.gallery, args.producers, args.consumers, args.duration, args.pace,
                               args.ramp_up, args.ramp_down, args.quantiles, stages=args.stages,
                               application=args.workload)
-    return _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), args.run_id,
+    return _exit_status(run_local_pipeline(workload, driver(args, keying=args.keying), args.run_id,
                                            resolve_bootstrap(args.bootstrap), args.events_dir))
 
 
@@ -598,7 +603,6 @@ def _demo(args: argparse.Namespace) -> int:
     from ground.paths import aitax_home
     from pipeline.evaluate import evaluate_run, print_evaluation
     from pipeline.runtime import new_run_id
-    from telemetry.results import Driver
 
     out = args.out or aitax_home() / "demo"
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
@@ -610,7 +614,8 @@ def _demo(args: argparse.Namespace) -> int:
     events_dir = out / "runs" / run_id
     bootstrap = resolve_bootstrap(None)
     workload = _real_workload(video, gallery, args.producers, args.consumers, args.seconds, "native")
-    status = _exit_status(run_local_pipeline(workload, Driver(keying=args.keying), run_id, bootstrap, events_dir))
+    status = _exit_status(run_local_pipeline(workload, driver(args, keying=args.keying), run_id, bootstrap,
+                                             events_dir))
     print("== 4/4 score against ground truth")
     print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
     return status

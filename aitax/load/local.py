@@ -49,6 +49,7 @@ class LocalLoad:
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
         self.batching = ["--max-queue-delay-ms", f"{driver.max_queue_delay_ms:g}"]  # for the consuming stages
+        self.linger = ["--results-linger-ms", f"{driver.results_linger_ms:g}"]  # for identify
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
             common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
                        "--metrics-port", "-1", "--topic-prefix", topic_prefix]
@@ -108,7 +109,7 @@ class LocalLoad:
                 for i in range(1, w.consumers + 1)]
         elif w.mode == "real":
             argv = ["identify", "--gallery", str(w.gallery), "--group", self.group, "--run-id", self.run_id,
-                    *self.batching]
+                    *self.batching, *self.linger]
             self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
             if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
                 self.detectors = [self._spawn(f"detect-{i}", [
@@ -117,7 +118,7 @@ class LocalLoad:
                     for i in range(1, w.producers + 1)]
         else:
             self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
-                                                            self.group, *self.batching])
+                                                            self.group, *self.batching, *self.linger])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
             if w.stages == 3:  # one emulated detect instance per stream, as the real run has one detect process each
                 self.detectors = [self._spawn(f"detectors-{i}", [

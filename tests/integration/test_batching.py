@@ -37,7 +37,8 @@ def _instant_identify() -> EmulatedIdentifier:
 
 
 def _send(stack: StackConfig, topic: str, faces: list[FaceMessage]) -> None:
-    producer = make_producer("confluent-kafka", stack.bootstrap_servers)
+    """In one produce request (the linger outlasts the sends; the flush sends them at once): a burst."""
+    producer = make_producer("confluent-kafka", stack.bootstrap_servers, linger_ms=5_000)
     for face in faces:
         key, value, headers = encode_face(face)
         producer.send(topic, value, key=key, headers=headers)
@@ -111,9 +112,10 @@ def test_an_identity_is_timed_at_its_append_as_its_delivery_report_and_its_reade
     reported = {(e.frame_index, e.face_index): e.delivered_ns for e in sink.events if e.stage == "identify"}
     for identity in identities:
         assert identity.delivered_ns == reported[identity.frame_index, identity.face_index]  # one number everywhere
-        assert identity.delivered_ns - identity.identified_ns >= 250_000_000  # the linger is counted, not hidden
         assert identity.detected_ns <= identity.appended_ns <= identity.requested_ns <= identity.fetched_ns \
-            <= identity.identify_start_ns
+            <= identity.identify_start_ns <= identity.identified_ns <= identity.delivered_ns
+    # The first identity waited out the whole linger (later ones may join its request): counted, not hidden.
+    assert max(i.delivered_ns - i.identified_ns for i in identities) >= 250_000_000
 
 
 @pytest.mark.parametrize("client", KAFKA_CLIENTS)
