@@ -152,6 +152,8 @@ class LatencySummary(BaseModel):
     tail: Tail  # the chosen quantiles, max and standard deviation, from an HdrHistogram
     breakdown_ms: dict[str, float]  # mean per stage of BREAKDOWN: sums to mean_ms
     broker_wait_share: float  # the paper's Sec. 5.5 figure: the BROKER_WAIT parts' share of mean_ms
+    broker_wait_p50_ms: float = 0.0  # of each face's whole broker wait (detection's end to identification's start)
+    broker_wait_p99_ms: float = 0.0
     # Faces by the size of the batch they were identified in (the dynamic batcher's doing): size -> faces
     batch_sizes: dict[int, int] = {}
     # Mean end to end of the faces scheduled in the first and the second half (0 below TREND_MIN_FACES).
@@ -168,11 +170,13 @@ def summarize(identities: Sequence[Timestamped],
     overall = distribution(e2e)
     breakdown = {name: float(np.mean([(getattr(i, end) - getattr(i, start)) / NS_PER_MS for i in ordered]))
                  for name, start, end in BREAKDOWN}
+    waits = distribution([(i.identify_start_ns - i.detected_ns) / NS_PER_MS for i in ordered])
     half = len(e2e) // 2
     trend = (float(np.mean(e2e[:half])), float(np.mean(e2e[half:]))) if len(e2e) >= TREND_MIN_FACES else (0.0, 0.0)
     return LatencySummary(faces=overall.count, mean_ms=overall.mean_ms, p50_ms=overall.p50_ms, p99_ms=overall.p99_ms,
                           tail=tail_of(e2e, quantiles), breakdown_ms=breakdown,
                           broker_wait_share=broker_wait_ms(breakdown) / overall.mean_ms if overall.mean_ms > 0 else 0.0,
+                          broker_wait_p50_ms=waits.p50_ms, broker_wait_p99_ms=waits.p99_ms,
                           first_half_ms=trend[0], second_half_ms=trend[1],
                           batch_sizes=dict(sorted(Counter(i.batch_size for i in ordered).items())))
 

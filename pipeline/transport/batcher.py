@@ -23,7 +23,7 @@ from pipeline.transport.base import Consumer, Partition, Record, RevokeHandler
 
 # How long one call waits for a first record before returning an empty batch, so the stage can check whether to stop
 # and settle its acknowledgements. Not a latency: the call returns the moment a record is there.
-IDLE_WAIT_S = 0.2
+IDLE_WAIT_S = 0.5
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pipeline.schema import (
 )
 from pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
 from pipeline.transport.admin import group_lag
+from pipeline.transport.batcher import BatchPolicy
 from telemetry.sinks import NullSink
 
 pytestmark = pytest.mark.integration
@@ -147,7 +148,7 @@ def test_a_rebalance_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stac
         consumer = make_consumer("confluent-kafka", stack.bootstrap_servers, f"{unique_name}-g", [topics.faces])
         results = make_producer("confluent-kafka", stack.bootstrap_servers)
         try:
-            identify_loop(consumer, results, slow_identify, NullSink(), done, max_batch=4, poll_timeout_s=0.2,
+            identify_loop(consumer, results, slow_identify, NullSink(), done, batching=BatchPolicy(max_batch=4),
                           stats=stats[index], topics=topics)
         finally:
             consumer.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.transport import Record
-from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
+from pipeline.transport.batcher import IDLE_WAIT_S, BatchPolicy, DynamicBatcher
 
 MS = 1_000_000
 
@@ -54,14 +54,14 @@ def _batcher(consumer: Arrivals, max_batch: int = 8, delay_ms: float = 0.0, **kw
 
 
 def test_a_lone_face_is_batched_alone_and_at_once() -> None:
-    consumer = Arrivals([5.0, 300.0])
+    consumer = Arrivals([5.0, 5.0 + IDLE_WAIT_S * 1000 + 100])
     batcher = _batcher(consumer)
     batch = batcher.next_batch()
     assert [r.offset for r in batch.records] == [0]
     assert batch.fetched_ns == [5 * MS] and consumer.now_ns == 5 * MS  # handed over the moment it arrived
     assert batch.requested_ns == 0
     batch = batcher.next_batch()
-    assert [r.offset for r in batch.records] == [] and consumer.now_ns == 205 * MS  # idle: nothing yet
+    assert [r.offset for r in batch.records] == [] and consumer.now_ns == 5 * MS + IDLE_WAIT_S * 1e9  # idle
     assert [r.offset for r in batcher.next_batch().records] == [1]
 
 
