@@ -281,13 +281,14 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool],
                            batching: BatchPolicy = PER_FACE, seed: int = 0,
                            stats_out: list[IdentifyStats] | None = None,
-                           on_ready: Callable[[], None] | None = None) -> list[IdentifyStats]:
+                           on_ready: Callable[[], None] | None = None,
+                           only_run: str | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped. Each forms its batches with the real identify's dynamic batcher.
 
     A maximum batch of 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
     larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
-    `on_ready` is called once every instance has partitions."""
+    `on_ready` is called once every instance has partitions; with `only_run`, other runs' faces are skipped."""
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
@@ -297,7 +298,7 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
               should_stop, batching, factor, stats[i], topics),
-        kwargs={"on_ready": instance_ready})
+        kwargs={"on_ready": instance_ready, "run_id": only_run})
         for i, consumer in enumerate(consumers)]
     _start_and_join(threads)
     return stats

@@ -188,6 +188,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     consumers.add_argument("--group", default="identify", help="consumer group (default identify)")
     add_batching(consumers, 1, "faces (1: the paper's per-face identify)")
     add_results_linger(consumers)
+    consumers.add_argument("--skip-other-runs", action="store_true",
+                           help="identify only faces of --run-id: other runs' are skipped and committed (for topics "
+                                "other runs share)")
     consumers.set_defaults(func=_emulate_consumers)
 
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
@@ -420,7 +423,8 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     try:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
-                                       batching=batch_policy(args), on_ready=lambda: report(READY))
+                                       batching=batch_policy(args), on_ready=lambda: report(READY),
+                                       only_run=args.run_id if args.skip_other_runs else None)
     finally:
         for client in (*consumers, producer):
             client.close()

@@ -33,9 +33,9 @@ def split(total: int, parts: int) -> list[int]:
 
 
 class LocalLoad:
-    """One run's processes. `topic_prefix` gives an emulated run topics of its own; real stages use the
-    pipeline's topics, and identify a group of the run's own (`identify-RUN`) that skips other runs' faces: the
-    leftovers of an interrupted run are never this run's work."""
+    """One run's processes. `topic_prefix` gives an emulated run topics of its own. A run on the pipeline's own
+    topics (every real run; an emulated one without a prefix) identifies in a group of its own (`GROUP-RUN`) that
+    skips other runs' faces: the leftovers of an interrupted run are never this run's work."""
 
     def __init__(self, workload: Workload, driver: Driver, run_id: str, bootstrap: str, logs: Path, events: str,
                  topic_prefix: str = "", group: str = "identify", env: dict[str, str] | None = None) -> None:
@@ -43,7 +43,8 @@ class LocalLoad:
             raise UserError("a topic prefix is for emulated runs: the real stages use the pipeline's topics")
         self.workload, self.driver, self.run_id, self.bootstrap = workload, driver, run_id, bootstrap
         self.logs, self.env = logs, env
-        self.group = f"{group}-{run_id}" if workload.mode == "real" else group
+        self.shares_topics = not topic_prefix
+        self.group = f"{group}-{run_id}" if self.shares_topics else group
         # three stages: the detect processes' group on the frames topic (an emulated run's own, beside its topics)
         self.detect_group = DETECT_GROUP if workload.mode == "real" else f"{group}-detect"
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
@@ -117,8 +118,9 @@ class LocalLoad:
                     *self.batching])
                     for i in range(1, w.producers + 1)]
         else:
-            self.consumers = [self._spawn(f"consumers-{i}", ["emulate-consumers", "--instances", str(n), "--group",
-                                                            self.group, *self.batching, *self.linger])
+            self.consumers = [self._spawn(f"consumers-{i}", [
+                "emulate-consumers", "--instances", str(n), "--group", self.group, *self.batching, *self.linger,
+                *(["--skip-other-runs"] if self.shares_topics else [])])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
             if w.stages == 3:  # one emulated detect instance per stream, as the real run has one detect process each
                 self.detectors = [self._spawn(f"detectors-{i}", [

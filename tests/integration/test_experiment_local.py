@@ -53,7 +53,8 @@ phases:
     run = RunResult.model_validate(phases[1]["run"])
     since_ms = run.load_started_ns // 1_000_000 - 60_000  # as a cluster phase asks: records from its start only
     answer = subprocess.run([sys.executable, "-m", "aitax.cli", "collect", "--run-id", run.run_id, "--group",
-                             "identify", "--since-ms", str(since_ms), "--bootstrap", stack.bootstrap_servers],
+                             f"identify-{run.run_id}", "--since-ms", str(since_ms), "--bootstrap",
+                             stack.bootstrap_servers],
                             capture_output=True, text=True, timeout=300)
     assert answer.returncode == 0, answer.stderr[-2000:]
     (line,) = answer.stdout.splitlines()  # one JSON line, no thumbnail
@@ -63,6 +64,7 @@ phases:
         run.run_id, run.produced_faces, run.identified_faces, run.duplicates)
     assert len(readback.timelines) == run.identified_faces
     assert readback.face_bytes_mean == pytest.approx(run.face_bytes_mean, rel=0.02)
-    assert all(t.scheduled_ns <= t.ingested_ns <= t.identify_start_ns < t.identified_ns for t in readback.timelines)
-    assert (group.group, group.topic, group.members, group.state) == ("identify", "faces", 0, "EMPTY")
+    assert all(t.scheduled_ns <= t.ingested_ns <= t.identify_start_ns < t.identified_ns <= t.delivered_ns
+               for t in readback.timelines)
+    assert (group.group, group.topic, group.members, group.state) == (f"identify-{run.run_id}", "faces", 0, "EMPTY")
     assert group.partitions >= 1
