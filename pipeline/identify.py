@@ -38,7 +38,7 @@ from pipeline.transport import CommitRejectedError, Consumer, DeliveryReport, Pr
 from pipeline.transport.base import Partition
 from pipeline.transport.batcher import DEFAULT_BATCHING, Batch, BatchPolicy, DynamicBatcher
 from telemetry.events import Event
-from telemetry.latency import BROKER_WAIT, broker_wait_edges
+from telemetry.latency import BROKER_WAIT, broker_wait_edges, delivered_ns
 from telemetry.metrics import StageMetrics
 from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
@@ -341,12 +341,12 @@ class IdentifyWorker:
         self.stats.identities[sent.identity] = self.stats.identities.get(sent.identity, 0) + 1
         if self.sink.enabled:
             logging_started = time.perf_counter()
-            self._log_identified(sent, max(sent.message.identified_ns, report.timestamp_ms * 1_000_000))
+            self._log_identified(sent, delivered_ns(sent.message.identified_ns, report.timestamp_ms))
             self._carry("events", (time.perf_counter() - logging_started) * 1000)
 
-    def _log_identified(self, sent: _Sent, delivered_ns: int) -> None:
-        """The face's broker wait and identify events, once its identity is durable (`delivered_ns`: its append,
-        as the delivery report says)."""
+    def _log_identified(self, sent: _Sent, delivered: int) -> None:
+        """The face's broker wait and identify events, once its identity is durable (`delivered`: its append, as
+        the delivery report says)."""
         record, face, batch, identity = sent.record, sent.face, sent.batch, sent.message
         meta = face.meta
         common = dict(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
@@ -363,7 +363,7 @@ class IdentifyWorker:
         self.sink.emit(Event(stage="identify", wall_start_ns=batch.identify_start_ns, wall_end_ns=batch.identified_ns,
                              compute_time_ms=batch.compute_ms_per_face, face_count=batch.faces,
                              data_size_bytes=len(face.thumbnail), substeps_ms=batch.substeps_ms,
-                             precision=batch.precision, delivered_ns=delivered_ns, **common))
+                             precision=batch.precision, delivered_ns=delivered, **common))
 
 
 def identify_loop(consumer: Consumer, producer: Producer, identify_faces: IdentifyFaces, sink: EventSink,

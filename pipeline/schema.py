@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
+from telemetry.latency import delivered_ns
+
 # 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
 # Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
 # 3: `frames` records, for the three-stage design (frames through Kafka); faces and identities unchanged.
@@ -293,8 +295,7 @@ def encode_identity(message: IdentityMessage) -> tuple[bytes, bytes]:
 
 
 def decode_identity(value: bytes, appended_ms: int = 0) -> IdentityMessage:
-    """An `identities` record; `appended_ms` is the record's append time, which sets `delivered_ns` (never before
-    the identity was made: the broker's clock counts whole milliseconds)."""
+    """An `identities` record; `appended_ms` is the record's append time, which sets `delivered_ns`."""
     try:
         raw: dict[str, Any] = json.loads(value)
         if raw.get("schema_version") not in READABLE_VERSIONS:
@@ -306,7 +307,7 @@ def decode_identity(value: bytes, appended_ms: int = 0) -> IdentityMessage:
         identity = IdentityMessage(**{**raw, "box": tuple(raw["box"])})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"identity record: {error}") from None
-    return replace(identity, delivered_ns=max(identity.identified_ns, appended_ms * 1_000_000))
+    return replace(identity, delivered_ns=delivered_ns(identity.identified_ns, appended_ms))
 
 
 @dataclass(frozen=True)
@@ -364,7 +365,7 @@ def decode_detections(value: bytes | None, appended_ms: int = 0) -> DetectionsMe
         message = DetectionsMessage(**{**raw, "objects": objects})
     except (ValueError, TypeError, KeyError) as error:
         raise MalformedRecordError(f"detections record: {error}") from None
-    return replace(message, delivered_ns=max(message.detected_ns, appended_ms * 1_000_000))
+    return replace(message, delivered_ns=delivered_ns(message.detected_ns, appended_ms))
 
 
 def dead_letter_headers(headers: dict[str, bytes], reason: str, topic: str, partition: int,

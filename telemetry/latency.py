@@ -44,6 +44,12 @@ BREAKDOWN = (
 BROKER_WAIT = ("produce", "consumer_busy", "in_kafka", "client_queue")  # the paper's broker wait, by owner
 
 
+def delivered_ns(made_ns: int, appended_ms: int) -> int:
+    """When a result became durable: its record's append time (the brokers' clock counts whole milliseconds, so
+    never before the result was made)."""
+    return max(made_ns, appended_ms * NS_PER_MS)
+
+
 def broker_wait_edges(detected_ns: int, appended_ns: int | None, requested_ns: int, fetched_ns: int) -> tuple[int, int]:
     """(appended_ns, requested_ns) of one face, ordered between detection's end and its fetch so the parts of its
     broker wait never go negative: the broker's clock counts whole milliseconds, and a face whose append time is
