@@ -5,9 +5,10 @@ It is shaped after Triton's dynamic batcher: a batch is whatever is available no
 waits for a batch to fill unless told to. `max_queue_delay_ms` is that opt-in trade: after the first record arrives,
 wait up to this long for more (latency for fuller batches). The default is 0.
 
-Both clients give the same batches from the same arrivals, because each poll asks for no more than the batch still
-lacks and the first poll returns as soon as one record is there (librdkafka's `consume(n, timeout)` would otherwise
-wait out its whole timeout for n records, kafka-python's `poll` would not).
+Both clients give the same batches from the same arrivals: every wait is a poll for one record, which returns the
+moment one is there, and what the client already holds is taken without waiting. (librdkafka's `consume(n, timeout)`
+waits for all n records or the whole timeout, kafka-python's `poll` returns with what it has: asked for several
+records with a timeout, the two would batch differently.)
 
 Each batch carries the moments that split a face's wait between its stages by owner (`telemetry.latency`): when the
 stage asked for work and when the client handed each record over (the stage times the batch's start itself).
@@ -85,10 +86,13 @@ class DynamicBatcher:
         self._take(1, self.idle_wait_s)
         if self._forming:
             deadline_ns = self.clock_ns() + round(self.policy.max_queue_delay_ms * 1e6)
-            while len(self._forming) < self.policy.max_batch:
-                wait_s = max(0.0, (deadline_ns - self.clock_ns()) / 1e9)
-                self._take(self.policy.max_batch - len(self._forming), wait_s)
-                if wait_s == 0.0:
-                    break  # past the delay (at once when it is 0): one look at what the client holds, no more
+            while True:
+                self._take(self.policy.max_batch - len(self._forming), 0.0)  # what the client already holds
+                wait_s = (deadline_ns - self.clock_ns()) / 1e9
+                if len(self._forming) >= self.policy.max_batch or wait_s <= 0:
+                    break
+                # One record at a time while waiting: a poll for several would hold the first until all came
+                # (librdkafka's), and each record's hand-over would be timed late.
+                self._take(1, wait_s)
         forming, self._forming = self._forming, []
         return Batch([record for record, _ in forming], requested_ns, [fetched for _, fetched in forming])
