@@ -11,6 +11,8 @@ from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import Producer as _Producer
 
 from pipeline.transport.base import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MIN_BYTES,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -102,6 +104,8 @@ class ConfluentConsumer:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "topic.metadata.refresh.interval.ms": TOPIC_METADATA_REFRESH_MS,
+                "fetch.min.bytes": FETCH_MIN_BYTES,
+                "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
                 "on_commit": self._committed,
                 **settings,
             }

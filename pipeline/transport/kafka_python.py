@@ -15,6 +15,8 @@ from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from pipeline.transport.base import (
+    FETCH_MAX_WAIT_MS,
+    FETCH_MIN_BYTES,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -144,6 +146,8 @@ class KafkaPythonConsumer:
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            fetch_min_bytes=FETCH_MIN_BYTES,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             **settings,
         )
         self._revocations.sleep = self._consumer._net.sleep  # kafka-python has no public handle on its loop
