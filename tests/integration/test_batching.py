@@ -20,6 +20,7 @@ from pipeline.transport.admin import group_lag
 from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
 from pipeline.transport.readback import read_identities
 from telemetry.sinks import NullSink
+from tests.recording import RecordingSink
 
 pytestmark = pytest.mark.integration
 
@@ -84,25 +85,13 @@ def test_a_burst_forms_one_full_batch_and_a_lone_face_a_batch_of_its_own(stack: 
 @pytest.mark.parametrize("client", KAFKA_CLIENTS)
 def test_an_identity_is_timed_at_its_append_as_its_delivery_report_and_its_readers_see_it(
         stack: StackConfig, unique_name: str, client: str) -> None:
-    class Recording:
-        enabled = True
-
-        def __init__(self) -> None:
-            self.events = []
-
-        def emit(self, event) -> None:
-            self.events.append(event)
-
-        def close(self) -> None:
-            pass
-
     topics = Topics.with_prefix(f"{unique_name}-")
     kafka.ensure_topics(stack, stack.topics(topics))
     _send(stack, topics.faces, _faces(unique_name, 5))
     consumer = make_consumer(client, stack.bootstrap_servers, f"{unique_name}-identify", [topics.faces])
     # A results linger far above the brokers' round trip: the identities wait in the client before they are sent.
     results = make_producer(client, stack.bootstrap_servers, linger_ms=300)
-    stats, sink, deadline = IdentifyStats(), Recording(), time.monotonic() + 60
+    stats, sink, deadline = IdentifyStats(), RecordingSink(), time.monotonic() + 60
     identify_loop(consumer, results, _instant_identify(),
                   sink, lambda: stats.faces >= 5 or time.monotonic() > deadline, topics=topics, stats=stats)
     consumer.close()

@@ -16,6 +16,7 @@ from pipeline.transport import DeliveryReport, Record
 from pipeline.transport.batcher import Batch, DynamicBatcher
 from telemetry.sinks import NullSink
 from telemetry.timing import Stopwatch
+from tests.recording import RecordingSink
 
 P0, P1 = ("faces", 0), ("faces", 1)
 
@@ -183,7 +184,7 @@ def test_identify_events_record_the_precision_the_compute_ran_in() -> None:
         def __call__(self, faces, watch):
             return _name_all(faces, watch)
 
-    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), RecordingSink()
     worker = IdentifyWorker(consumer, producer, InBf16(), sink, stats=IdentifyStats(), commit_interval_s=0.0)
     worker.handle(_batch([_record(0, 0, 0)]))
     worker.settle()
@@ -192,21 +193,8 @@ def test_identify_events_record_the_precision_the_compute_ran_in() -> None:
     assert {event.precision for event in sink.events if event.stage == "broker_wait"} == {None}
 
 
-class Recording:
-    enabled = True
-
-    def __init__(self) -> None:
-        self.events = []
-
-    def emit(self, event) -> None:
-        self.events.append(event)
-
-    def close(self) -> None:
-        pass
-
-
 def test_an_identity_is_timed_at_its_acknowledgement_not_when_it_was_made() -> None:
-    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), RecordingSink()
     worker = IdentifyWorker(consumer, producer, _name_all, sink, stats=IdentifyStats(), commit_interval_s=0.0)
     worker.handle(_batch([_record(0, 0, 0)]))
     producer.appended_ms = time.time_ns() // 1_000_000 + 250  # the brokers took it a quarter second later
@@ -217,7 +205,7 @@ def test_an_identity_is_timed_at_its_acknowledgement_not_when_it_was_made() -> N
 
 
 def test_the_broker_wait_is_split_by_owner_and_the_parts_tile_it() -> None:
-    producer, consumer, sink = FakeProducer(), FakeConsumer(), Recording()
+    producer, consumer, sink = FakeProducer(), FakeConsumer(), RecordingSink()
     worker = IdentifyWorker(consumer, producer, _name_all, sink, stats=IdentifyStats(), commit_interval_s=0.0)
     detected_ns = time.time_ns() - 100_000_000
     appended_ms = detected_ns // 1_000_000 + 10
