@@ -101,10 +101,11 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     factors = [group.factor for group in groups]
     figure, (latency_axis, throughput_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     bottom = [0.0] * len(factors)
-    for stage, _, _ in BREAKDOWN:
+    colors = plt.get_cmap("tab20")  # one color a stage: there are more stages than the default cycle's ten
+    for index, (stage, _, _) in enumerate(BREAKDOWN):
         values = [_median(g, lambda run, s=stage: run.latency.breakdown_ms.get(s) if run.latency else None)
                   for g in groups]
-        latency_axis.bar(range(len(factors)), values, bottom=bottom, label=stage)
+        latency_axis.bar(range(len(factors)), values, bottom=bottom, label=stage, color=colors(index))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for index, group in enumerate(groups):
         if not group.stable:

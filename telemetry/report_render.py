@@ -133,11 +133,15 @@ def _draw_fig6(figure, report: Report) -> None:
     # The paper's broker wait is one number: its bar shows it whole, where the run's shows the parts by owner.
     detect = BREAKDOWN_STAGES.index("detect") + 1
     stages = (*BREAKDOWN_STAGES[:detect], "broker_wait", *BREAKDOWN_STAGES[detect:])
-    for stage in stages:
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"]  # one color a stage: there are more stages than the default cycle's ten
+    for index, stage in enumerate(stages):
         bottoms = [sum(bar.get(s, 0.0) for s in stages[:stages.index(stage)]) for bar in bars.values()]
-        axes.bar(list(bars), [bar.get(stage, 0.0) for bar in bars.values()], bottom=bottoms, label=stage, width=0.5)
+        axes.bar(list(bars), [bar.get(stage, 0.0) for bar in bars.values()], bottom=bottoms, label=stage, width=0.5,
+                 color=colors(index))
     axes.set_ylabel("mean latency per face (ms)")
-    axes.legend(loc="upper left", fontsize="small")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
 
 
 def _draw_fig7(figure, report: Report) -> None:
