@@ -80,6 +80,7 @@ def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
 def emulated_points(args, config) -> list[tuple[str, object]]:
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_sweep
+    from ground.errors import UserError
     from telemetry.results import Driver
 
     settings = [(f"delay {delay:g} ms", Driver(max_queue_delay_ms=delay)) for delay in args.delays]
@@ -91,8 +92,12 @@ def emulated_points(args, config) -> list[tuple[str, object]]:
             # `make emulate-accel`'s shape: 4 streams, 8 identify instances, 2 processes a side, cold brokers warmed
             spec = SweepSpec([factor], args.emulated_seconds, 4, 8, 2, load_profile("paper"), "paper",
                              warmup_s=0.0 if index else 15.0, driver_settings=driver)
-            [run] = run_sweep(spec, config, progress=lambda _: None).runs
             label = f"emulated {factor:g}x, {name}"
+            try:
+                [run] = run_sweep(spec, config, progress=lambda _: None).runs
+            except UserError as error:  # far past saturation the emulator may still fail (issue 33)
+                print(f"{label:<34}failed: {error}", flush=True)
+                break
             print(row(label, run), flush=True)
             results.append((label, run))
             if not run.stable:
