@@ -86,7 +86,7 @@ class DynamicBatcher:
         self._take(1, self.idle_wait_s)
         if self._forming:
             deadline_ns = self.clock_ns() + round(self.policy.max_queue_delay_ms * 1e6)
-            while True:
+            while len(self._forming) < self.policy.max_batch:
                 self._take(self.policy.max_batch - len(self._forming), 0.0)  # what the client already holds
                 wait_s = (deadline_ns - self.clock_ns()) / 1e9
                 if len(self._forming) >= self.policy.max_batch or wait_s <= 0:

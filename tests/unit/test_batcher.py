@@ -111,3 +111,14 @@ def test_a_partition_revoked_while_its_batch_forms_is_dropped_and_the_stage_told
 def test_a_policy_out_of_range_is_refused(max_batch: int, delay_ms: float) -> None:
     with pytest.raises(ValueError, match="max"):
         BatchPolicy(max_batch, delay_ms)
+
+
+def test_a_batch_of_one_never_asks_the_client_for_none() -> None:
+    class Strict(Arrivals):
+        def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
+            assert max_records > 0, "kafka-python refuses max_records=0"
+            return super().poll_batch(max_records, timeout_s)
+
+    consumer = Strict([0.0, 0.0, 0.0])
+    batcher = _batcher(consumer, max_batch=1, delay_ms=5.0)
+    assert [[r.offset for r in batcher.next_batch().records] for _ in range(3)] == [[0], [1], [2]]
