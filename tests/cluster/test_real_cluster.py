@@ -24,6 +24,7 @@ from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
 from ground.daemons import poll_until
+from pipeline.schema import SCHEMA_VERSION
 from tests.cluster.conftest import NAMESPACE
 
 pytestmark = pytest.mark.cluster
@@ -277,7 +278,10 @@ def test_helm_upgrade_runs_object_detection_on_the_demo_video(cluster: RealClust
     answered = _kafka_tool(cluster, release, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--topic",
                            "detections", "--from-beginning", "--max-messages", "100", "--timeout-ms", "60000")
     frames = [json.loads(line) for line in answered.splitlines() if line.startswith("{")]
-    assert len(frames) == 100 and all(frame["schema_version"] == 4 for frame in frames)
+    assert len(frames) == 100 and all(frame["schema_version"] == SCHEMA_VERSION for frame in frames)
+    # Each frame's wait in Kafka split by owner (schema 5): its edges in order, within the frame's life.
+    assert all(frame["ingested_ns"] <= frame["appended_ns"] <= frame["requested_ns"] <= frame["fetched_ns"]
+               <= frame["detect_start_ns"] for frame in frames)
     labels = {found["label"] for frame in frames for found in frame["objects"]}
     assert "person" in labels, labels  # the demo video is people's faces
 

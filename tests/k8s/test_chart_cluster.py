@@ -189,7 +189,9 @@ def test_experiment_scales_the_workloads_and_restores_them(release, tmp_path: Pa
             return Collected(group=GroupState(group=args[1], topic="faces", state="STABLE", members=members,
                                               assigned=members, partitions=12, lag=0))
         start = time.time_ns()
-        timelines = [Timeline(*(start + i * 100_000_000 + step * 1_000_000 for step in range(7))) for i in range(3)]
+        edges = len(Timeline._fields) - 1  # every timestamp, then the batch size
+        timelines = [Timeline(*(start + i * 100_000_000 + step * 1_000_000 for step in range(edges)), 1)
+                     for i in range(3)]
         return Collected(readback=RunReadback(run_id=args[1], produced_faces=3, face_bytes_mean=9000.0,
                                               identified_faces=3, duplicates=0, timelines=timelines))
 
