@@ -184,12 +184,17 @@ class LocalLoad:
 
     def _wait_for_group(self, group: str, topic: str, members: list[children.Child], timeout_s: float,
                         on_lag: Callable[[int], None] = lambda _: None) -> int:
+        from confluent_kafka import KafkaException
+
         from pipeline.transport.admin import group_lag
 
         backlog = [0]
 
         def caught_up() -> bool:  # or every member gone: nobody is left to catch up
-            backlog[0] = group_lag(self.bootstrap, group, topic)
+            try:
+                backlog[0] = group_lag(self.bootstrap, group, topic)
+            except KafkaException:  # the brokers restarting (a fault scenario's): ask again, as a cluster phase does
+                return False
             if backlog[0]:
                 on_lag(backlog[0])
             return not backlog[0] or not any(c.running() for c in members)
