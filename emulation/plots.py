@@ -25,15 +25,19 @@ def format_table(sweep: SweepResult) -> list[str]:
     repeats = f", {sweep.repeats} repeats: median (min-max)" if sweep.repeats > 1 else ""
     lines.append(f"emulation {sweep.run_id}: profile {sweep.profile}, {sweep.brokers} brokers x "
           f"{sweep.drives_per_broker} log dirs, {sweep.duration_s:.0f} s per run{repeats}")
-    lines.append(f"{'point':>{width}} {'verdict':<13}{'offered/s':>10}{'achieved/s':>18}{'e2e mean ms':>20}"
+    lines.append(f"{'point':>{width}} {'verdict':<18}{'offered/s':>10}{'achieved/s':>18}{'backlog':>9}"
+                 f"{'e2e mean ms':>20}"
           + "".join(f"{q:>9}" for q in quantiles)
           + f"{'max':>8}{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'cpu':>6}  saturated (last repeat)")
     flagged = False
     # The paper's broker-wait shares per factor are Face Recognition's (Fig. 10); its Object Detection gives none
     objects = any(run.workload.application == "object-detection" for run in sweep.runs)
+    knee = sweep.knee
     for factor in sweep.by_factor():
         last = factor.runs[-1]
-        verdict = f"{'stable' if factor.stable else 'UNSTABLE'} {factor.stable_repeats}/{len(factor.runs)}"
+        past_knee = factor.in_flight is None and knee is not None and factor.factor >= knee.factor
+        verdict = (f"{'stable' if factor.stable else 'UNSTABLE'}{'+knee' if past_knee else ''} "
+                   f"{factor.stable_repeats}/{len(factor.runs)}")
         tail = factor.tail(sweep.quantiles)
         cells = []
         for q in quantiles:
@@ -46,8 +50,9 @@ def format_table(sweep: SweepResult) -> list[str]:
         disk = factor.spread(lambda run: run.resources.broker_disk_write_bytes_per_s / 1e6)
         cpu = factor.spread(lambda run: run.resources.machine_cpu_busy)
         offered = "-" if last.offered_faces_per_s is None else f"{last.offered_faces_per_s:.0f}"
-        lines.append(f"{factor.label:>{width}} {verdict:<13}{offered:>10}"
+        lines.append(f"{factor.label:>{width}} {verdict:<18}{offered:>10}"
                      f"{format_spread(factor.spread(lambda run: run.achieved_faces_per_s)):>18}"
+                     f"{last.backlog_faces:>9}"
                      f"{format_spread(factor.spread(lambda run: run.latency.mean_ms if run.latency else None)):>20}"
                      + "".join(cells)
                      + f"{tail.max_ms if tail else float('nan'):>8.0f}{(share.median if share else 0):>11.0%} "
@@ -55,7 +60,7 @@ def format_table(sweep: SweepResult) -> list[str]:
                      f"{last.resources.saturated}")
         for run in factor.runs:
             for reason in run.verdict.reasons:
-                lines.append(f"{'':>{width + 10}}{f'repeat {run.repeat}: ' if len(factor.runs) > 1 else ''}{reason}")
+                lines.append(f"{'':>{width + 15}}{f'repeat {run.repeat}: ' if len(factor.runs) > 1 else ''}{reason}")
     if flagged:
         lines.append("* fewer faces in the measurement windows than the quantile needs (10 / (1 - q)): "
                      "not to be trusted")
@@ -74,6 +79,13 @@ def format_table(sweep: SweepResult) -> list[str]:
                  f"{OBJECT_DETECTION.unbounded_from}x; "
                  f"{OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS at 1x from {OBJECT_DETECTION.producers} streams, "
                  f"broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms")
+        runaway = sweep.highest_stable_by_runaway
+        if sweep.skipped_factors:
+            lines.append(f"not run (--stop-after: the sweep ended past the knee): "
+                         f"{', '.join(f'{f:g}x' for f in sweep.skipped_factors)}")
+        lines.append(f"knee: {'none in range' if knee is None else f'{knee.factor:g}x, {knee.reason}'}")
+        lines.append(f"the paper's test alone (every condition of a run, latency not running away within it): "
+                     f"{'none' if runaway is None else f'{runaway:g}x'}")
         lines.append(f"highest stable factor: {'none' if best is None else f'{best:g}x'} ({paper})")
     return lines
 

@@ -57,6 +57,10 @@ class SweepSpec:
     stages: int = 2  # 3: frames through Kafka to emulated detect instances (the paper's Fig. 3a)
     # The batcher's delay and the results linger (the client and keying are the fields above)
     driver_settings: Driver = field(default_factory=Driver)
+    drain_s: float = DRAIN_S
+    # The sweep ends after this many factors in a row past the knee or unstable (0: run every factor): each one
+    # further only queues more, and a machine driven far past saturation measures the machine.
+    stop_after: int = 2
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -78,6 +82,8 @@ class SweepSpec:
             raise UserError(f"--latency-bound {self.latency_bound_ms:g} ms: must be > 0")
         if self.stages == 3 and self.in_flight:
             raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
+        if self.drain_s < 0 or self.stop_after < 0:
+            raise UserError(f"--drain {self.drain_s:g} --stop-after {self.stop_after}: neither may be negative")
         if not 0 < self.latency_bound_quantile < 1:
             raise UserError(f"--quantile {self.latency_bound_quantile:g}: must be between 0 and 1, e.g. 0.99")
 
@@ -85,11 +91,12 @@ class SweepSpec:
         """(factor, frames in flight) of each run of one repeat: open loop, or each closed-loop window."""
         return [(factor, n) for factor in self.factors for n in (self.in_flight or (None,))]
 
-    def workload(self, factor: float, drain_s: float = DRAIN_S, in_flight: int | None = None) -> Workload:
+    def workload(self, factor: float, drain_s: float | None = None, in_flight: int | None = None) -> Workload:
         quantiles = sorted({*self.quantiles, *([self.latency_bound_quantile] if self.latency_bound_ms else [])})
         return Workload(mode="emulated", producers=self.producers, consumers=self.consumers,
                         producer_processes=self.processes, consumer_processes=self.processes,
-                        duration_s=self.duration_s, factor=factor, profile=self.profile_name, drain_s=drain_s,
+                        duration_s=self.duration_s, factor=factor, profile=self.profile_name,
+                        drain_s=self.drain_s if drain_s is None else drain_s,
                         ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
                         in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
                         latency_bound_quantile=self.latency_bound_quantile, stages=self.stages,
@@ -103,7 +110,7 @@ class SweepSpec:
 
 
 def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name: str, workdir: Path,
-                  events: str | None = None, drain_s: float = DRAIN_S, in_flight: int | None = None) -> LocalLoad:
+                  events: str | None = None, drain_s: float | None = None, in_flight: int | None = None) -> LocalLoad:
     """An emulated run on topics of its own (fresh, partitions enough for every consumer instance)."""
     load = LocalLoad(spec.workload(factor, drain_s, in_flight), spec.driver(), run_name, config.bootstrap_servers,
                      workdir / run_name, events or spec.events, topic_prefix=f"emu-{run_name}-",
@@ -116,16 +123,17 @@ def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name:
 
 def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path,
                repeat: int = 1, in_flight: int | None = None) -> RunResult:
-    """One run at `factor` (closed loop with `in_flight` frames per stream: the load offers what completes)."""
+    """One run at `factor` (closed loop with `in_flight` frames per stream: the load offers what completes). A
+    stage process that failed is a condition of the result, not the end of the sweep; the run's topics (and any
+    backlog in them) are deleted whatever happened, so the next run inherits nothing."""
     name = (f"{run_id}-x{factor:g}" + (f"-f{in_flight}" if in_flight else "")
             + (f"-r{repeat}" if spec.repeats > 1 else ""))
     load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
-    result = run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
-                      stack=config, disk_write_capacity=spec.disk_write_capacity, repeat=repeat)
-    if result.process_failures:
-        raise UserError(f"an emulated stage failed at {factor:g}x: {result.process_failures[0]}")
-    delete_topics(config, load.topics)
-    return result
+    try:
+        return run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
+                        stack=config, disk_write_capacity=spec.disk_write_capacity, repeat=repeat)
+    finally:
+        delete_topics(config, load.topics)
 
 
 def delete_topics(config: StackConfig, topics: Topics) -> None:
@@ -147,14 +155,32 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | 
     # tenant, a broker's log cleaner) then spreads over every factor instead of biasing one.
     for repeat in range(1, spec.repeats + 1):
         for factor, in_flight in spec.points():
+            if factor in sweep.skipped_factors:
+                continue
             progress(f"{factor:g}x{f', {in_flight} frames in flight per stream' if in_flight else ''}"
                      f"{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
                      f"{spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
             result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
             sweep.runs.append(result)
             progress(_one_line(result))
+            if in_flight is None and repeat == 1 and _broken_in_a_row(sweep) >= spec.stop_after > 0:
+                sweep.skipped_factors = [f for f in spec.factors if f > factor]
+                if sweep.skipped_factors:
+                    progress(f"  {spec.stop_after} factors in a row past the knee or unstable: "
+                             f"{', '.join(f'{f:g}x' for f in sweep.skipped_factors)} not run (--stop-after)")
             write_results(sweep, out or workdir / "results.json")  # after every run: an interrupted sweep keeps them
     return sweep
+
+
+def _broken_in_a_row(sweep: SweepResult) -> int:
+    """Open-loop factors at the end of the sweep so far that are past its knee or unstable."""
+    knee = sweep.knee
+    broken = 0
+    for factor in reversed(sweep.open_loop()):
+        if factor.stable and (knee is None or factor.factor < knee.factor):
+            break
+        broken += 1
+    return broken
 
 
 def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, out: Path | None = None,
@@ -215,9 +241,11 @@ def _one_line(r: RunResult) -> str:
     used = r.resources
     offered = "" if r.offered_faces_per_s is None else f"/{r.offered_faces_per_s:.0f}"
     point = f"{r.workload.factor:.3g}x" + (f" {r.workload.in_flight} in flight" if r.workload.in_flight else "")
+    backlog = f", backlog {r.backlog_faces} faces" if r.backlog_faces else ""
+    failed = f"; {r.process_failures[0]}" if r.process_failures else ""
     return (f"  {point} {'stable' if r.stable else 'UNSTABLE'}: {r.achieved_faces_per_s:.0f}{offered} faces/s, "
-            f"{latency}, broker writes {used.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, "
-            f"cpu {used.machine_cpu_busy:.0%}; {used.saturated}")
+            f"{latency}{backlog}, broker writes {used.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, "
+            f"cpu {used.machine_cpu_busy:.0%}; {used.saturated}{failed}")
 
 
 def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> ScalingResult:

@@ -105,19 +105,23 @@ def wait_reported(children: Sequence[Child], state: str, timeout_s: float, what:
         time.sleep(POLL_S)
 
 
-def stop(children: Iterable[Child], timeout_s: float) -> None:
-    """SIGINT to every child still running (each finishes what it holds), then SIGKILL at the deadline."""
+def stop(children: Iterable[Child], timeout_s: float) -> list[Child]:
+    """SIGINT to every child still running (each finishes what it holds), then SIGKILL at the deadline; returns
+    the children that had to be killed."""
     children = list(children)
     for child in children:
         if child.running():
             child.process.send_signal(signal.SIGINT)
     deadline = time.monotonic() + timeout_s
+    killed = []
     for child in children:
         try:
             child.process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.process.kill()
             child.process.wait()
+            killed.append(child)
+    return killed
 
 
 def failed(children: Iterable[Child], ignore: Iterable[int] = (), accepted: Collection[int] = (0,)) -> list[Child]:

@@ -26,6 +26,9 @@ RESULTS_SCHEMA_VERSION = 1
 THROUGHPUT_FLOOR = 0.9  # identified below 90% of offered during the window: faces pile up somewhere
 LATENCY_GROWTH = 1.5  # second half of the run slower than 1.5x the first: queues are growing
 LATENCY_GROWTH_MIN_MS = 100.0  # ... by at least this much (noise on a small machine)
+# The knee of a sweep: the first factor whose end-to-end p50 is above this multiple of the lowest p50 of the factors
+# below it. Faster compute should lower latency; once it rises this much instead, faces queue for a resource.
+KNEE_P50_MULTIPLE = 2.0
 
 
 class _Model(BaseModel):
@@ -249,18 +252,58 @@ class SweepResult(_Model):
             return None
         return workload.latency_bound_quantile, workload.latency_bound_ms
 
+    skipped_factors: list[float] = Field(default_factory=list)  # not run: the sweep's stop rule ended it first
+
+    def open_loop(self) -> list[FactorRuns]:
+        return [factor for factor in self.by_factor() if factor.in_flight is None]
+
     @property
-    def highest_stable_factor(self) -> float | None:
-        """The highest open-loop factor below the first unstable one (the paper's reading of Fig. 10 and 15;
-        with a latency bound, the latency-bounded throughput's factor)."""
+    def knee(self) -> Knee | None:
+        """The first open-loop factor where latency left its low-load level (see `Knee`), if any."""
+        lowest: tuple[float, float] | None = None  # (p50 ms, factor): the lowest median p50 so far
+        for factor in self.open_loop():
+            p50 = factor.spread(lambda run: run.latency.p50_ms if run.latency else None)
+            if p50 is None:
+                continue  # no face identified in the window: the throughput condition already fails it
+            if lowest is not None and p50.median > KNEE_P50_MULTIPLE * lowest[0]:
+                return Knee(factor=factor.factor,
+                            reason=f"p50 {p50.median:.0f} ms is {p50.median / lowest[0]:.1f}x the {lowest[0]:.0f} ms "
+                                   f"at {lowest[1]:g}x (the knee: above {KNEE_P50_MULTIPLE:g}x the lowest p50 below)")
+            if lowest is None or p50.median < lowest[0]:
+                lowest = (p50.median, factor.factor)
+        return None
+
+    @property
+    def highest_stable_by_runaway(self) -> float | None:
+        """The paper's reading of Fig. 10 and 15: the highest open-loop factor below the first whose runs broke a
+        condition (latency growing within the window, throughput, a failed process); with a latency bound, the
+        latency-bounded throughput's factor. A point well past saturation can pass it."""
         best = None
-        for factor in self.by_factor():
-            if factor.in_flight is not None:
-                continue
+        for factor in self.open_loop():
             if not factor.stable:
                 break
             best = factor.factor
         return best
+
+    @property
+    def highest_stable_factor(self) -> float | None:
+        """The highest open-loop factor below both the first unstable one and the knee: no point a user would
+        call saturated."""
+        knee = self.knee
+        best = self.highest_stable_by_runaway
+        if knee is None or best is None or best < knee.factor:
+            return best
+        below = [factor.factor for factor in self.open_loop() if factor.factor < knee.factor]
+        return max(below, default=None)
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where a sweep's latency left its low-load level: the first factor whose end-to-end p50 is above
+    KNEE_P50_MULTIPLE times the lowest p50 of the factors below it."""
+
+    factor: float
+    reason: str
 
 
 class ScalingRow(_Model):
@@ -279,11 +322,11 @@ class ScalingResult(_Model):
 
 def judge(latency: LatencySummary | None, *, offered_faces: int | None, identified_in_window: int,
           produced_faces: int, identified_faces: int, backlog_faces: int, drained: bool,
-          latency_bound: tuple[float, float] | None = None) -> Verdict:
-    """The conditions a run is held to. Throughput during the window against the offered load (or, for a real
-    video whose load is what its frames hold, every acknowledged face identified); latency not growing over the
-    run (queueing theory's "infinite latency": faces enter faster than they leave); and, where the workload
-    drains, no backlog left."""
+          latency_bound: tuple[float, float] | None = None, process_failures: Sequence[str] = ()) -> Verdict:
+    """The conditions a run is held to. Every stage process ran to its end; throughput during the window against
+    the offered load (or, for a real video whose load is what its frames hold, every acknowledged face
+    identified); latency not growing over the run (queueing theory's "infinite latency": faces enter faster than
+    they leave); and, where the workload drains, no backlog left."""
     conditions = []
     if offered_faces is not None:
         ratio = identified_in_window / offered_faces if offered_faces else 0.0
@@ -309,6 +352,9 @@ def judge(latency: LatencySummary | None, *, offered_faces: int | None, identifi
     if drained:
         conditions.append(Condition(name="backlog drained", held=backlog_faces == 0,
                                     measured=f"{backlog_faces} faces still queued", required="0"))
+    conditions.append(Condition(name="stage processes ran", held=not process_failures,
+                                measured=process_failures[0] if process_failures else "every one to its end",
+                                required="none failed"))
     return Verdict(conditions=conditions)
 
 

@@ -96,6 +96,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "condition: latency-bounded throughput, by bisection")
     sweep.add_argument("--quantile", type=float, default=0.99,
                        help="the quantile --latency-bound applies to (default 0.99)")
+    sweep.add_argument("--stop-after", type=int, default=2, metavar="N",
+                       help="end the sweep after N factors in a row past the knee or unstable; the rest are listed "
+                            "as not run (default 2; 0: run every factor)")
+    sweep.add_argument("--drain", type=float, default=15.0,
+                       help="seconds after each load for the consumers to catch up; what is left is the point's "
+                            "backlog (default 15)")
     add_measurement(sweep, ramp_up_s=2.0)
     add_keying(sweep)
     add_driver_timing(sweep)
@@ -228,7 +234,8 @@ def _emulate(args: argparse.Namespace) -> int:
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
                      keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
-                     latency_bound_quantile=args.quantile, stages=args.stages, driver_settings=driver(args))
+                     latency_bound_quantile=args.quantile, stages=args.stages, driver_settings=driver(args),
+                     drain_s=args.drain, stop_after=args.stop_after)
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
@@ -426,14 +433,36 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
                                        batching=batch_policy(args), on_ready=lambda: report(READY),
                                        only_run=args.run_id if args.skip_other_runs else None)
     finally:
-        for client in (*consumers, producer):
-            client.close()
+        producer.close()  # the identities first: what the group commits must be durable
+        stuck = close_within(consumers, CONSUMER_CLOSE_S)
         sink.close()
         metrics.close()
     summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}
     report(SUMMARY, **summary)
     print(f"emulate-consumers: {json.dumps(summary)}", flush=True)
+    if stuck:
+        # Its offsets are committed; the coordinator drops the member after its session timeout. Waiting longer
+        # would only get this process killed and its run's summary lost.
+        print(f"emulate-consumers: {stuck} consumer(s) did not leave group {args.group} within "
+              f"{CONSUMER_CLOSE_S:g} s; exiting without them", flush=True)
+        os._exit(0)
     return 0
+
+
+CONSUMER_CLOSE_S = 20.0  # leaving the group; librdkafka holds a LeaveGroup behind a pending JoinGroup
+
+
+def close_within(clients: list, timeout_s: float) -> int:
+    """Close the clients side by side; return how many had not closed after `timeout_s`."""
+    import threading
+
+    threads = [threading.Thread(target=client.close, name="close", daemon=True) for client in clients]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(thread.is_alive() for thread in threads)
 
 
 def _stage_setup(args: argparse.Namespace):

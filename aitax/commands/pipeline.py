@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest = subparsers.add_parser("ingest-detect", help="the ingest/detect container: video -> faces topic",
                                    description="Two processes joined by a bounded queue: ingestion decodes and "
                                                "resizes frames; detection runs MTCNN and publishes one record per "
-                                               "face (acks=all, idempotent).")
+                                               "face (acks=all; a retried duplicate is dropped by identify).")
     _add_video_source(ingest)
     ingest.add_argument("--checkpoint", type=Path,
                         help="file recording the first frame not yet fully acknowledged (written every second)")

@@ -137,8 +137,9 @@ class ClusterLoad:
         poll_until(caught_up, timeout_s, POLL_S)
         return backlog[0]
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
         """Nothing: the consumers stay up for the next phase, and the backend restores the release at the end."""
+        return []
 
     def failures(self) -> list[str]:
         producers = self._failed(self.pods.producers) if self.producer_failures is None else self.producer_failures

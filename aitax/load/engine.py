@@ -49,7 +49,8 @@ class Load(Protocol):
     def drain(self, timeout_s: float, on_lag: Callable[[int], None]) -> int:
         """Wait for the consumers to catch up; return the faces still queued."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> list[str]:
+        """Stop whatever still runs; one note per process that had to be killed (its measurement was done)."""
 
     def failures(self) -> list[str]: ...
 
@@ -101,19 +102,22 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
             usage = (sampler.usage(spawned + workload.ramp_up_s, ended - workload.ramp_down_s)
                      if sampler is not None else None)
     finally:
-        load.stop()
+        notes += load.stop()
     produced, face_bytes = load.produced()
     identities, duplicates = load.identities()
-    # The window is laid on the schedule, which starts once the producer processes are up, not at their spawn.
+    # The window starts with the schedule (once the producer processes are up, not at their spawn) and holds the
+    # faces captured in it: a producer that cannot keep to its schedule falls behind it, and its faces are still
+    # the window's (their schedule delay grows, as it should).
     schedule_start_ns = min((i.scheduled_ns for i in identities), default=spawned_ns)
     measured_from_ns = schedule_start_ns + round(workload.ramp_up_s * 1e9)
     measured_to_ns = schedule_start_ns + round((workload.duration_s - workload.ramp_down_s) * 1e9)
-    measured = [i for i in identities if measured_from_ns <= i.scheduled_ns < measured_to_ns]
+    measured = [i for i in identities if measured_from_ns <= i.captured_ns < measured_to_ns]
     in_window = sum(measured_from_ns <= i.delivered_ns < measured_to_ns for i in identities)
     offered = None if offered_faces_per_s is None else round(offered_faces_per_s * workload.window_s)
     latency = summarize(measured, workload.quantiles)
     if backlog:
         notes.append(f"{backlog} faces still queued after a {workload.drain_s:g} s drain")
+    failures = load.failures()
     return RunResult(
         run_id=load.run_id, workload=workload, driver=load.driver, repeat=repeat,
         brokers=stack.brokers if stack else None, drives_per_broker=stack.log_dirs_per_broker if stack else None,
@@ -126,9 +130,10 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                       produced_faces=produced, identified_faces=len(identities), backlog_faces=backlog,
                       drained=workload.mode == "real",
                       latency_bound=None if workload.latency_bound_ms is None
-                      else (workload.latency_bound_quantile, workload.latency_bound_ms)),
+                      else (workload.latency_bound_quantile, workload.latency_bound_ms),
+                      process_failures=failures),
         resources=None if usage is None else resources(usage, disk_write_capacity, latency),
-        process_failures=load.failures(), interrupted=interrupted, notes=notes)
+        process_failures=failures, interrupted=interrupted, notes=notes)
 
 
 def _start_later(action: Callable[[], None] | None, delay_s: float) -> threading.Thread | None:

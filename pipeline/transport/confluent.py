@@ -13,6 +13,8 @@ from confluent_kafka import Producer as _Producer
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
+    PRODUCER_IDEMPOTENCE,
+    PRODUCER_MAX_IN_FLIGHT,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -23,6 +25,12 @@ from pipeline.transport.base import (
 
 log = logging.getLogger(__name__)
 
+# The producer's queue of unacknowledged records, as Java's `buffer.memory` default (librdkafka's is 1 GB: a
+# producer faster than the brokers would queue half a minute of faces and deliver them long after the run).
+PRODUCER_QUEUE_KB = 32 * 1024
+# A consumer's prefetched records (librdkafka's default is 64 MB each: 64 emulated identify instances could hold
+# 4 GB of thumbnails); 16 MB is still over 400 faces, more than any batch takes.
+CONSUMER_QUEUE_KB = 16 * 1024
 COMMIT_RETRY_S = 120.0  # a coordinator moves within seconds; give a starved machine much longer
 COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
@@ -42,11 +50,13 @@ class ConfluentProducer:
             {
                 "bootstrap.servers": bootstrap_servers,
                 "acks": "all",
-                "enable.idempotence": True,
+                "enable.idempotence": PRODUCER_IDEMPOTENCE,
+                "max.in.flight.requests.per.connection": PRODUCER_MAX_IN_FLIGHT,
                 "linger.ms": linger_ms,
                 "message.max.bytes": 2 * 1024 * 1024,
                 # Retry through broker fail-over for up to five minutes rather than drop a face.
                 "delivery.timeout.ms": 300_000,
+                "queue.buffering.max.kbytes": PRODUCER_QUEUE_KB,
                 **settings,
             }
         )
@@ -106,6 +116,7 @@ class ConfluentConsumer:
                 "topic.metadata.refresh.interval.ms": TOPIC_METADATA_REFRESH_MS,
                 "fetch.min.bytes": FETCH_MIN_BYTES,
                 "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
+                "queued.max.messages.kbytes": CONSUMER_QUEUE_KB,
                 "on_commit": self._committed,
                 **settings,
             }

@@ -17,6 +17,8 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
+    PRODUCER_IDEMPOTENCE,
+    PRODUCER_MAX_IN_FLIGHT,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -37,7 +39,8 @@ class KafkaPythonProducer:
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers.split(","),
             acks="all",
-            enable_idempotence=True,
+            enable_idempotence=PRODUCER_IDEMPOTENCE,
+            max_in_flight_requests_per_connection=PRODUCER_MAX_IN_FLIGHT,
             linger_ms=linger_ms,
             batch_size=1024 * 1024,
             max_request_size=2 * 1024 * 1024,

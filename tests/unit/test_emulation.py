@@ -249,3 +249,26 @@ def test_the_emulated_stages_need_no_opencv() -> None:
               f"for name in {modules!r}:\n    importlib.import_module(name)\n" + three_stages)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("stop_after", "run", "skipped"), [(2, [1, 2, 4, 8], [16, 32]), (0, [1, 2, 4, 8, 16, 32], [])])
+def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_rest(
+        monkeypatch, tmp_path: Path, stop_after: int, run: list[float], skipped: list[float]) -> None:
+    from aitax.stack.config import StackConfig
+    from emulation import sweep as sweep_module
+    from tests.unit.results_builders import emulated_run
+
+    probed: list[float] = []
+
+    def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
+        probed.append(factor)
+        return emulated_run(factor, stable=factor != 4 and factor < 8, writes=1e6)  # 4x breaks, 8x and up too
+
+    monkeypatch.setattr(sweep_module, "run_factor", run_factor)
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    spec = sweep_module.SweepSpec([1, 2, 4, 8, 16, 32], 10, 4, 8, 2, paper_profile(), "paper",
+                                  stop_after=stop_after)
+    sweep = sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
+    assert probed == run and sweep.skipped_factors == skipped and sweep.highest_stable_factor == 2
+    with pytest.raises(UserError, match="--stop-after -1"):
+        sweep_module.SweepSpec([1], 10, 4, 8, 2, paper_profile(), "paper", stop_after=-1)

@@ -44,7 +44,7 @@ def test_steady_latency_at_full_throughput_holds_every_condition() -> None:
     identities = [_identity(i * 100, 300) for i in range(100)]
     verdict = _emulated_verdict(identities, 100)
     assert verdict.held and verdict.reasons == []
-    assert [c.name for c in verdict.conditions] == ["throughput", "latency bounded"]
+    assert [c.name for c in verdict.conditions] == ["throughput", "latency bounded", "stage processes ran"]
     summary = summarize(identities)
     assert summary.mean_ms == pytest.approx(300, abs=0.01)
     assert sum(summary.breakdown_ms.values()) == pytest.approx(summary.mean_ms, abs=0.01)
@@ -69,7 +69,7 @@ def test_a_real_run_is_held_to_every_face_identified_and_a_drained_backlog() -> 
     held = judge(summarize(identities), offered_faces=None, identified_in_window=30, produced_faces=30,
                  identified_faces=30, backlog_faces=0, drained=True)
     assert held.held and [c.name for c in held.conditions] == [
-        "every acknowledged face identified", "latency bounded", "backlog drained"]
+        "every acknowledged face identified", "latency bounded", "backlog drained", "stage processes ran"]
     short = judge(summarize(identities), offered_faces=None, identified_in_window=30, produced_faces=32,
                   identified_faces=30, backlog_faces=2, drained=True)
     assert [c.name for c in short.conditions if not c.held] == ["every acknowledged face identified",
@@ -185,14 +185,14 @@ def test_a_latency_bound_is_a_condition_naming_its_quantile_and_sample() -> None
     def bound(ms: float):
         verdict = judge(summary, offered_faces=1000, identified_in_window=1000, produced_faces=1000,
                         identified_faces=1000, backlog_faces=0, drained=False, latency_bound=(0.99, ms))
-        return verdict.conditions[-1]
+        return verdict.conditions[-2]
 
     held, broken = bound(600), bound(300)
     assert held.name == "p99 within bound" and held.held and held.measured == "p99 500 ms"
     assert not broken.held and broken.required == "<= 300 ms"
     few = judge(summarize(identities[:200], (0.99,)), offered_faces=200, identified_in_window=200,
                 produced_faces=200, identified_faces=200, backlog_faces=0, drained=False,
-                latency_bound=(0.99, 600)).conditions[-1]
+                latency_bound=(0.99, 600)).conditions[-2]
     assert few.measured.endswith("(only 200 faces: p99 wants 1000)")
 
 
@@ -262,3 +262,55 @@ def test_the_sweep_table_plots_and_page_show_every_point_and_the_bound(tmp_path:
                                          "latency_quantiles.png", "throughput_latency.png"]
     page = write_html(sweep, figures, tmp_path / "sweep.html").read_text()
     assert page.count("data:image/png;base64,") == 4 and "2x 8 in flight" in page
+
+
+def _at_p50(factor: float, p50_ms: float, stable: bool = True) -> RunResult:
+    """A run at `factor` whose faces all took `p50_ms` end to end."""
+    identities = [_identity(i * 100, p50_ms) for i in range(40)]
+    return _run(factor, stable).model_copy(update={"latency": summarize(identities)})
+
+
+def test_the_knee_is_the_first_factor_whose_p50_leaves_its_low_load_level() -> None:
+    # Latency falls as compute gets faster, then jumps 45x at 16x: the paper's runaway test alone would call 16x
+    # stable (the latency did not grow within the run), the knee does not.
+    sweep = _sweep(_at_p50(1, 600), _at_p50(2, 300), _at_p50(4, 120), _at_p50(8, 42), _at_p50(16, 1900),
+                   _at_p50(32, 80))
+    assert sweep.knee is not None and sweep.knee.factor == 16
+    assert "45.2x the 42 ms at 8x" in sweep.knee.reason
+    assert sweep.highest_stable_by_runaway == 32 and sweep.highest_stable_factor == 8
+
+
+def test_a_sweep_whose_latency_only_falls_has_no_knee_and_a_rise_within_the_multiple_is_not_one() -> None:
+    assert _sweep(_at_p50(1, 600), _at_p50(2, 310), _at_p50(4, 160)).knee is None
+    sweep = _sweep(_at_p50(1, 600), _at_p50(2, 300), _at_p50(4, 590))  # 1.97x the lowest below
+    assert sweep.knee is None and sweep.highest_stable_factor == 4
+    assert _sweep(_at_p50(1, 600), _at_p50(2, 300), _at_p50(4, 610)).knee.factor == 4
+
+
+def test_an_unstable_factor_below_the_knee_still_bounds_the_highest_stable_one() -> None:
+    sweep = _sweep(_at_p50(1, 600), _at_p50(2, 300, stable=False), _at_p50(4, 2000))
+    assert sweep.knee.factor == 4 and sweep.highest_stable_factor == 1
+
+
+def test_the_table_names_the_knee_both_readings_and_what_was_not_run() -> None:
+    from emulation.plots import format_table
+
+    sweep = _sweep(_at_p50(1, 600), _at_p50(2, 300), _at_p50(4, 1000)).model_copy(
+        update={"skipped_factors": [8.0, 16.0]})
+    lines = format_table(sweep)
+    assert "stable+knee 1/1" in lines[4]
+    assert lines[-4:-1] == [
+        "not run (--stop-after: the sweep ended past the knee): 8x, 16x",
+        "knee: 4x, p50 1000 ms is 3.3x the 300 ms at 2x (the knee: above 2x the lowest p50 below)",
+        "the paper's test alone (every condition of a run, latency not running away within it): 4x"]
+    assert lines[-1].startswith("highest stable factor: 2x (")
+
+
+def test_a_failed_stage_process_is_a_condition_of_the_run_not_an_exception() -> None:
+    identities = [_identity(i * 100, 300) for i in range(40)]
+    verdict = judge(summarize(identities), offered_faces=40, identified_in_window=40, produced_faces=40,
+                    identified_faces=40, backlog_faces=0, drained=False,
+                    process_failures=["consumers-0: exit -9, log /x/consumers-0.log: killed"])
+    assert not verdict.held
+    assert verdict.reasons == ["stage processes ran: consumers-0: exit -9, log /x/consumers-0.log: killed "
+                               "(required: none failed)"]
