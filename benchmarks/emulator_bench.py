@@ -1,12 +1,13 @@
 """The emulator measured against Kafka's own tools, side by side on the local brokers in one run.
 
-    .venv/bin/python benchmarks/emulator_bench.py [--seconds 15] [--repeats 2]
+    .venv/bin/python benchmarks/emulator_bench.py [--seconds 20] [--instances 4,16,64] [--processes 1,2]
 
 1. End to end (the target, >= 0.8x): Kafka's ProducerPerformance and ConsumerPerformance running together
-   (37.3 kB records, acks=all, RF 3, batch.size=1048576 linger.ms=5) vs the emulator's producers and identify
-   consumers (`emulate-producers` / `emulate-consumers` processes, the sweep's own load) at a factor so high the
-   sleeps vanish. Alternating runs after a warm-up; medians and each run printed, with what saturated.
-2. The emulator's own CPU per face on each side (producer path, identify path) and per emulated instance at 1x.
+   (37.3 kB records, acks=all, RF 3, batch.size=1048576 linger.ms=5, as many partitions as the sweep's topic) vs
+   the sweep users run, `aitax emulate --factors 1e9` (every sleep vanishes), read as the sweep reports it: its
+   in-window identified faces/s. At each instance count, each packing of instances into processes and each
+   keying; each side's CPU per face (brokers, clients) and the brokers' requests per face, from their meters.
+2. The emulator's own CPU per face on each side (producer path, identify path), in one process.
 3. How many emulated ingest/detect instances one process hosts at 1x with a p99 schedule error <= 1 ms.
 4. Sleep accuracy at 32x: intended vs actual emulated compute.
 Not a test: the machine is shared and noisy.
@@ -18,7 +19,6 @@ import argparse
 import json
 import random
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +43,7 @@ def kafka_tools(config, topic: str, records: int) -> dict:
                      "acks=all", "batch.size=1048576", "linger.ms=5"]
     consumer_args = ["--bootstrap-server", config.bootstrap_servers, "--topic", topic, "--num-records",
                      str(records), "--timeout", "60000", "--group", f"{topic}-perf"]
+    before = broker_requests(config)
     with Sampler(config) as sampler:
         started = time.monotonic()
         tools = [subprocess.Popen(kafka.tool_command(f"org.apache.kafka.tools.{name}", args, heap_mb=512),
@@ -54,41 +55,52 @@ def kafka_tools(config, topic: str, records: int) -> dict:
         usage = sampler.usage(started, time.monotonic())
     fields = outputs[1].strip().splitlines()[-1].split(", ")
     consumed, rate = int(fields[4]), float(fields[9])  # data.consumed.in.nMsg, fetch.nMsg.sec
-    produced = re.search(r"([\d.]+) records/sec", outputs[0].strip().splitlines()[-1])
-    return {"rate": rate if consumed == records else 0.0, "produced_rate": float(produced.group(1)) if produced else 0,
-            "client_cpu_us": usage.role_cpu_cores.get(TOOLS_ROLE, 0.0) * usage.seconds / records * 1e6,
-            "usage": usage}
+    seconds = usage.seconds
+    return {"rate": rate if consumed == records else 0.0,
+            "cpu_us": {"brokers": sum(usage.broker_cpu_cores.values()) * seconds / records * 1e6,
+                       "clients": usage.role_cpu_cores.get(TOOLS_ROLE, 0.0) * seconds / records * 1e6},
+            "requests": per_face(requests_since(config, before), records), "saturated": _saturation(usage)}
 
 
-def emulator(config, seconds: float, producers: int, consumers: int, processes: int, keying: str) -> dict:
-    """The sweep's own emulated load at NO_SLEEP; the rate is identities per second once every process runs."""
-    from aitax.load.resources import Sampler
+def broker_requests(config) -> dict[str, float]:
+    """Requests the brokers have served, by type, summed over the brokers (their own meters)."""
+    import urllib.request
+
+    totals: dict[str, float] = {}
+    for node in range(1, config.brokers + 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{config.broker_metrics_port(node)}/metrics") as response:
+            for match in re.finditer(r'^kafka_network_requests_total\{request="(\w+)"\} (\S+)$',
+                                     response.read().decode(), re.M):
+                totals[match[1]] = totals.get(match[1], 0.0) + float(match[2])
+    return totals
+
+
+def requests_since(config, before: dict[str, float]) -> dict[str, float]:
+    return {name: count - before.get(name, 0.0) for name, count in broker_requests(config).items()}
+
+
+def per_face(requests: dict[str, float], faces: int) -> dict[str, float]:
+    return {name: count / max(1, faces) for name, count in requests.items() if count}
+
+
+def sweep_point(config, seconds: float, instances: int, processes: int, keying: str) -> dict:
+    """One point of the sweep users run (`aitax emulate --factors NO_SLEEP --producers N --consumers N`), read
+    as the sweep reports it: identified faces per second within its measurement window."""
     from emulation.profile import paper_profile
-    from emulation.sweep import SweepSpec, delete_topics, emulated_load
-    from ground.paths import aitax_home
+    from emulation.sweep import SweepSpec, run_sweep
 
-    spec = SweepSpec([NO_SLEEP], seconds, producers, consumers, processes, paper_profile(), "paper", keying=keying)
-    load = emulated_load(spec, config, NO_SLEEP, f"bench-{time.time_ns()}", aitax_home() / "bench", drain_s=30)
-    # The engine's steps by hand: the steady rate excludes the producers' start-up, which `run_load` counts.
-    try:
-        with Sampler(config) as sampler:
-            load.start_consumers()
-            load.start_producers()
-            for role, pids in load.pids().items():
-                sampler.watch(role, pids)
-            started_ns, started = time.time_ns(), time.monotonic()
-            load.finish_producers(interrupted=False)
-            ended_ns = time.time_ns()
-            usage = sampler.usage(started + 3, time.monotonic())
-        load.drain(30)
-    finally:
-        load.stop()
-        identities, _ = load.identities()
-        delete_topics(config, load.topics)  # 1 GB a second of replicated thumbnails: never leave them on the disk
-    # Skip the producers' start-up (imports, first connections): the steady rate is what is compared.
-    times = sorted(i.identified_ns for i in identities if started_ns + 3e9 <= i.identified_ns <= ended_ns)
-    span_s = (times[-1] - times[0]) / 1e9 if len(times) > 1 else float("inf")
-    return {"rate": len(times) / span_s, "identified": len(identities), "usage": usage}
+    spec = SweepSpec([NO_SLEEP], seconds, instances, instances, processes, paper_profile(), "paper",
+                     keying=keying, stop_after=0)
+    before = broker_requests(config)
+    run = run_sweep(spec, config, progress=lambda _: None).runs[0]
+    cpu = run.resources.broker_cpu_cores
+    faces = run.achieved_faces_per_s
+    return {"rate": faces, "run": run,
+            "cpu_us": {"brokers": sum(cpu.values()) / max(1.0, faces) * 1e6,
+                       **{role.removeprefix("the emulator's "): cores / max(1.0, faces) * 1e6
+                          for role, cores in run.resources.client_cpu_cores.items()}},
+            "requests": per_face(requests_since(config, before), run.produced_faces),
+            "saturated": run.resources.saturated}
 
 
 def _saturation(usage) -> str:
@@ -98,34 +110,45 @@ def _saturation(usage) -> str:
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"
 
 
-def end_to_end(config, seconds: float, repeats: int, producers: int, consumers: int, processes: int,
-               keying: str) -> None:
+def _profile(measured: dict) -> str:
+    cpu = ", ".join(f"{role} {us:.0f}" for role, us in measured["cpu_us"].items())
+    requests = ", ".join(f"{name} {count:.2f}" for name, count in sorted(measured["requests"].items()))
+    return f"cpu us/face: {cpu}; requests/face: {requests}"
+
+
+def end_to_end(config, seconds: float, instances: list[int], processes: list[int], keyings: list[str]) -> None:
+    """Kafka's tools, then the sweep's own point at each instance count, packing and keying, in one run."""
     from aitax.stack import kafka
     from aitax.stack.config import TopicSpec
 
-    print(f"1. end to end: Kafka's tools vs the emulator ({producers} producers, {consumers} identify consumers in "
-          f"{processes}+{processes} processes, factor {NO_SLEEP:g}, faces keyed by {keying})")
+    print(f"1. end to end: Kafka's tools vs `aitax emulate --factors {NO_SLEEP:g}` (the sweep's own in-window "
+          f"identified faces/s), {seconds:g} s each; instances {instances}, processes per side {processes}, "
+          f"keying {keyings}")
     print("   warm-up (JIT of fresh brokers) ...", flush=True)
-    emulator(config, 10, producers, consumers, processes, keying)
-    tool_rates, emulator_rates = [], []
-    for run in range(1, repeats + 1):
+    sweep_point(config, 10, 4, 1, "none")
+    ratios = {}
+    for count in instances:
         topic = f"bench-perf-{time.time_ns()}"
-        kafka.ensure_topics(config, [TopicSpec(topic, 12)])
+        kafka.ensure_topics(config, [TopicSpec(topic, max(3, count))])  # the partitions the sweep's topic has
         try:
-            tools = kafka_tools(config, topic, records=int(2200 * seconds))
+            tools = kafka_tools(config, topic, records=int(1800 * seconds))
         finally:
             _delete(config, topic)
-        emulated = emulator(config, seconds, producers, consumers, processes, keying)
-        tool_rates.append(tools["rate"])
-        emulator_rates.append(emulated["rate"])
-        print(f"   run {run}: Kafka tools {tools['rate']:7.0f} records/s (client CPU {tools['client_cpu_us']:.0f} "
-              f"us/record; {_saturation(tools['usage'])});  emulator {emulated['rate']:7.0f} faces/s "
-              f"({_saturation(emulated['usage'])})  ratio {emulated['rate'] / max(1.0, tools['rate']):.2f}",
-              flush=True)
-    tools_rate, emulator_rate = statistics.median(tool_rates), statistics.median(emulator_rates)
-    print(f"   median: Kafka tools {tools_rate:.0f} records/s ({tools_rate * FACE_BYTES / 1e6:.0f} MB/s), emulator "
-          f"{emulator_rate:.0f} faces/s ({emulator_rate * FACE_BYTES / 1e6:.0f} MB/s): "
-          f"END-TO-END RATIO {emulator_rate / max(1.0, tools_rate):.2f} (target >= 0.80)\n")
+        print(f"   {count:>3} instances: Kafka's tools {tools['rate']:6.0f} records/s; {_profile(tools)}; "
+              f"{tools['saturated']}", flush=True)
+        for keying in keyings:
+            for packing in processes:
+                if packing > count:
+                    continue
+                point = sweep_point(config, seconds, count, packing, keying)
+                ratio = point["rate"] / max(1.0, tools["rate"])
+                ratios[count, keying, packing] = ratio
+                print(f"       emulator keyed by {keying:<4}, {packing} process(es) a side: {point['rate']:6.0f} "
+                      f"faces/s, ratio {ratio:.2f}, backlog {point['run'].backlog_faces}; {_profile(point)}; "
+                      f"{point['saturated']}", flush=True)
+    for (count, keying, packing), ratio in ratios.items():
+        print(f"   RATIO {count} instances, keyed by {keying}, {packing} process(es): {ratio:.2f} (target >= 0.80)")
+    print()
 
 
 def _delete(config, topic: str) -> None:
@@ -253,14 +276,19 @@ def sleep_accuracy() -> None:
           f"p99 {errors[296]:.3f} ms ({errors[296] / intended:.1%} of the intended time)")
 
 
+def _numbers(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=15.0, help="seconds per throughput run (default 15)")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating tool/emulator runs (default 2)")
-    parser.add_argument("--producers", type=int, default=4, help="emulated producer instances (default 4)")
-    parser.add_argument("--consumers", type=int, default=4, help="emulated identify instances (default 4)")
-    parser.add_argument("--processes", type=int, default=1, help="OS processes per side (default 1)")
-    parser.add_argument("--keying", default="face", help="faces keyed by face (the default) or none (sticky)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per throughput run (default 20)")
+    parser.add_argument("--instances", type=_numbers, default=[4, 16, 64],
+                        help="emulated producer and identify instances, each (default 4,16,64)")
+    parser.add_argument("--processes", type=_numbers, default=[1, 2],
+                        help="OS processes per side: the packings to compare (default 1,2)")
+    parser.add_argument("--keying", type=lambda text: text.split(","), default=["none", "face"],
+                        help="faces keyed by: none (sticky, as the tools' records) and/or face (default none,face)")
     parser.add_argument("--only", choices=("end-to-end", "costs"), help="run one part only")
     args = parser.parse_args()
 
@@ -272,7 +300,7 @@ def main() -> int:
     print(f"load {os.getloadavg()[0]:.2f}; {config.brokers} brokers, RF {config.replication_factor}, "
           f"37.3 kB faces\n")
     if args.only in (None, "end-to-end"):
-        end_to_end(config, args.seconds, args.repeats, args.producers, args.consumers, args.processes, args.keying)
+        end_to_end(config, args.seconds, args.instances, args.processes, args.keying)
     if args.only in (None, "costs"):
         own_costs(config, min(args.seconds, 8))
         instances_per_process(config, min(args.seconds, 8))

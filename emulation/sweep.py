@@ -126,7 +126,8 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     """One run at `factor` (closed loop with `in_flight` frames per stream: the load offers what completes). A
     stage process that failed is a condition of the result, not the end of the sweep; the run's topics (and any
     backlog in them) are deleted whatever happened, so the next run inherits nothing."""
-    name = (f"{run_id}-x{factor:g}" + (f"-f{in_flight}" if in_flight else "")
+    # Topic names allow no "+": a factor of 1e9 is named x1e09
+    name = (f"{run_id}-x{factor:g}".replace("+", "") + (f"-f{in_flight}" if in_flight else "")
             + (f"-r{repeat}" if spec.repeats > 1 else ""))
     load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
     try:

@@ -13,7 +13,7 @@ import pytest
 from aitax.load.engine import run_load
 from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
-from emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor
+from emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
 from telemetry.latency import BREAKDOWN
 from telemetry.results import SweepResult
 
@@ -29,12 +29,12 @@ def test_light_load_is_stable_and_reports_every_field(stack: StackConfig, tmp_pa
     # 1 stream at 10 faces/s; 3 consumers at 131.5 ms per face can take 22 faces/s.
     result = run_factor(_spec(producers=1, consumers=3), stack, 1.0, unique_name, tmp_path)
     assert result.stable, result.verdict.reasons
-    assert [c.name for c in result.verdict.conditions] == ["throughput", "latency bounded"]
+    assert [c.name for c in result.verdict.conditions] == ["throughput", "latency bounded", "stage processes ran"]
     assert result.offered_faces_per_s == pytest.approx(10.0)
     assert result.achieved_faces_per_s >= 8.0
     assert result.produced_faces >= result.identified_faces >= 70
     assert result.face_bytes_mean == pytest.approx(37_300)
-    # Latency counts the faces scheduled in the measurement window: after the 2 s ramp-up, 6 s of 10 faces/s.
+    # Latency counts the faces captured in the measurement window: after the 2 s ramp-up, 6 s of 10 faces/s.
     assert result.latency is not None and 50 <= result.latency.faces < result.identified_faces
     assert result.window_start_ns - result.load_started_ns == 2_000_000_000
     assert result.latency.tail.count == result.latency.faces
@@ -84,7 +84,8 @@ def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: 
     delete_topics(stack, load.topics)
     assert result.stable, result.verdict.reasons
     assert result.offered_faces_per_s is None and result.workload.in_flight == 2
-    assert [c.name for c in result.verdict.conditions] == ["every acknowledged face identified", "latency bounded"]
+    assert [c.name for c in result.verdict.conditions] == ["every acknowledged face identified", "latency bounded",
+                                                          "stage processes ran"]
     # At no moment does a stream hold more than 2 frames between admission and identity; mostly it holds 2.
     for stream in {i.stream_id for i in identities}:
         changes = sorted([(i.scheduled_ns, 1) for i in identities if i.stream_id == stream]
@@ -113,3 +114,47 @@ def test_three_stages_send_frames_through_kafka_to_emulated_detect_instances(
     assert result.latency is not None and result.latency.breakdown_ms["frame_queue"] > 0.5
     frame_bytes = 2 * 10 * min(FRAME_JPEG_BYTES)
     assert result.resources is not None and result.resources.broker_disk_write_bytes_per_s > frame_bytes
+
+
+def test_a_point_whose_consumer_cannot_leave_its_group_and_whose_producer_dies_is_recorded_and_the_sweep_goes_on(
+        stack: StackConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1x the identify process is frozen (SIGSTOP: it can neither consume nor leave its group, nor obey
+    SIGINT) and the producer process is killed mid-load. The point is a result: its failure named with its log,
+    the frozen consumer killed and noted, its backlog counted. 2x then runs on topics and a group of its own."""
+    import os
+    import signal
+    import time
+
+    from aitax.load import local
+
+    monkeypatch.setattr(local, "STOP_TIMEOUT_S", 5.0)
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    start_producers = local.LocalLoad.start_producers
+    sabotaged: list[str] = []
+
+    def start_then_sabotage(load: local.LocalLoad) -> None:
+        start_producers(load)
+        if sabotaged:
+            return
+        sabotaged.append(load.run_id)
+        os.kill(load.consumers[0].pid, signal.SIGSTOP)
+        time.sleep(3)
+        os.kill(load.producers[0].pid, signal.SIGKILL)
+
+    monkeypatch.setattr(local.LocalLoad, "start_producers", start_then_sabotage)
+    spec = replace(_spec(producers=1, consumers=3, duration_s=8.0), factors=[1.0, 2.0], drain_s=3.0)
+    sweep = run_sweep(spec, stack, progress=lambda _: None, out=tmp_path / "results.json")
+
+    frozen, after = sweep.runs
+    assert sabotaged == [frozen.run_id]
+    assert len(frozen.process_failures) == 1 and frozen.process_failures[0].startswith("producers-0: exit -9, log ")
+    assert frozen.process_failures[0].split(", log ")[1].split(":")[0].endswith("producers-0.log")
+    assert not frozen.stable and "stage processes ran: producers-0: exit -9" in " ".join(frozen.verdict.reasons)
+    killed = [note for note in frozen.notes if "did not exit within 5 s of SIGINT and was killed" in note]
+    assert killed and killed[0].startswith("consumers-0 ")
+    assert frozen.identified_faces == 0 and frozen.backlog_faces == frozen.produced_faces > 0
+    # The next point inherited nothing: every face it produced was identified, in its own group.
+    assert after.stable, after.verdict.reasons
+    assert after.process_failures == [] and after.backlog_faces == 0
+    assert after.identified_faces == after.produced_faces > 0
+    assert sweep.skipped_factors == []
