@@ -272,3 +272,27 @@ def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_r
     assert probed == run and sweep.skipped_factors == skipped and sweep.highest_stable_factor == 2
     with pytest.raises(UserError, match="--stop-after -1"):
         sweep_module.SweepSpec([1], 10, 4, 8, 2, paper_profile(), "paper", stop_after=-1)
+
+
+def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> None:
+    import threading
+    import time
+
+    from aitax.commands.emulation import close_within
+
+    release = threading.Event()
+    closed: list[str] = []
+
+    class Client:
+        def __init__(self, name: str, stuck: bool) -> None:
+            self.name, self.stuck = name, stuck
+
+        def close(self) -> None:
+            if self.stuck:
+                release.wait(10)  # a LeaveGroup held behind a JoinGroup
+            closed.append(self.name)
+
+    started = time.monotonic()
+    assert close_within([Client("a", False), Client("b", True), Client("c", False)], 0.3) == 1
+    assert time.monotonic() - started < 2 and sorted(closed) == ["a", "c"]
+    release.set()
