@@ -61,6 +61,7 @@ class SweepSpec:
     # The sweep ends after this many factors in a row past the knee or unstable (0: run every factor): each one
     # further only queues more, and a machine driven far past saturation measures the machine.
     stop_after: int = 2
+    accelerators: tuple[str, ...] = ()  # device curves (emulation.curves) in place of their stages' profile times
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -100,7 +101,7 @@ class SweepSpec:
                         ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
                         in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
                         latency_bound_quantile=self.latency_bound_quantile, stages=self.stages,
-                        application=self.profile.application)
+                        application=self.profile.application, accelerators=list(self.accelerators))
 
     def driver(self) -> Driver:
         return self.driver_settings.model_copy(update={"kafka_client": self.kafka_client, "keying": self.keying})

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulation.curves import BatchCurve
 from emulation.profile import Distribution, Profile, frame_jpeg_bytes
 from pipeline.identify import IdentifyResult, IdentifyStats, identify_loop
 from pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop, identity_of_process
@@ -65,14 +66,16 @@ def random_payload(size: int, rng: random.Random) -> bytes:
 
 
 class EmulatedFaceFinder:
-    """Detection's compute as a sleep; faces of sampled count and size."""
+    """Detection's compute as a sleep (the profile's sampled time / factor, or a device curve's time for one
+    frame); faces of sampled count and size."""
 
-    def __init__(self, profile: Profile, factor: float, rng: random.Random) -> None:
-        self.profile, self.factor, self.rng = profile, factor, rng
+    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None) -> None:
+        self.profile, self.factor, self.rng, self.curve = profile, factor, rng, curve
 
     def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
         with watch.time("emulated"):
-            emulated_compute(self.profile.compute_ms["detect"].sample(self.rng) / self.factor / 1000)
+            emulated_compute((self.curve.ms(1, self.rng) if self.curve else
+                              self.profile.compute_ms["detect"].sample(self.rng) / self.factor) / 1000)
         return [FoundFace((0, 0, 160, 160), 1.0,
                           random_payload(round(self.profile.thumbnail_bytes.sample(self.rng)), self.rng), "synthetic")
                 for _ in range(self.profile.sample_faces(self.rng))]
@@ -89,15 +92,20 @@ class SyntheticFrames:
 
 
 class EmulatedIdentifier:
-    """Identification's compute as a sleep of the sampled per-face times, for the whole batch at once."""
+    """Identification's compute as one sleep for the whole batch: the profile's sampled per-face times summed and
+    divided by the factor, or a device curve's time for a batch of this size."""
 
-    def __init__(self, profile: Profile, factor: float, rng: random.Random) -> None:
-        self.profile, self.factor, self.rng = profile, factor, rng
+    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None) -> None:
+        self.profile, self.factor, self.rng, self.curve = profile, factor, rng, curve
+
+    def batch_ms(self, faces: int) -> float:
+        if self.curve is not None:
+            return self.curve.ms(faces, self.rng)
+        return sum(self.profile.compute_ms["identify"].sample(self.rng) for _ in range(faces)) / self.factor
 
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
         with watch.time("emulated"):
-            per_face = sum(self.profile.compute_ms["identify"].sample(self.rng) for _ in faces)
-            emulated_compute(per_face / self.factor / 1000)
+            emulated_compute(self.batch_ms(len(faces)) / 1000)
         return [Match("emulated", 1.0, "emulated") for _ in faces]
 
 
@@ -193,10 +201,12 @@ def _drain(frames: queue.Queue) -> Iterator[Frame]:
 def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
                            keying: str = DEFAULT_KEYING, seed: int = 0, in_flight: int | None = None,
-                           identities: Consumer | None = None, stages: int = 2) -> list[DetectStats | IngestStats]:
+                           identities: Consumer | None = None, stages: int = 2,
+                           curves: Mapping[str, BatchCurve] | None = None) -> list[DetectStats | IngestStats]:
     """Run `instances` emulated ingest/detect instances (`stages` 3: ingest instances publishing frames) until
     `should_stop()`, then drain and flush. With `in_flight`, each runs a closed loop whose completions `identities`
-    (a consumer of the run's identities) reports."""
+    (a consumer of the run's identities) reports. `curves` (by stage): a device's detect time instead of the
+    profile's."""
     if in_flight is not None and identities is None:
         raise ValueError("a closed loop needs a consumer of the identities")
     if in_flight is not None and stages == 3:
@@ -222,7 +232,8 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
             continue
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
-            args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d")),
+            args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d"),
+                                                     (curves or {}).get("detect")),
                   producer, sink, run_id, factor, stats[i], topics, FaceRecords(keying))))
     loop = (threading.Thread(target=close_the_loop, name="closed-loop", daemon=True,
                              args=(identities, run_id, windows, instances_done.is_set))
@@ -255,7 +266,8 @@ def run_detector_instances(consumers: list[Consumer], producer: Producer, profil
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
                            keying: str = DEFAULT_KEYING, seed: int = 0,
                            on_ready: Callable[[], None] | None = None,
-                           batching: BatchPolicy = FRAME_BATCHING) -> list[DetectStats]:
+                           batching: BatchPolicy = FRAME_BATCHING,
+                           curves: Mapping[str, BatchCurve] | None = None) -> list[DetectStats]:
     """The three-stage design's detection, emulated: one instance per consumer of the `frames` topic, each the real
     `frames_from_topic` into the real `detect_loop` with detection's compute as a sleep, until stopped."""
     stats = [DetectStats() for _ in consumers]
@@ -263,7 +275,8 @@ def run_detector_instances(consumers: list[Consumer], producer: Producer, profil
     threads = [threading.Thread(
         target=detect_loop, name=f"detect-{i}", daemon=True,
         args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready, batching=batching),
-              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}")), producer, sink, run_id,
+              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}"), (curves or {}).get("detect")),
+              producer, sink, run_id,
               factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
         for i, consumer in enumerate(consumers)]
     _start_and_join(threads)
@@ -282,13 +295,15 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
                            batching: BatchPolicy = PER_FACE, seed: int = 0,
                            stats_out: list[IdentifyStats] | None = None,
                            on_ready: Callable[[], None] | None = None,
-                           only_run: str | None = None) -> list[IdentifyStats]:
+                           only_run: str | None = None,
+                           curves: Mapping[str, BatchCurve] | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped. Each forms its batches with the real identify's dynamic batcher.
 
     A maximum batch of 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
     larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
-    `on_ready` is called once every instance has partitions; with `only_run`, other runs' faces are skipped."""
+    `on_ready` is called once every instance has partitions; with `only_run`, other runs' faces are skipped; with
+    an identify curve in `curves`, a batch sleeps the device's time for its size."""
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
@@ -296,7 +311,8 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
 
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
-        args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}")), sink,
+        args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}"),
+                                                     (curves or {}).get("identify")), sink,
               should_stop, batching, factor, stats[i], topics),
         kwargs={"on_ready": instance_ready, "run_id": only_run})
         for i, consumer in enumerate(consumers)]

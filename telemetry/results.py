@@ -46,6 +46,9 @@ class Workload(_Model):
     duration_s: float = Field(gt=0)  # of offered load
     factor: float = Field(1.0, gt=0)  # AI acceleration (emulated: compute sleeps divided by it)
     profile: str | None = None  # emulated: built-in profile name or YAML path
+    # emulated: per-batch device curves (shipped names or files, emulation.curves) in place of the profile's
+    # per-item times of the stages they name; the factor still raises the load and divides the other stages
+    accelerators: list[str] = Field(default_factory=list)
     video: str | None = None  # real: every producer's video (looped)
     gallery: str | None = None  # real
     pace: Literal["native", "max"] = "native"
@@ -104,6 +107,8 @@ class Driver(_Model):
     # identity's append, so this is counted (as `deliver`). 5 ms by measurement (docs/latency.md): 100 ms added
     # 100 ms to every face for no gain the brokers showed at these rates.
     results_linger_ms: float = Field(default=5.0, ge=0.0, le=10_000.0)
+    # The emulated identify's largest batch (None: the stage's default, one face as the paper's identify).
+    max_batch: int | None = Field(default=None, ge=1, le=4096)
 
 
 class Condition(_Model):

@@ -48,7 +48,30 @@ def _stage_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file")
     parser.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID", "emulated"), help="run id of the faces")
     parser.add_argument("--topic-prefix", default="", help="use PREFIXfaces, PREFIXidentities, PREFIXfaces.dlq")
+    _add_accelerator(parser)
     add_kafka_options(parser)
+
+
+def _add_accelerator(parser: argparse.ArgumentParser) -> None:
+    from emulation.curves import built_in_curves
+
+    parser.add_argument("--accelerator", action="append", default=[], metavar="NAME|FILE",
+                        help="a device's time per batch in place of a stage's profile times (the curve file names "
+                             f"its stage; repeat for both stages): shipped {', '.join(built_in_curves())}, or a file "
+                             "`aitax calibrate` wrote. The factor still raises the load and divides the other stages")
+
+
+def accelerator_curves(names: list[str]) -> dict:
+    """The curves of `--accelerator`, by the stage each replaces; two for one stage is a UserError."""
+    from emulation.curves import load_curve
+
+    curves: dict = {}
+    for name in names:
+        curve = load_curve(name)
+        if curve.stage in curves:
+            raise UserError(f"--accelerator {name}: {curves[curve.stage].name} already replaces {curve.stage}")
+        curves[curve.stage] = curve
+    return curves
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,6 +125,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--drain", type=float, default=15.0,
                        help="seconds after each load for the consumers to catch up; what is left is the point's "
                             "backlog (default 15)")
+    _add_accelerator(sweep)
+    sweep.add_argument("--max-batch", type=int,
+                       help="the emulated identify's largest batch (default 1: one face at a time, as the paper's "
+                            "identify; a device curve gains from more)")
     add_measurement(sweep, ramp_up_s=2.0)
     add_keying(sweep)
     add_driver_timing(sweep)
@@ -220,6 +247,7 @@ def _emulate(args: argparse.Namespace) -> int:
         raise UserError(f"--face-scale {args.face_scale}: must be in (0, 1]")
     if args.stages == 3 and args.workload == "object-detection":
         raise UserError("--stages 3 is Face Recognition's design: object-detection already sends every frame")
+    accelerator_curves(args.accelerator)  # every curve readable before anything starts
     workload = WORKLOADS[args.workload]
     profile_name = args.profile or workload.profile
     producers = workload.producers if args.producers is None else args.producers
@@ -234,8 +262,9 @@ def _emulate(args: argparse.Namespace) -> int:
                      profile_name, args.kafka_client, args.disk_write_mbps * 1e6, warmup_s=args.warmup,
                      keying=args.keying, ramp_up_s=args.ramp_up, ramp_down_s=args.ramp_down, repeats=args.repeat,
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
-                     latency_bound_quantile=args.quantile, stages=args.stages, driver_settings=driver(args),
-                     drain_s=args.drain, stop_after=args.stop_after)
+                     latency_bound_quantile=args.quantile, stages=args.stages,
+                     driver_settings=driver(args, max_batch=args.max_batch), drain_s=args.drain,
+                     stop_after=args.stop_after, accelerators=tuple(args.accelerator))
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
@@ -352,7 +381,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
         raise UserError(f"--in-flight {args.in_flight}: at least 1 frame per stream")
     if args.in_flight is not None and args.stages == 3:
         raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
-    profile, settings, topics = _stage_setup(args)
+    profile, settings, topics, curves = _stage_setup(args)
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
     identities = (make_consumer(settings.kafka_client, settings.bootstrap,
@@ -368,7 +397,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
                                        keying=args.keying, in_flight=args.in_flight, identities=identities,
-                                       stages=args.stages)
+                                       stages=args.stages, curves=curves)
     finally:
         if identities is not None:
             identities.close()
@@ -396,7 +425,7 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
-    profile, settings, topics = _stage_setup(args)
+    profile, settings, topics, curves = _stage_setup(args)
     consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.frames])
                  for _ in range(args.instances)]
     producer = make_producer(settings.kafka_client, settings.bootstrap)
@@ -405,7 +434,7 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
     try:
         stats = run_detector_instances(consumers, producer, profile, args.factor, sink, args.run_id, topics,
                                        lambda: stop[0], keying=args.keying, on_ready=lambda: report(READY),
-                                       batching=batch_policy(args))
+                                       batching=batch_policy(args), curves=curves)
     finally:
         for client in (*consumers, producer):
             client.close()
@@ -420,7 +449,7 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
-    profile, settings, topics = _stage_setup(args)
+    profile, settings, topics, curves = _stage_setup(args)
     consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
     # One producer shared by the instances.
@@ -431,7 +460,7 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
                                        batching=batch_policy(args), on_ready=lambda: report(READY),
-                                       only_run=args.run_id if args.skip_other_runs else None)
+                                       only_run=args.run_id if args.skip_other_runs else None, curves=curves)
     finally:
         producer.close()  # the identities first: what the group commits must be durable
         stuck = close_within(consumers, CONSUMER_CLOSE_S)
@@ -466,7 +495,8 @@ def close_within(clients: list, timeout_s: float) -> int:
 
 
 def _stage_setup(args: argparse.Namespace):
-    """What both emulated stage processes check and resolve before starting: (profile, settings, topics)."""
+    """What the emulated stage processes check and resolve before starting: (profile, settings, topics, the
+    device curves by stage)."""
     from emulation.profile import load_profile
     from pipeline.schema import DEFAULT_TOPICS, Topics
     from pipeline.transport.admin import require_brokers
@@ -474,9 +504,11 @@ def _stage_setup(args: argparse.Namespace):
     if args.factor <= 0:
         raise UserError(f"--factor {args.factor}: must be > 0")
     profile = load_profile(args.profile)
+    curves = accelerator_curves(args.accelerator)
     settings = stage_settings(args)
     require_brokers(settings.bootstrap)
-    return profile, settings, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    return (profile, settings, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS,
+            curves)
 
 
 def _profile(args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def driver(args: argparse.Namespace, **settings):
         return Driver(max_queue_delay_ms=args.max_queue_delay_ms, results_linger_ms=args.results_linger_ms, **settings)
     except ValidationError as error:
         raise invalid(error, names={"max_queue_delay_ms": "--max-queue-delay-ms",
-                                    "results_linger_ms": "--results-linger-ms"}) from None
+                                    "results_linger_ms": "--results-linger-ms", "max_batch": "--max-batch"}) from None
 
 
 def add_results_linger(parser: argparse.ArgumentParser) -> None:

@@ -50,10 +50,13 @@ class LocalLoad:
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
         self.batching = ["--max-queue-delay-ms", f"{driver.max_queue_delay_ms:g}"]  # for the consuming stages
+        # the emulated identify's largest batch, where the driver sets one
+        self.max_batch = [] if driver.max_batch is None else ["--max-batch", str(driver.max_batch)]
         self.linger = ["--results-linger-ms", f"{driver.results_linger_ms:g}"]  # for identify
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
             common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
-                       "--metrics-port", "-1", "--topic-prefix", topic_prefix]
+                       "--metrics-port", "-1", "--topic-prefix", topic_prefix,
+                       *(arg for curve in workload.accelerators for arg in ("--accelerator", curve))]
         self.common = common
         self.consumers: list[children.Child] = []
         self.producers: list[children.Child] = []
@@ -119,7 +122,8 @@ class LocalLoad:
                     for i in range(1, w.producers + 1)]
         else:
             self.consumers = [self._spawn(f"consumers-{i}", [
-                "emulate-consumers", "--instances", str(n), "--group", self.group, *self.batching, *self.linger,
+                "emulate-consumers", "--instances", str(n), "--group", self.group, *self.batching, *self.max_batch,
+                *self.linger,
                 *(["--skip-other-runs"] if self.shares_topics else [])])
                               for i, n in enumerate(split(w.consumers, w.consumer_processes))]
             if w.stages == 3:  # one emulated detect instance per stream, as the real run has one detect process each

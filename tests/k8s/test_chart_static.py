@@ -112,6 +112,7 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("kafka.imagePullPolicyy=Always", "imagePullPolicyy"),
         ("identify.resources.requests.cpu=lots", "/identify/resources/requests/cpu"),
         ("emulator.factor=0", "/emulator/factor"),
+        ("emulator.accelerator=tpu", "/emulator/accelerator"),
         ("ingestDetect.pace=fastest", "/ingestDetect/pace"),
         ("kafka.antiAffinity=maybe", "/kafka/antiAffinity"),
         ("kafka.persistence.size=big", "/kafka/persistence/size"),
@@ -300,6 +301,16 @@ def test_stage_deployments_per_mode() -> None:
         "emulate-producers", "--instances", "4", "--factor", "$(AITAX_ACCELERATION_FACTOR)", "--profile",
         "/etc/aitax/profile/profile.yaml", "--run-id", "$(AITAX_RUN_ID)", "--stream-prefix", "$(POD_NAME)"]
     assert "profile.yaml" in _named(emulated, "ConfigMap", "-emulator-profile")["data"]
+    consumers = deployments["t-aitax-emulate-consumers"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert consumers[-2:] == ["--max-batch", "1"]
+    # A device curve goes to every emulated stage (each process takes the curve of its own stage)
+    device = render(CHART / "ci" / "emulated-values.yaml", sets=("emulator.accelerator=h200-bf16",
+                                                                 "emulator.maxBatch=16"))
+    for name, deployment in {d["metadata"]["name"]: d for d in _by_kind(device, "Deployment")}.items():
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--accelerator") + 1] == "h200-bf16", name
+    consumers = _named(device, "Deployment", "-emulate-consumers")["spec"]["template"]["spec"]["containers"][0]
+    assert consumers["args"][-2:] == ["--max-batch", "16"]
 
 
 def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> None:

@@ -1,0 +1,90 @@
+"""Device curves: time per batch against batch size, their files, and the emulated stages that sleep them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from emulation.curves import BatchCurve, built_in_curves, load_curve, write_curve
+from emulation.profile import Distribution, paper_profile
+from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
+from ground.errors import UserError
+from telemetry.timing import Stopwatch
+
+CURVE = BatchCurve("t", "identify", ((1, 2.0), (8, 3.4), (32, 8.2)))
+
+
+@pytest.mark.parametrize(("batch", "ms"), [(1, 2.0), (4, 2.6), (8, 3.4), (20, 5.8), (32, 8.2), (64, 14.6)])
+def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope(batch: int, ms: float) -> None:
+    assert CURVE.ms(batch) == pytest.approx(ms)
+
+
+def test_below_its_first_point_a_curve_costs_that_point_and_a_falling_tail_never_goes_below_its_last() -> None:
+    assert BatchCurve("t", "identify", ((4, 3.0), (8, 5.0))).ms(1) == 3.0
+    falling = BatchCurve("t", "detect", ((1, 21.3), (2, 25.0), (8, 20.0)))  # as measured: a noisy last point
+    assert falling.ms(64) == 20.0 and falling.ms(5) == pytest.approx(22.5)
+    with pytest.raises(ValueError, match="at least 1"):
+        CURVE.ms(0)
+
+
+def test_a_spread_multiplies_the_time_per_batch_around_its_median() -> None:
+    spread = BatchCurve("t", "identify", ((1, 10.0),), Distribution(((0.0, 0.9), (0.5, 1.0), (1.0, 1.3))))
+    assert spread.ms(1) == pytest.approx(10.0)
+    draws = [spread.ms(1, random.Random(seed)) for seed in range(200)]
+    assert 9.0 <= min(draws) < 9.5 and 12.0 < max(draws) <= 13.0
+
+
+def test_the_shipped_curves_read_back_with_their_stage_and_provenance() -> None:
+    assert set(built_in_curves()) == {"h200-bf16", "h200-fp16", "h200-mtcnn"}
+    bf16 = load_curve("h200-bf16")
+    assert bf16.stage == "identify" and bf16.ms(1) == pytest.approx(2.113) and bf16.ms(256) == pytest.approx(7.862)
+    # The note's straight line (2.05 ms + 0.0227 ms per face) within 10% at every batch from 8 up
+    assert all(abs(bf16.ms(n) - (2.05 + 0.0227 * n)) / bf16.ms(n) < 0.1 for n in (8, 16, 64, 256))
+    assert load_curve("h200-mtcnn").stage == "detect"
+    assert "Not measured" in built_in_curves()["h200-fp16"].read_text()
+
+
+def test_a_written_curve_round_trips_and_a_linear_one_reads_as_two_points(tmp_path: Path) -> None:
+    spread = Distribution(((0.0, 0.95), (0.5, 1.0), (1.0, 1.2)))
+    path = write_curve(tmp_path / "cpu.yaml", "cpu-bf16", "identify", "this machine", [(1, 7.2), (8, 48.0)], spread)
+    again = load_curve(str(path))
+    assert again == BatchCurve("cpu-bf16", "identify", ((1, 7.2), (8, 48.0)), spread)
+    linear = tmp_path / "linear.yaml"
+    linear.write_text("version: 1\nname: l\nstage: identify\nprovenance: p\nfixed_ms: 2.0\nper_item_ms: 0.5\n")
+    assert load_curve(str(linear)).ms(10) == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("version: 1\nname: x\nstage: identify\nprovenance: p\nper_batch_ms: [[2, 1.0], [1, 2.0]]\n",
+     "per_batch_ms: batch sizes must increase"),
+    ("version: 1\nname: x\nstage: identify\nprovenance: p\nfixed_ms: 1\n", "fixed_ms and per_item_ms go together"),
+    ("version: 1\nname: x\nstage: ingest\nprovenance: p\nfixed_ms: 1\nper_item_ms: 1\n", "stage 'ingest'"),
+    ("version: 1\nname: x\nstage: identify\nper_batch_ms: [[1, 1.0]]\n", "provenance: field required"),
+    ("version: 2\n", "curve version 2, expected 1"),
+])
+def test_a_malformed_curve_file_is_one_line_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as raised:
+        load_curve(str(path))
+    assert message in str(raised.value) and str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(monkeypatch) -> None:
+    from emulation import workers
+
+    slept: list[float] = []
+    monkeypatch.setattr(workers, "emulated_compute", slept.append)
+    with_curve = EmulatedIdentifier(paper_profile(), 1000.0, random.Random(1), CURVE)
+    for faces in (1, 5, 32):
+        with_curve([object()] * faces, Stopwatch())  # type: ignore[list-item]
+    # The device's time for each batch, not divided by the factor (it raises the load, not the device's speed)
+    assert slept == pytest.approx([0.002, CURVE.ms(5) / 1000, 0.0082])
+    slept.clear()
+    EmulatedIdentifier(paper_profile(), 2.0, random.Random(1))([object()] * 3, Stopwatch())  # type: ignore[list-item]
+    assert slept == pytest.approx([3 * 131.5 / 2 / 1000])  # the profile's per-face times, summed, / factor
+    slept.clear()
+    EmulatedFaceFinder(paper_profile(), 8.0, random.Random(1), load_curve("h200-mtcnn"))(None, Stopwatch())
+    assert slept == pytest.approx([0.0213])  # one frame per call: the curve's batch of one
