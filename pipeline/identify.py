@@ -84,11 +84,15 @@ class FaceNetIdentifier:
 
 
 def decode_thumbnail(face: FaceMessage) -> np.ndarray | MalformedRecordError:
+    return decode_thumbnail_bytes(face.thumbnail, face.meta.encoding)
+
+
+def decode_thumbnail_bytes(thumbnail: bytes, encoding: str) -> np.ndarray | MalformedRecordError:
     import cv2  # here, not at the top: the emulator runs identify's loop without OpenCV
 
-    bgr = cv2.imdecode(np.frombuffer(face.thumbnail, np.uint8), cv2.IMREAD_COLOR)
+    bgr = cv2.imdecode(np.frombuffer(thumbnail, np.uint8), cv2.IMREAD_COLOR)
     if bgr is None:
-        return MalformedRecordError(f"thumbnail does not decode as {face.meta.encoding}")
+        return MalformedRecordError(f"thumbnail does not decode as {encoding}")
     if bgr.shape[:2] != (160, 160):
         return MalformedRecordError(f"thumbnail is {bgr.shape[1]}x{bgr.shape[0]}, expected 160x160")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)

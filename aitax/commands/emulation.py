@@ -226,6 +226,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "other runs share)")
     consumers.set_defaults(func=_emulate_consumers)
 
+    calibrate = subparsers.add_parser(
+        "calibrate", help="this machine's device curve (time per batch) for --accelerator FILE",
+        description="Times the real compute of a stage on this machine and writes a curve file that "
+                    "`aitax emulate --accelerator FILE` reads: identify, thumbnail decode + FaceNet per batch of "
+                    "--batches thumbnails through --runtime in --precision; detect, MTCNN with alignment and "
+                    "thumbnails one frame per call on a video's frames.")
+    calibrate.add_argument("stage", choices=("identify", "detect"))
+    calibrate.add_argument("--out", type=Path, required=True, help="curve YAML to write")
+    calibrate.add_argument("--runtime", default="openvino", choices=("openvino", "tensorflow"),
+                           help="identify: FaceNet's runtime (default openvino)")
+    calibrate.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                           help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it)")
+    calibrate.add_argument("--threads", type=int, default=1, help="identify: FaceNet's threads (default 1)")
+    calibrate.add_argument("--batches", type=counts, default=(1, 2, 4, 8, 16, 32, 64), metavar="N,N,...",
+                           help="identify: batch sizes to time (default 1,2,4,8,16,32,64)")
+    calibrate.add_argument("--repeats", type=int, default=10, help="timed runs per batch size (default 10)")
+    calibrate.add_argument("--video", help="detect: the video whose frames to time (`aitax make-video`)")
+    calibrate.add_argument("--frames", type=int, default=20, help="detect: frames of the video to cycle (default 20)")
+    calibrate.add_argument("--min-face-size", type=int, default=40, help="detect: MTCNN's smallest face (default 40)")
+    calibrate.set_defaults(func=_calibrate)
+
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
     profile.add_argument("--run", required=True, help="run id")
     profile.add_argument("--events", help="JSONL folder or file of the run (default: the local Elasticsearch)")
@@ -509,6 +530,34 @@ def _stage_setup(args: argparse.Namespace):
     require_brokers(settings.bootstrap)
     return (profile, settings, Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS,
             curves)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from emulation.calibrate import calibrate_detect, calibrate_identify
+    from emulation.curves import load_curve
+
+    if args.repeats < 1 or args.threads < 1 or args.frames < 1:
+        raise UserError(f"--repeats {args.repeats} --threads {args.threads} --frames {args.frames}: each at least 1")
+    if args.stage == "identify":
+        with tqdm(total=len(args.batches), desc="batch sizes", unit="size") as bar:
+            path = calibrate_identify(args.out, args.runtime, args.precision, args.threads, args.batches,
+                                      args.repeats, progress=lambda _: bar.update())
+    else:
+        from pipeline.frames import open_video
+
+        if not args.video:
+            raise UserError("calibrate detect: --video VIDEO, the frames to time (e.g. from `aitax make-video`)")
+        video = args.video
+        open_video(video).release()  # a bad path is one line before the models load
+        with tqdm(total=1, desc="frames", unit="curve") as bar:
+            path = calibrate_detect(args.out, video, args.min_face_size, args.frames, args.repeats,
+                                    progress=lambda _: bar.update())
+    curve = load_curve(str(path))
+    print(f"wrote {path}: {curve.name}, " + ", ".join(f"batch {n}: {ms:.2f} ms ({ms / n:.2f} per item)"
+                                                      for n, ms in curve.points))
+    return 0
 
 
 def _profile(args: argparse.Namespace) -> int:

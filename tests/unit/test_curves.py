@@ -88,3 +88,24 @@ def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(mo
     slept.clear()
     EmulatedFaceFinder(paper_profile(), 8.0, random.Random(1), load_curve("h200-mtcnn"))(None, Stopwatch())
     assert slept == pytest.approx([0.0213])  # one frame per call: the curve's batch of one
+
+
+def test_calibration_times_each_batch_size_and_writes_a_curve_the_emulator_reads(tmp_path: Path) -> None:
+    import time
+
+    from emulation.calibrate import time_batches
+
+    runs: list[int] = []
+
+    def run(batch: int) -> None:
+        runs.append(batch)
+        time.sleep((1.0 + 0.5 * batch) / 1000)  # 1 ms per batch + 0.5 ms per item
+
+    done: list[int] = []
+    points, spread = time_batches(run, (1, 4), repeats=5, progress=done.append)
+    assert runs == [1] * 8 + [4] * 8 and done == [1, 4]  # 3 warm-up runs, then 5 timed, per size
+    assert [n for n, _ in points] == [1, 4]
+    assert points[0][1] >= 1.5 and points[1][1] >= 3.0 and points[1][1] > points[0][1]
+    assert spread.quantile(0.5) == pytest.approx(1.0, abs=0.05)
+    path = write_curve(tmp_path / "mine.yaml", "sleepy", "identify", "a test", points, spread)
+    assert load_curve(str(path)).ms(4) == pytest.approx(points[1][1], abs=1e-4)  # written to 0.1 us
