@@ -133,5 +133,5 @@ def write_curve(path: Path, name: str, stage: str, provenance: str, points: list
         document["spread"] = [list(p) for p in spread.points]
     CurveFile.model_validate(document)  # never write what cannot be read back
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    path.write_text(yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120))
     return path

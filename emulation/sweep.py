@@ -23,6 +23,7 @@ from ground.errors import UserError
 from ground.paper import HIGHEST_STABLE_FACTOR
 from ground.paths import aitax_home
 from pipeline.schema import DEFAULT_KEYING, Topics
+from telemetry.latency import batch_size_p50
 from telemetry.quantiles import DEFAULT_QUANTILES, min_samples
 from telemetry.results import Driver, RunResult, ScalingResult, ScalingRow, SweepResult, Workload, write_results
 
@@ -239,7 +240,8 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
 
 
 def _one_line(r: RunResult) -> str:
-    latency = f"e2e mean {r.latency.mean_ms:.0f} ms p99 {r.latency.p99_ms:.0f} ms" if r.latency else "no faces"
+    latency = (f"e2e mean {r.latency.mean_ms:.0f} ms p99 {r.latency.p99_ms:.0f} ms, identify batch p50 "
+               f"{batch_size_p50(r.latency.batch_sizes) or 0:g}" if r.latency else "no faces")
     used = r.resources
     offered = "" if r.offered_faces_per_s is None else f"/{r.offered_faces_per_s:.0f}"
     point = f"{r.workload.factor:.3g}x" + (f" {r.workload.in_flight} in flight" if r.workload.in_flight else "")
