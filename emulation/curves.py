@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-from emulation.profile import Distribution, QuantilePoints
-from ground.errors import UserError, invalid
+from emulation.profile import Distribution, QuantilePoints, read_versioned_yaml
+from ground.errors import UserError
 
 CURVE_VERSION = 1
 BUILT_IN_FOLDER = Path(__file__).with_name("accelerators")
@@ -112,16 +112,7 @@ def load_curve(name_or_path: str) -> BatchCurve:
     path = shipped.get(name_or_path, Path(name_or_path))
     if not path.is_file():
         raise UserError(f"--accelerator {name_or_path}: neither a shipped curve ({', '.join(shipped)}) nor a file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise UserError(f"{path}: not YAML ({str(error).splitlines()[0]})") from None
-    if isinstance(raw, dict) and raw.get("version") != CURVE_VERSION:
-        raise UserError(f"{path}: curve version {raw.get('version')!r}, expected {CURVE_VERSION}")
-    try:
-        return CurveFile.model_validate(raw).curve()
-    except ValidationError as error:
-        raise invalid(error, str(path)) from None
+    return read_versioned_yaml(path, CurveFile, "curve", CURVE_VERSION).curve()
 
 
 def write_curve(path: Path, name: str, stage: str, provenance: str, points: list[tuple[int, float]],

@@ -18,7 +18,7 @@ import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import numpy as np
 import yaml
@@ -220,14 +220,22 @@ def load_profile(name_or_path: str) -> Profile:
     path = Path(name_or_path)
     if not path.is_file():
         raise UserError(f"--profile {name_or_path}: neither a built-in ({', '.join(BUILT_IN)}) nor a file")
+    return read_versioned_yaml(path, ProfileFile, "profile", PROFILE_VERSION).profile()
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def read_versioned_yaml(path: Path, model: type[Model], kind: str, version: int) -> Model:
+    """A YAML file of `model` at `version`: not YAML, another version or a bad field is one line naming it."""
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise UserError(f"{path}: not YAML ({str(error).splitlines()[0]})") from None
-    if isinstance(raw, dict) and raw.get("version") != PROFILE_VERSION:
-        raise UserError(f"{path}: profile version {raw.get('version')!r}, expected {PROFILE_VERSION}")
+    if isinstance(raw, dict) and raw.get("version") != version:
+        raise UserError(f"{path}: {kind} version {raw.get('version')!r}, expected {version}")
     try:
-        return ProfileFile.model_validate(raw).profile()
+        return model.model_validate(raw)
     except ValidationError as error:
         raise invalid(error, str(path)) from None
 
