@@ -109,3 +109,21 @@ def test_calibration_times_each_batch_size_and_writes_a_curve_the_emulator_reads
     assert spread.quantile(0.5) == pytest.approx(1.0, abs=0.05)
     path = write_curve(tmp_path / "mine.yaml", "sleepy", "identify", "a test", points, spread)
     assert load_curve(str(path)).ms(4) == pytest.approx(points[1][1], abs=1e-4)  # written to 0.1 us
+
+
+def test_the_speed_up_a_device_gave_is_read_at_the_batch_the_median_face_was_identified_in() -> None:
+    from dataclasses import replace
+
+    from emulation.sweep import device_speedup
+    from telemetry.latency import summarize
+    from tests.unit.results_builders import emulated_run
+    from tests.unit.test_results import _identity
+
+    faces = [replace(_identity(i * 100, 50), batch_size=1 if i < 2 else 8) for i in range(10)]
+    run = emulated_run(32, True, 1e6)
+    run = run.model_copy(update={"latency": summarize(faces), "workload": run.workload.model_copy(
+        update={"accelerators": ["h200-bf16"]})})
+    # 131.5 ms per face (the paper) against 2.278 ms / 8 faces at batch 8
+    assert device_speedup(run, paper_profile()) == pytest.approx(131.5 / (2.278 / 8))
+    assert device_speedup(run.model_copy(update={"workload": run.workload.model_copy(
+        update={"accelerators": ["h200-mtcnn"]})}), paper_profile()) is None  # no identify curve
