@@ -60,7 +60,7 @@ class Workload(_Model):
     # detections record (its detection where identification stands)
     application: Literal["face-recognition", "object-detection"] = "face-recognition"
     drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog
-    # The measurement window (ramp-up, window, ramp-down): latency counts the faces scheduled in it, throughput
+    # The measurement window (ramp-up, window, ramp-down): latency counts the faces captured in it, throughput
     # the faces identified in it, after `ramp_up_s` of the schedule and before its last `ramp_down_s`.
     ramp_up_s: float = Field(0.0, ge=0)
     ramp_down_s: float = Field(0.0, ge=0)
