@@ -221,9 +221,15 @@ class LocalLoad:
                 for c in children.failed(self.producers + self.detectors + self.consumers, self.killed)]
 
     def produced(self) -> tuple[int, float]:
-        """Faces acknowledged and mean thumbnail bytes, from the summaries of the processes that produce faces."""
-        summaries = [status for child in (self.detectors or self.producers)
-                     for status in child.statuses(children.SUMMARY)]
+        """Faces acknowledged and mean thumbnail bytes, from the summaries of the processes that produce faces; where
+        one of them died before its summary, from the faces the brokers hold for the run (read back)."""
+        sources = self.detectors or self.producers
+        if not self.objects and not all(child.has_reported(children.SUMMARY) for child in sources):
+            from pipeline.transport.readback import read_face_topic
+
+            held = read_face_topic(self.bootstrap, self.topics.faces, self.run_id)
+            return len(held.faces), held.thumbnail_bytes_mean
+        summaries = [status for child in sources for status in child.statuses(children.SUMMARY)]
         faces = sum(summary["acknowledged"] for summary in summaries)
         return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 
