@@ -204,7 +204,8 @@ def own_costs(config, seconds: float) -> None:
         producer_us = (time.process_time() - cpu) / produced * 1e6
         consumers = [make_consumer("confluent-kafka", config.bootstrap_servers, f"{topics.faces}-own", [topics.faces])
                      for _ in range(4)]
-        results = make_producer("confluent-kafka", config.bootstrap_servers, linger_ms=Driver().results_linger_ms)
+        results = make_producer("confluent-kafka", config.bootstrap_servers, linger_ms=Driver().results_linger_ms,
+                                idempotent=True)
         cpu, started = time.process_time(), time.monotonic()
         identify_stats: list = []
         run_consumer_instances(consumers, results, paper_profile(), NO_SLEEP, NullSink(), topics,

@@ -474,7 +474,8 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
     consumers = [make_consumer(settings.kafka_client, settings.bootstrap, args.group, [topics.faces])
                  for _ in range(args.instances)]
     # One producer shared by the instances.
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms)
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms,
+                             idempotent=True)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
     stop = stop_flag()
     try:

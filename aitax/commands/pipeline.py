@@ -470,14 +470,15 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
     from ground.children import READY, SUMMARY, report
     from pipeline.ingest_detect import detect_loop
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
-    from pipeline.schema import FRAMES_TOPIC
+    from pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
     from pipeline.three_stage import ReceivedFrames, frames_from_topic
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
 
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FRAMES_TOPIC])
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
+    # detections are results: never published twice
+    producer = make_producer(settings.kafka_client, settings.bootstrap, idempotent=out_topic == DETECTIONS_TOPIC)
     sink, metrics = open_telemetry(settings, "detect", f"{process}-{os.getpid()}")
     received = ReceivedFrames()
     try:
@@ -525,7 +526,8 @@ def _identify(args: argparse.Namespace) -> int:
     print(f"identify: FaceNet in {embedder.precision} through {embedder.runtime}", flush=True)
     stop = stop_flag()
     consumer = make_consumer(settings.kafka_client, settings.bootstrap, args.group, [FACES_TOPIC])
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms)
+    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=args.results_linger_ms,
+                             idempotent=True)
     sink, metrics = open_telemetry(settings, "identify", f"identify-{os.getpid()}")
     try:
         # `aitax run` starts the producers once every identify process has its partitions.

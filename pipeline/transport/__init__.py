@@ -18,15 +18,17 @@ from pipeline.transport.base import (
 )
 
 
-def make_producer(client: str, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> Producer:
+def make_producer(client: str, bootstrap_servers: str, linger_ms: float = 5.0, idempotent: bool = False,
+                  **settings: object) -> Producer:
+    """A producer (acks=all); `idempotent` for results, which must never be published twice (see base.py)."""
     if client == "confluent-kafka":
         from pipeline.transport.confluent import ConfluentProducer
 
-        return ConfluentProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+        return ConfluentProducer(bootstrap_servers, linger_ms=linger_ms, idempotent=idempotent, **settings)
     if client == "kafka-python":
         from pipeline.transport.kafka_python import KafkaPythonProducer
 
-        return KafkaPythonProducer(bootstrap_servers, linger_ms=linger_ms, **settings)
+        return KafkaPythonProducer(bootstrap_servers, linger_ms=linger_ms, idempotent=idempotent, **settings)
     raise UserError(f"--kafka-client {client!r}: choose one of {', '.join(KAFKA_CLIENTS)}")
 
 

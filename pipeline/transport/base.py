@@ -12,12 +12,12 @@ KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
 # (it ends the moment a record arrives, so this costs no latency; shorter only adds idle requests).
 FETCH_MIN_BYTES = 1
 FETCH_MAX_WAIT_MS = 500
-# Producers: acks=all (every in-sync replica, min.insync 2) with retries through fail-over, but not the idempotent
-# producer. librdkafka 2.16's idempotence cost 250-300 us of client CPU per 37 kB face against 40 us without it
-# (benchmarks/emulator_bench.py), and all it adds is that a retried batch is not written twice: faces need no order,
-# identify drops a face it has seen (by key) and the read-back keeps a face's first identity. Nothing is lost.
-PRODUCER_IDEMPOTENCE = False
-PRODUCER_MAX_IN_FLIGHT = 5  # requests per broker connection (Java's default)
+# Producers: acks=all (every in-sync replica, min.insync 2) with retries through fail-over. Only the producers of
+# results (identities, detections) are idempotent, so a retried result is never published twice. Faces and frames
+# are not: librdkafka 2.16's idempotence cost 250-300 us of client CPU per 37 kB face against 40 us without it
+# (README, the emulator against Kafka's tools), and a retried face written twice is dropped by identify (by key).
+# Nothing is lost either way.
+PRODUCER_MAX_IN_FLIGHT = 5  # requests per broker connection (Java's default; idempotence allows at most 5)
 
 
 class CommitRejectedError(RuntimeError):

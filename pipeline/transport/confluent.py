@@ -13,7 +13,6 @@ from confluent_kafka import Producer as _Producer
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
-    PRODUCER_IDEMPOTENCE,
     PRODUCER_MAX_IN_FLIGHT,
     CommitRejectedError,
     DeliveryCallback,
@@ -45,12 +44,13 @@ REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, K
 class ConfluentProducer:
     client_name = "confluent-kafka"
 
-    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> None:
+    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, idempotent: bool = False,
+                 **settings: object) -> None:
         self._producer = _Producer(
             {
                 "bootstrap.servers": bootstrap_servers,
                 "acks": "all",
-                "enable.idempotence": PRODUCER_IDEMPOTENCE,
+                "enable.idempotence": idempotent,
                 "max.in.flight.requests.per.connection": PRODUCER_MAX_IN_FLIGHT,
                 "linger.ms": linger_ms,
                 "message.max.bytes": 2 * 1024 * 1024,

@@ -17,7 +17,6 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
-    PRODUCER_IDEMPOTENCE,
     PRODUCER_MAX_IN_FLIGHT,
     CommitRejectedError,
     DeliveryCallback,
@@ -35,11 +34,12 @@ REVOKE_YIELD_S = 0.005
 class KafkaPythonProducer:
     client_name = "kafka-python"
 
-    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, **settings: object) -> None:
+    def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, idempotent: bool = False,
+                 **settings: object) -> None:
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers.split(","),
             acks="all",
-            enable_idempotence=PRODUCER_IDEMPOTENCE,
+            enable_idempotence=idempotent,
             max_in_flight_requests_per_connection=PRODUCER_MAX_IN_FLIGHT,
             linger_ms=linger_ms,
             batch_size=1024 * 1024,
