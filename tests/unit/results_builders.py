@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.schema import IdentityMessage
 from telemetry.results import Condition, Driver, Resources, RunResult, SweepResult, Verdict, Workload, write_results
 
 
@@ -26,3 +27,15 @@ def write_sweep(folder: Path, runs: list[RunResult], brokers: int = 3, replicati
     sweep = SweepResult(run_id="emu-test", profile="paper", replication_factor=replication_factor, brokers=brokers,
                         drives_per_broker=1, duration_s=20, kafka_client="confluent-kafka", runs=runs)
     return write_results(sweep, folder / "results.json")
+
+
+def identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
+    """An identity scheduled at `scheduled_ms` whose 10 steps share `latency_ms` evenly."""
+    start = int(scheduled_ms * 1e6)
+    step = int(latency_ms * 1e6 / 10)
+    marks = [start + i * step for i in range(11)]
+    return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
+                           box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
+                           detect_start_ns=marks[3], detected_ns=marks[4], appended_ns=marks[5],
+                           requested_ns=marks[6], fetched_ns=marks[7], identify_start_ns=marks[8],
+                           identified_ns=marks[9], delivered_ns=marks[10])

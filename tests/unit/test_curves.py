@@ -116,10 +116,9 @@ def test_the_speed_up_a_device_gave_is_read_at_the_batch_the_median_face_was_ide
 
     from emulation.sweep import device_speedup
     from telemetry.latency import summarize
-    from tests.unit.results_builders import emulated_run
-    from tests.unit.test_results import _identity
+    from tests.unit.results_builders import emulated_run, identity
 
-    faces = [replace(_identity(i * 100, 50), batch_size=1 if i < 2 else 8) for i in range(10)]
+    faces = [replace(identity(i * 100, 50), batch_size=1 if i < 2 else 8) for i in range(10)]
     run = emulated_run(32, True, 1e6)
     run = run.model_copy(update={"latency": summarize(faces), "workload": run.workload.model_copy(
         update={"accelerators": ["h200-bf16"]})})

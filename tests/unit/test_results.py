@@ -22,17 +22,7 @@ from telemetry.results import (
     read_results,
     write_results,
 )
-
-
-def _identity(scheduled_ms: float, latency_ms: float) -> IdentityMessage:
-    start = int(scheduled_ms * 1e6)
-    step = int(latency_ms * 1e6 / 10)
-    marks = [start + i * step for i in range(11)]
-    return IdentityMessage(run_id="r", stream_id="s", frame_index=0, face_index=0, identity="emulated", score=1.0,
-                           box=(0, 0, 1, 1), scheduled_ns=marks[0], captured_ns=marks[1], ingested_ns=marks[2],
-                           detect_start_ns=marks[3], detected_ns=marks[4], appended_ns=marks[5],
-                           requested_ns=marks[6], fetched_ns=marks[7], identify_start_ns=marks[8],
-                           identified_ns=marks[9], delivered_ns=marks[10])
+from tests.unit.results_builders import identity as _identity
 
 
 def _emulated_verdict(identities: list[IdentityMessage], offered: int):
