@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,11 +260,40 @@ def cluster_health(config: StackConfig, timeout_s: float = 5.0) -> ClusterHealth
 
 
 def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, timeout_s: float = 30.0) -> None:
-    """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings."""
+    """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings.
+
+    Retried with a fresh client on transient errors: just after a stack starts, librdkafka may drop the bootstrap
+    connection a CreateTopics request waits on (_DESTROY_BROKER), or the controller may still be moving.
+    """
+    from confluent_kafka import KafkaException
+
+    specs = config.topics() if specs is None else specs
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _ensure_topics_once(config, specs, timeout_s)
+            return
+        except KafkaException as exception:
+            error = exception.args[0]
+            if not _transient(error) or time.monotonic() >= deadline:
+                raise UserError(f"creating topics {[s.name for s in specs]} failed: {error}") from exception
+        time.sleep(1.0)
+
+
+def _transient(error: object) -> bool:
+    from confluent_kafka import KafkaError
+
+    if not isinstance(error, KafkaError):
+        return False
+    dropped = (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    return error.retriable() or error.code() in dropped
+
+
+def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:
+    from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
-    specs = config.topics() if specs is None else specs
     existing = admin.list_topics(timeout=timeout_s).topics
     missing = [s for s in specs if s.name not in existing]
     if missing:
@@ -276,12 +306,10 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
             ],
             operation_timeout=timeout_s,
         )
-        for name, future in futures.items():
-            try:
-                future.result()
-            except Exception as error:  # a race with another creator is fine
-                if "TOPIC_ALREADY_EXISTS" not in str(error):
-                    raise UserError(f"creating topic {name!r} failed: {error}") from error
+        for future in futures.values():
+            exception = future.exception()
+            if exception is not None and exception.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise exception  # a race with another creator is fine; anything else is the caller's to judge
     for spec in specs:
         if spec.name in existing and spec.config:
             resource = ConfigResource(

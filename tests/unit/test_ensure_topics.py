@@ -1,0 +1,46 @@
+"""Topic creation outlives a dropped client connection and fails at once on a bad request."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig, TopicSpec
+from ground.errors import UserError
+
+
+def _failing(codes: list[int]) -> tuple[list[int], object]:
+    calls: list[int] = []
+
+    def attempt(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:
+        calls.append(1)
+        if codes:
+            raise KafkaException(KafkaError(codes.pop(0)))
+
+    return calls, attempt
+
+
+def test_a_dropped_broker_handle_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, attempt = _failing([KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT])
+    monkeypatch.setattr(kafka, "_ensure_topics_once", attempt)
+    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    kafka.ensure_topics(StackConfig(), [TopicSpec("t", 1)])
+    assert len(calls) == 3
+
+
+def test_an_invalid_request_fails_once_naming_the_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, attempt = _failing([KafkaError.INVALID_CONFIG])
+    monkeypatch.setattr(kafka, "_ensure_topics_once", attempt)
+    with pytest.raises(UserError, match=r"creating topics \['faces-x'\] failed"):
+        kafka.ensure_topics(StackConfig(), [TopicSpec("faces-x", 1)])
+    assert len(calls) == 1
+
+
+def test_a_transient_error_past_the_deadline_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, attempt = _failing([KafkaError._DESTROY_BROKER] * 100)
+    monkeypatch.setattr(kafka, "_ensure_topics_once", attempt)
+    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    with pytest.raises(UserError, match="_DESTROY_BROKER"):
+        kafka.ensure_topics(StackConfig(), [TopicSpec("t", 1)], timeout_s=0.0)
+    assert 1 <= len(calls) < 100
