@@ -7,11 +7,13 @@
    count; derive an emulation profile from the first run's events (detect and ingest times, faces per frame,
    thumbnail sizes).
 3. Run the emulator with that profile and the calibrated curve in place of identify's per-face times, the same
-   streams, consumers and batching (identify's batch of at most 8), at each stream count.
+   streams, consumers and batching (identify's batch of at most 8), at each stream count. Its compute takes the
+   measured time as CPU time on this host (`--compute cpu`; the curve says `host_cpu`), as the real stages do, and
+   its streams replay the faces each frame of the video held (the profile's sequence): every real stream plays the
+   same video from its first frame, so their faces come in the same bursts.
 4. Print faces/s, identify batch p50 and end-to-end p50/p99 of both, and the emulator's error on each (the targets:
    within 10% on throughput, 20% on p50).
-Not a test: the machine is shared and noisy. On two cores the real stages' compute competes with the brokers for
-the CPU, which the emulator's sleeps do not: expect the error to grow with the load.
+Not a test: the machine is shared and noisy.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int,
     from telemetry.results import Driver
 
     spec = SweepSpec([1.0], seconds, streams, consumers, 1, profile, str(profile_path), ramp_up_s=5.0,
-                     accelerators=(str(curve),), driver_settings=Driver(max_batch=IDENTIFY_MAX_BATCH), stop_after=0)
+                     accelerators=(str(curve),), driver_settings=Driver(max_batch=IDENTIFY_MAX_BATCH), stop_after=0,
+                     compute="cpu")
     return run_sweep(spec, config, progress=lambda _: None).runs[0]
 
 

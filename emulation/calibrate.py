@@ -77,7 +77,7 @@ def calibrate_identify(out: Path, runtime: str, precision: str, threads: int, ba
                   "per batch size; spread: each run over its median, pooled. Not measured: the SVM and open-set "
                   "decision (tens of microseconds per face), other work on the same cores.")
     return write_curve(out, f"{embedder.runtime}-{embedder.precision}-{threads}t", "identify", provenance, points,
-                       spread)
+                       spread, host_cpu=True)  # OpenVINO and TensorFlow both run FaceNet on this CPU here
 
 
 def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, repeats: int,
@@ -100,4 +100,4 @@ def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, rep
                   f"{date.today().isoformat()}: median of {repeats * len(images)} calls over {len(images)} "
                   f"frames of {Path(video).name}; spread: each call over the median. Not measured: decoding and "
                   "resizing the frames (ingest's), batches of frames (the detect stage takes one).")
-    return write_curve(out, f"mtcnn-{min_face_size}px", "detect", provenance, points, spread)
+    return write_curve(out, f"mtcnn-{min_face_size}px", "detect", provenance, points, spread, host_cpu=True)

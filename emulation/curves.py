@@ -9,6 +9,11 @@ curves below). A curve is one of:
 - a fixed cost per batch plus a cost per item.
 Either may carry a spread: quantiles of a multiplier on the curve's time (median 1), sampled per batch.
 
+`host_cpu` says where the time is spent: false (an accelerator's curve) and the emulated stage sleeps, leaving the
+host's cores to the brokers and the other stages; true (a curve measured on this host's CPU, as `aitax calibrate`
+writes on one) and it takes that much CPU time on a host core, so the emulator competes for the cores as the real
+stage does.
+
 A curve file (YAML) names the stage it replaces and says where its numbers come from: what was measured, on what,
 and what was not. `aitax calibrate` writes the same format for the runtime at hand.
 """
@@ -40,6 +45,7 @@ class BatchCurve:
     stage: str  # the stage whose compute it replaces: identify (per face batch) or detect (per frame batch)
     points: tuple[tuple[int, float], ...]  # (batch size, ms per batch), batch sizes increasing
     spread: Distribution | None = None  # a multiplier on the curve's time, sampled per batch
+    host_cpu: bool = False  # the time is the host's CPU time (a CPU runtime), not a device's
 
     def ms(self, batch: int, rng: random.Random | None = None) -> float:
         """The time of one batch of `batch` items (a sampled spread when `rng` is given, else the median)."""
@@ -80,6 +86,7 @@ class CurveFile(BaseModel):
     fixed_ms: float | None = Field(None, ge=0)
     per_item_ms: float | None = Field(None, ge=0)
     spread: QuantilePoints | None = None  # quantiles of a multiplier (median about 1)
+    host_cpu: bool = False  # measured on the host's CPU: the emulated stage takes CPU time instead of sleeping
 
     @model_validator(mode="after")
     def _one_form(self) -> CurveFile:
@@ -99,7 +106,8 @@ class CurveFile(BaseModel):
         points = (tuple((int(n), float(ms)) for n, ms in self.per_batch_ms) if self.per_batch_ms is not None
                   else ((1, self.fixed_ms + self.per_item_ms), (2, self.fixed_ms + 2 * self.per_item_ms)))
         return BatchCurve(self.name, self.stage, points,
-                          None if self.spread is None else Distribution(tuple(map(tuple, self.spread))))
+                          None if self.spread is None else Distribution(tuple(map(tuple, self.spread))),
+                          self.host_cpu)
 
 
 def built_in_curves() -> dict[str, Path]:
@@ -116,10 +124,10 @@ def load_curve(name_or_path: str) -> BatchCurve:
 
 
 def write_curve(path: Path, name: str, stage: str, provenance: str, points: list[tuple[int, float]],
-                spread: Distribution | None = None) -> Path:
+                spread: Distribution | None = None, host_cpu: bool = False) -> Path:
     """A curve file `load_curve` reads back (what `aitax calibrate` writes)."""
     document = {"version": CURVE_VERSION, "name": name, "stage": stage, "provenance": provenance,
-                "per_batch_ms": [[int(n), round(float(ms), 4)] for n, ms in points]}
+                "host_cpu": host_cpu, "per_batch_ms": [[int(n), round(float(ms), 4)] for n, ms in points]}
     if spread is not None:
         document["spread"] = [list(p) for p in spread.points]
     CurveFile.model_validate(document)  # never write what cannot be read back

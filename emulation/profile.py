@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -83,6 +83,11 @@ class Profile:
     # object-detection: every frame one "face" of a frame's size, detection where identify stands (the paper's
     # Sec. 6 on Face Recognition's loops); its sweeps print the paper's Object Detection figures
     application: str = "face-recognition"
+    # The faces each frame index of the source video held, from a real run: every real stream starts at the
+    # video's first frame, so their faces come in the same bursts at the same time (the demo's video has 1.4 faces
+    # a frame for 5 s and none for 10). An emulated stream replays it, looped; without it, counts are drawn
+    # independently per frame from `faces_per_frame`.
+    faces_sequence: tuple[int, ...] | None = None
 
     def mean_faces_per_frame(self) -> float:
         return sum(count * p for count, p in self.faces_per_frame.items())
@@ -95,19 +100,27 @@ class Profile:
         counts = list(self.faces_per_frame)
         return rng.choices(counts, weights=[self.faces_per_frame[c] for c in counts])[0]
 
+    def faces_of_frame(self, index: int, rng: random.Random) -> int:
+        """The faces frame `index` of a stream holds: the replayed sequence's, or a draw."""
+        if self.faces_sequence:
+            return self.faces_sequence[index % len(self.faces_sequence)]
+        return self.sample_faces(rng)
+
     def scaled_faces(self, face_scale: float) -> Profile:
         """Thumbnails `face_scale` times the size (the paper's Fig. 15c: 1/2, 1/4, 1/8)."""
         points = tuple((q, max(1.0, v * face_scale)) for q, v in self.thumbnail_bytes.points)
-        return Profile(f"{self.name}@faces{face_scale:g}", self.compute_ms, Distribution(points),
-                       self.faces_per_frame, self.fps, self.application)
+        return replace(self, name=f"{self.name}@faces{face_scale:g}", thumbnail_bytes=Distribution(points))
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump({
+        document = {
             "version": PROFILE_VERSION, "name": self.name, "application": self.application, "fps": self.fps,
             "compute_ms": {stage: [list(p) for p in d.points] for stage, d in self.compute_ms.items()},
             "thumbnail_bytes": [list(p) for p in self.thumbnail_bytes.points],
             "faces_per_frame": dict(self.faces_per_frame),
-        }, sort_keys=False)
+        }
+        if self.faces_sequence:
+            document["faces_sequence"] = list(self.faces_sequence)
+        return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120)
 
 
 def paper_profile(one_face_per_frame: bool = True) -> Profile:
@@ -191,6 +204,7 @@ class ProfileFile(BaseModel):
     compute_ms: dict[Literal["ingest", "detect", "identify"], QuantilePoints]
     thumbnail_bytes: QuantilePoints
     faces_per_frame: dict[NonNegativeInt, NonNegativeFloat]  # face count -> probability
+    faces_sequence: list[NonNegativeInt] | None = Field(None, min_length=1)  # faces per frame index, replayed
 
     @field_validator("compute_ms")
     @classmethod
@@ -210,7 +224,7 @@ class ProfileFile(BaseModel):
     def profile(self) -> Profile:
         return Profile(self.name, {stage: Distribution(tuple(points)) for stage, points in self.compute_ms.items()},
                        Distribution(tuple(self.thumbnail_bytes)), dict(self.faces_per_frame), self.fps,
-                       self.application)
+                       self.application, None if self.faces_sequence is None else tuple(self.faces_sequence))
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -257,7 +271,20 @@ def derive_profile(events: list[dict], name: str) -> Profile:
     return Profile(name, {"ingest": Distribution.from_samples(ingest),
                           "detect": Distribution.from_samples([e["compute_time_ms"] for e in detect]),
                           "identify": Distribution.from_samples(identify)},
-                   Distribution.from_samples(sizes or [37_300]), faces)
+                   Distribution.from_samples(sizes or [37_300]), faces, faces_sequence=_faces_sequence(detect))
+
+
+def _faces_sequence(detect: list[dict]) -> tuple[int, ...] | None:
+    """Faces per frame index from the first frame on, as the run's streams saw them (they all play the same video
+    from its start). None when no stream started at frame 0 (a resumed run) or a frame in between was not seen."""
+    by_index: dict[int, int] = {}
+    for event in detect:
+        if event.get("frame_index") is None:
+            return None
+        by_index.setdefault(int(event["frame_index"]), int(event.get("face_count") or 0))
+    if 0 not in by_index or len(by_index) != max(by_index) + 1:
+        return None
+    return tuple(by_index[i] for i in range(len(by_index)))
 
 
 def _object_detection_profile(events: list[dict], name: str) -> Profile:

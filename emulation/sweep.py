@@ -63,6 +63,7 @@ class SweepSpec:
     # further only queues more, and a machine driven far past saturation measures the machine.
     stop_after: int = 2
     accelerators: tuple[str, ...] = ()  # device curves (emulation.curves) in place of their stages' profile times
+    compute: str = "sleep"  # the profile's compute: sleep, or cpu (Workload.compute)
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -102,7 +103,8 @@ class SweepSpec:
                         ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
                         in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
                         latency_bound_quantile=self.latency_bound_quantile, stages=self.stages,
-                        application=self.profile.application, accelerators=list(self.accelerators))
+                        application=self.profile.application, accelerators=list(self.accelerators),
+                        compute=self.compute)
 
     def driver(self) -> Driver:
         return self.driver_settings.model_copy(update={"kafka_client": self.kafka_client, "keying": self.keying})

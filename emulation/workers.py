@@ -19,6 +19,7 @@ group through the real `frames_from_topic` and `detect_loop`.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import queue
@@ -44,6 +45,7 @@ from telemetry.timing import Stopwatch
 
 # Thumbnails are slices of one random buffer: "meaningless data of the measured size" at no CPU cost per face.
 _RANDOM_POOL = os.urandom(4 * 1024 * 1024)
+_BURN_CHUNK = _RANDOM_POOL[:16 * 1024]  # about 10-30 us of hashing: the CPU-time check's granularity
 _TINY_FRAME = np.zeros((1, 1, 3), np.uint8)  # frames stay inside the container: only their timing matters
 END_OF_STREAM = None
 
@@ -53,10 +55,18 @@ PER_FACE = BatchPolicy(max_batch=1)
 MIN_SLEEP_S = 50e-6  # below the kernel's sleep granularity (a "zero" sleep still costs ~0.5 ms here): skip it
 
 
-def emulated_compute(seconds: float) -> None:
-    """Stand in for compute that took `seconds` (already divided by the acceleration factor)."""
-    if seconds >= MIN_SLEEP_S:
+def emulated_compute(seconds: float, on_cpu: bool = False) -> None:
+    """Stand in for compute that took `seconds` (already divided by the acceleration factor): a sleep, as an
+    accelerator leaves the host's CPU free; `on_cpu`, that much of this thread's CPU time, as compute on the host's
+    cores takes it (competing with the brokers and the other stages, and slower when they take the cores)."""
+    if seconds < MIN_SLEEP_S:
+        return
+    if not on_cpu:
         time.sleep(seconds)
+        return
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        hashlib.sha256(_BURN_CHUNK).digest()  # hashing a buffer this size releases the GIL: other instances run
 
 
 def random_payload(size: int, rng: random.Random) -> bytes:
@@ -66,19 +76,27 @@ def random_payload(size: int, rng: random.Random) -> bytes:
 
 
 class EmulatedFaceFinder:
-    """Detection's compute as a sleep (the profile's sampled time / factor, or a device curve's time for one
-    frame); faces of sampled count and size."""
+    """Detection's compute as a sleep or CPU time (the profile's sampled time / factor, or a device curve's time for
+    one frame); faces of sampled size, as many as the profile's sequence gives the frame, else a sampled count.
 
-    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None) -> None:
+    One finder per stream sees that stream's frames in order from its first (`in_order`), so it counts frame indices
+    itself; a three-stage detector reads frames of any stream and draws counts instead."""
+
+    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None,
+                 on_cpu: bool = False, in_order: bool = True) -> None:
         self.profile, self.factor, self.rng, self.curve = profile, factor, rng, curve
+        self.on_cpu = curve.host_cpu if curve else on_cpu
+        self.frame_indices = itertools.count() if in_order else None
 
     def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
         with watch.time("emulated"):
             emulated_compute((self.curve.ms(1, self.rng) if self.curve else
-                              self.profile.compute_ms["detect"].sample(self.rng) / self.factor) / 1000)
+                              self.profile.compute_ms["detect"].sample(self.rng) / self.factor) / 1000, self.on_cpu)
+        faces = (self.profile.faces_of_frame(next(self.frame_indices), self.rng) if self.frame_indices is not None
+                 else self.profile.sample_faces(self.rng))
         return [FoundFace((0, 0, 160, 160), 1.0,
                           random_payload(round(self.profile.thumbnail_bytes.sample(self.rng)), self.rng), "synthetic")
-                for _ in range(self.profile.sample_faces(self.rng))]
+                for _ in range(faces)]
 
 
 class SyntheticFrames:
@@ -92,11 +110,13 @@ class SyntheticFrames:
 
 
 class EmulatedIdentifier:
-    """Identification's compute as one sleep for the whole batch: the profile's sampled per-face times summed and
-    divided by the factor, or a device curve's time for a batch of this size."""
+    """Identification's compute as one sleep (or CPU time) for the whole batch: the profile's sampled per-face
+    times summed and divided by the factor, or a device curve's time for a batch of this size."""
 
-    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None) -> None:
+    def __init__(self, profile: Profile, factor: float, rng: random.Random, curve: BatchCurve | None = None,
+                 on_cpu: bool = False) -> None:
         self.profile, self.factor, self.rng, self.curve = profile, factor, rng, curve
+        self.on_cpu = curve.host_cpu if curve else on_cpu
 
     def batch_ms(self, faces: int) -> float:
         if self.curve is not None:
@@ -105,7 +125,7 @@ class EmulatedIdentifier:
 
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
         with watch.time("emulated"):
-            emulated_compute(self.batch_ms(len(faces)) / 1000)
+            emulated_compute(self.batch_ms(len(faces)) / 1000, self.on_cpu)
         return [Match("emulated", 1.0, "emulated") for _ in faces]
 
 
@@ -174,7 +194,8 @@ def close_the_loop(consumer: Consumer, run_id: str, windows: Mapping[str, Frames
 
 
 def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random.Random, frames: queue.Queue,
-                    should_stop: Callable[[], bool], window: FramesInFlight | None = None) -> None:
+                    should_stop: Callable[[], bool], window: FramesInFlight | None = None,
+                    on_cpu: bool = False) -> None:
     """The ingest side of one instance: a frame every 1/(fps x factor) seconds, each after a sleep for its
     ingestion. The paper's streams were compute-bound at about 10 FPS: an accelerated pipeline takes frames
     `factor` times as fast (its Fig. 10 throughput grows with the factor). With a `window`, a frame whenever
@@ -186,7 +207,7 @@ def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random
                 break
             captured_ns = time.time_ns()
             ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
-            emulated_compute(ingest_ms / 1000)
+            emulated_compute(ingest_ms / 1000, on_cpu)
             frame = Frame(stream_id, index, _TINY_FRAME, captured_ns, time.time_ns(), ingest_ms, 0.0, scheduled_ns)
             hand_off(frames, frame, should_stop)  # blocks when detection falls behind, as the real queue does
     finally:
@@ -202,11 +223,12 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
                            keying: str = DEFAULT_KEYING, seed: int = 0, in_flight: int | None = None,
                            identities: Consumer | None = None, stages: int = 2,
-                           curves: Mapping[str, BatchCurve] | None = None) -> list[DetectStats | IngestStats]:
+                           curves: Mapping[str, BatchCurve] | None = None,
+                           on_cpu: bool = False) -> list[DetectStats | IngestStats]:
     """Run `instances` emulated ingest/detect instances (`stages` 3: ingest instances publishing frames) until
     `should_stop()`, then drain and flush. With `in_flight`, each runs a closed loop whose completions `identities`
     (a consumer of the run's identities) reports. `curves` (by stage): a device's detect time instead of the
-    profile's."""
+    profile's. `on_cpu`: the profile's compute takes this host's CPU time instead of sleeping."""
     if in_flight is not None and identities is None:
         raise ValueError("a closed loop needs a consumer of the identities")
     if in_flight is not None and stages == 3:
@@ -222,7 +244,7 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
         frames: queue.Queue = queue.Queue(maxsize=8)
         threads.append(threading.Thread(target=emulated_ingest, name=f"ingest-{stream_id}", daemon=True,
                                         args=(stream_id, profile, factor, rng, frames, should_stop,
-                                              windows.get(stream_id))))
+                                              windows.get(stream_id), on_cpu)))
         if stages == 3:  # the frames go to Kafka; emulated detect instances elsewhere read them
             threads.append(threading.Thread(
                 target=ingest_loop, name=f"publish-{stream_id}", daemon=True,
@@ -233,7 +255,7 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
             args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d"),
-                                                     (curves or {}).get("detect")),
+                                                     (curves or {}).get("detect"), on_cpu),
                   producer, sink, run_id, factor, stats[i], topics, FaceRecords(keying))))
     loop = (threading.Thread(target=close_the_loop, name="closed-loop", daemon=True,
                              args=(identities, run_id, windows, instances_done.is_set))
@@ -267,7 +289,8 @@ def run_detector_instances(consumers: list[Consumer], producer: Producer, profil
                            keying: str = DEFAULT_KEYING, seed: int = 0,
                            on_ready: Callable[[], None] | None = None,
                            batching: BatchPolicy = FRAME_BATCHING,
-                           curves: Mapping[str, BatchCurve] | None = None) -> list[DetectStats]:
+                           curves: Mapping[str, BatchCurve] | None = None,
+                           on_cpu: bool = False) -> list[DetectStats]:
     """The three-stage design's detection, emulated: one instance per consumer of the `frames` topic, each the real
     `frames_from_topic` into the real `detect_loop` with detection's compute as a sleep, until stopped."""
     stats = [DetectStats() for _ in consumers]
@@ -275,7 +298,8 @@ def run_detector_instances(consumers: list[Consumer], producer: Producer, profil
     threads = [threading.Thread(
         target=detect_loop, name=f"detect-{i}", daemon=True,
         args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready, batching=batching),
-              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}"), (curves or {}).get("detect")),
+              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}"), (curves or {}).get("detect"),
+                                 on_cpu, in_order=False),
               producer, sink, run_id,
               factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
         for i, consumer in enumerate(consumers)]
@@ -296,14 +320,16 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
                            stats_out: list[IdentifyStats] | None = None,
                            on_ready: Callable[[], None] | None = None,
                            only_run: str | None = None,
-                           curves: Mapping[str, BatchCurve] | None = None) -> list[IdentifyStats]:
+                           curves: Mapping[str, BatchCurve] | None = None,
+                           on_cpu: bool = False) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped. Each forms its batches with the real identify's dynamic batcher.
 
     A maximum batch of 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
     larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
     `on_ready` is called once every instance has partitions; with `only_run`, other runs' faces are skipped; with
-    an identify curve in `curves`, a batch sleeps the device's time for its size."""
+    an identify curve in `curves`, a batch sleeps the device's time for its size; `on_cpu`, the profile's time is
+    this host's CPU time instead of a sleep."""
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
@@ -312,7 +338,7 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
         args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}"),
-                                                     (curves or {}).get("identify")), sink,
+                                                     (curves or {}).get("identify"), on_cpu), sink,
               should_stop, batching, factor, stats[i], topics),
         kwargs={"on_ready": instance_ready, "run_id": only_run})
         for i, consumer in enumerate(consumers)]

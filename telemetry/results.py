@@ -49,6 +49,10 @@ class Workload(_Model):
     # emulated: per-batch device curves (shipped names or files, emulation.curves) in place of the profile's
     # per-item times of the stages they name; the factor still raises the load and divides the other stages
     accelerators: list[str] = Field(default_factory=list)
+    # emulated: what the profile's compute does for its time: sleep (the host's cores stay free, as with an
+    # accelerator; the paper's emulator) or cpu (it takes that much CPU time on a host core, as the CPU pipeline the
+    # profile was measured on did). A curve says it itself (`host_cpu`).
+    compute: Literal["sleep", "cpu"] = "sleep"
     video: str | None = None  # real: every producer's video (looped)
     gallery: str | None = None  # real
     pace: Literal["native", "max"] = "native"

@@ -49,6 +49,7 @@ def _stage_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-id", default=os.environ.get("AITAX_RUN_ID", "emulated"), help="run id of the faces")
     parser.add_argument("--topic-prefix", default="", help="use PREFIXfaces, PREFIXidentities, PREFIXfaces.dlq")
     _add_accelerator(parser)
+    _add_compute(parser)
     add_kafka_options(parser)
 
 
@@ -59,6 +60,14 @@ def _add_accelerator(parser: argparse.ArgumentParser) -> None:
                         help="a device's time per batch in place of a stage's profile times (the curve file names "
                              f"its stage; repeat for both stages): shipped {', '.join(built_in_curves())}, or a file "
                              "`aitax calibrate` wrote. The factor still raises the load and divides the other stages")
+
+
+def _add_compute(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compute", choices=("sleep", "cpu"), default="sleep",
+                        help="what the profile's compute does for its time: sleep (default; the host's cores stay "
+                             "free, as with an accelerator, the paper's emulator) or cpu (it takes that much CPU time "
+                             "on a host core, as the CPU pipeline the profile was measured on did). A curve says "
+                             "this itself (host_cpu)")
 
 
 def accelerator_curves(names: list[str]) -> dict:
@@ -126,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds after each load for the consumers to catch up; what is left is the point's "
                             "backlog (default 15)")
     _add_accelerator(sweep)
+    _add_compute(sweep)
     sweep.add_argument("--max-batch", type=int,
                        help="the emulated identify's largest batch (default 1: one face at a time, as the paper's "
                             "identify; a device curve gains from more)")
@@ -285,7 +295,7 @@ def _emulate(args: argparse.Namespace) -> int:
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
                      latency_bound_quantile=args.quantile, stages=args.stages,
                      driver_settings=driver(args, max_batch=args.max_batch), drain_s=args.drain,
-                     stop_after=args.stop_after, accelerators=tuple(args.accelerator))
+                     stop_after=args.stop_after, accelerators=tuple(args.accelerator), compute=args.compute)
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
@@ -418,7 +428,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
                                        producer, sink, args.run_id, topics,
                                        lambda: stop[0] or time.monotonic() >= deadline,
                                        keying=args.keying, in_flight=args.in_flight, identities=identities,
-                                       stages=args.stages, curves=curves)
+                                       stages=args.stages, curves=curves, on_cpu=args.compute == "cpu")
     finally:
         if identities is not None:
             identities.close()
@@ -455,7 +465,7 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
     try:
         stats = run_detector_instances(consumers, producer, profile, args.factor, sink, args.run_id, topics,
                                        lambda: stop[0], keying=args.keying, on_ready=lambda: report(READY),
-                                       batching=batch_policy(args), curves=curves)
+                                       batching=batch_policy(args), curves=curves, on_cpu=args.compute == "cpu")
     finally:
         for client in (*consumers, producer):
             client.close()
@@ -482,7 +492,8 @@ def _emulate_consumers(args: argparse.Namespace) -> int:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
         stats = run_consumer_instances(consumers, producer, profile, args.factor, sink, topics, lambda: stop[0],
                                        batching=batch_policy(args), on_ready=lambda: report(READY),
-                                       only_run=args.run_id if args.skip_other_runs else None, curves=curves)
+                                       only_run=args.run_id if args.skip_other_runs else None, curves=curves,
+                                       on_cpu=args.compute == "cpu")
     finally:
         producer.close()  # the identities first: what the group commits must be durable
         stuck = close_within(consumers, CONSUMER_CLOSE_S)

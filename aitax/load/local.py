@@ -56,6 +56,7 @@ class LocalLoad:
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
             common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
                        "--metrics-port", "-1", "--topic-prefix", topic_prefix,
+                       "--compute", workload.compute,
                        *(arg for curve in workload.accelerators for arg in ("--accelerator", curve))]
         self.common = common
         self.consumers: list[children.Child] = []

@@ -75,19 +75,42 @@ def test_a_malformed_curve_file_is_one_line_naming_the_field(tmp_path: Path, tex
 def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(monkeypatch) -> None:
     from emulation import workers
 
-    slept: list[float] = []
-    monkeypatch.setattr(workers, "emulated_compute", slept.append)
+    computed: list[tuple[float, bool]] = []
+    monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
     with_curve = EmulatedIdentifier(paper_profile(), 1000.0, random.Random(1), CURVE)
     for faces in (1, 5, 32):
         with_curve([object()] * faces, Stopwatch())  # type: ignore[list-item]
     # The device's time for each batch, not divided by the factor (it raises the load, not the device's speed)
-    assert slept == pytest.approx([0.002, CURVE.ms(5) / 1000, 0.0082])
-    slept.clear()
+    assert [s for s, _ in computed] == pytest.approx([0.002, CURVE.ms(5) / 1000, 0.0082])
+    assert not any(on_cpu for _, on_cpu in computed)  # a device's curve leaves the host's cores free
+    computed.clear()
     EmulatedIdentifier(paper_profile(), 2.0, random.Random(1))([object()] * 3, Stopwatch())  # type: ignore[list-item]
-    assert slept == pytest.approx([3 * 131.5 / 2 / 1000])  # the profile's per-face times, summed, / factor
-    slept.clear()
+    assert computed == [(pytest.approx(3 * 131.5 / 2 / 1000), False)]  # the profile's per-face times, summed, / factor
+    computed.clear()
     EmulatedFaceFinder(paper_profile(), 8.0, random.Random(1), load_curve("h200-mtcnn"))(None, Stopwatch())
-    assert slept == pytest.approx([0.0213])  # one frame per call: the curve's batch of one
+    assert computed == [(pytest.approx(0.0213), False)]  # one frame per call: the curve's batch of one
+
+
+def test_a_curve_measured_on_the_host_cpu_takes_cpu_time_whatever_the_profile_does(monkeypatch, tmp_path) -> None:
+    from emulation import workers
+
+    computed: list[tuple[float, bool]] = []
+    monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
+    host = load_curve(str(write_curve(tmp_path / "cpu.yaml", "cpu", "identify", "test", [(1, 10.0)], host_cpu=True)))
+    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), host, on_cpu=False)([object()], Stopwatch())  # type: ignore[list-item]
+    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), on_cpu=True)([object()], Stopwatch())  # type: ignore[list-item]
+    assert [on_cpu for _, on_cpu in computed] == [True, True]
+
+
+def test_compute_on_the_cpu_takes_this_threads_cpu_time_and_a_sleep_takes_none() -> None:
+    import time
+
+    from emulation.workers import emulated_compute
+
+    for on_cpu, low, high in ((True, 0.04, 1.0), (False, 0.0, 0.01)):
+        started = time.thread_time()
+        emulated_compute(0.05, on_cpu)
+        assert low <= time.thread_time() - started <= high
 
 
 def test_calibration_times_each_batch_size_and_writes_a_curve_the_emulator_reads(tmp_path: Path) -> None:

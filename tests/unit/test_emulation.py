@@ -110,6 +110,28 @@ def test_profile_derived_from_events_has_their_quantiles() -> None:
         derive_profile([e for e in events if e["stage"] != "identify"], "r")
 
 
+def test_a_profile_replays_the_faces_each_frame_of_the_video_held(tmp_path: Path) -> None:
+    from emulation.workers import EmulatedFaceFinder
+    from telemetry.timing import Stopwatch
+
+    video = [0, 0, 3, 3, 1, 0]  # bursts: what a stream of the real video meets, frame after frame
+    events = [{"stage": "ingest", "compute_time_ms": 1.0}, {"stage": "identify", "compute_time_ms": 1.0}]
+    events += [{"stage": "detect", "compute_time_ms": 1.0, "stream_id": stream, "frame_index": i, "face_count": n}
+               for stream in ("cam-1", "cam-2") for i, n in enumerate(video)]
+    profile = derive_profile(events, "r")
+    assert profile.faces_sequence == tuple(video)
+    path = tmp_path / "p.yaml"
+    path.write_text(profile.to_yaml())
+    assert load_profile(str(path)).faces_sequence == tuple(video)
+    instant = derive_profile([{**e, "compute_time_ms": 0.0} for e in events], "r")
+    finder = EmulatedFaceFinder(instant, 1.0, random.Random(1))
+    # one finder per stream sees its frames in order: the replayed counts, looped past the end
+    assert [len(finder(None, Stopwatch())) for _ in range(8)] == video + video[:2]  # type: ignore[arg-type]
+    # a frame no stream saw (or a resumed run) leaves counts drawn per frame
+    assert derive_profile([e for e in events if e.get("frame_index") != 3], "r").faces_sequence is None
+    assert derive_profile([e for e in events if e.get("frame_index") != 0], "r").faces_sequence is None
+
+
 def test_a_profile_from_an_object_detection_run_puts_detection_where_identification_stands() -> None:
     events = [{"stage": "ingest", "stream_id": "cam-1", "frame_index": i, "scheduled_ns": i * 33_333_333,
                "compute_time_ms": 5.0, "data_size_bytes": 140_000} for i in range(31)]
