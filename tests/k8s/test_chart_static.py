@@ -113,6 +113,7 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("identify.resources.requests.cpu=lots", "/identify/resources/requests/cpu"),
         ("emulator.factor=0", "/emulator/factor"),
         ("emulator.accelerator=tpu", "/emulator/accelerator"),
+        ("emulator.compute=gpu", "/emulator/compute"),
         ("ingestDetect.pace=fastest", "/ingestDetect/pace"),
         ("kafka.antiAffinity=maybe", "/kafka/antiAffinity"),
         ("kafka.persistence.size=big", "/kafka/persistence/size"),
@@ -311,6 +312,11 @@ def test_stage_deployments_per_mode() -> None:
         assert args[args.index("--accelerator") + 1] == "h200-bf16", name
     consumers = _named(device, "Deployment", "-emulate-consumers")["spec"]["template"]["spec"]["containers"][0]
     assert consumers["args"][-2:] == ["--max-batch", "16"]
+    # Compute that takes the pod's CPU instead of sleeping, on every emulated stage
+    on_cpu = render(CHART / "ci" / "emulated-values.yaml", sets=("emulator.compute=cpu",))
+    for name, deployment in {d["metadata"]["name"]: d for d in _by_kind(on_cpu, "Deployment")}.items():
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--compute") + 1] == "cpu", name
 
 
 def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> None:
