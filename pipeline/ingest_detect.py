@@ -315,7 +315,8 @@ def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: st
 
 
 def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Process,
-                      metrics: StageMetrics | None = None) -> Iterable[Frame]:
+                      metrics: StageMetrics | None = None,
+                      on_first_frame: Callable[[], None] | None = None) -> Iterable[Frame]:
     while True:
         if metrics is not None:
             metrics.queue_depth.set(frames.qsize())
@@ -329,6 +330,9 @@ def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Pro
             continue
         if frame is END_OF_STREAM:
             return
+        if on_first_frame is not None:
+            on_first_frame()
+            on_first_frame = None
         yield frame
 
 
@@ -337,8 +341,10 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
                       max_frames: int | None = None, queue_size: int = 8,
                       acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
                       metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
-                      start_frame: int = 0, keying: str = DEFAULT_KEYING) -> DetectStats:
+                      start_frame: int = 0, keying: str = DEFAULT_KEYING,
+                      on_first_frame: Callable[[], None] | None = None) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
+    `on_first_frame` is called as the first frame reaches detection (the stream is flowing).
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
     the producer: no frame that was ingested is dropped."""
@@ -354,7 +360,8 @@ def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, produc
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     ingest.start()
     try:
-        stats = detect_loop(frames_from_queue(frames, ingest, metrics), find_faces, producer, sink, run_id,
+        stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame), find_faces, producer, sink,
+                            run_id,
                             acceleration_factor, DetectStats(first_frame=start_frame), topics,
                             publication=FaceRecords(keying), checkpoint=checkpoint)
         if metrics is not None:

@@ -404,6 +404,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _emulate_producers(args: argparse.Namespace) -> int:
     from emulation.workers import run_producer_instances
+    from ground.children import READY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
@@ -423,6 +424,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
         require_brokers(settings.bootstrap, topics=[topics.faces if args.stages == 2 else topics.frames])
+        report(READY)  # a run's clock starts with the frames
         deadline = time.monotonic() + args.duration if args.duration else float("inf")
         stats = run_producer_instances(args.instances, f"{args.run_id}-{args.stream_prefix}", profile, args.factor,
                                        producer, sink, args.run_id, topics,

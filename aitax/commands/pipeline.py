@@ -341,7 +341,7 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
-    from ground.children import SUMMARY, report
+    from ground.children import READY, SUMMARY, report
     from pipeline.frames import open_video
     from pipeline.runtime import new_run_id, open_telemetry
     from pipeline.schema import FACES_TOPIC
@@ -370,7 +370,8 @@ def _ingest_detect(args: argparse.Namespace) -> int:
         stats = run_ingest_detect(args.video, args.stream_id, find_faces, producer, sink, run_id, size=args.size,
                                   pace=args.pace, loop=args.loop, max_frames=args.max_frames,
                                   queue_size=args.queue_size, metrics=metrics, checkpoint=checkpoint,
-                                  start_frame=start_frame, keying=args.keying)
+                                  start_frame=start_frame, keying=args.keying,
+                                  on_first_frame=lambda: report(READY))  # a run's clock starts with the frames
     finally:
         sink.close()
         metrics.close()
@@ -402,7 +403,7 @@ def _face_finder(args: argparse.Namespace, bootstrap: str):
 def _ingest(args: argparse.Namespace) -> int:
     import itertools
 
-    from ground.children import SUMMARY, report
+    from ground.children import READY, SUMMARY, report
     from pipeline.frames import open_video, read_frames
     from pipeline.ingest_detect import identity_of_process
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
@@ -421,6 +422,7 @@ def _ingest(args: argparse.Namespace) -> int:
     sink, metrics = open_telemetry(settings, "ingest", f"ingest-{args.stream_id}-{os.getpid()}")
     try:
         require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC])
+        report(READY)  # a run's clock starts with the frames
         frames = read_frames(args.video, args.stream_id, args.size, pace=args.pace, loop=args.loop,
                              max_frames=args.max_frames)
         # On SIGINT/SIGTERM: the frame being read is not sent; every frame sent is flushed.

@@ -35,7 +35,8 @@ class Load(Protocol):
     def start_consumers(self) -> None:
         """Start the consumers; return once each holds its partitions (start-up is not broker wait)."""
 
-    def start_producers(self) -> None: ...
+    def start_producers(self) -> None:
+        """Start the producers; return once their frames flow (the run's clock starts then)."""
 
     def pids(self) -> dict[str, list[int]]:
         """Local process ids by role, for the resource sampler (none for pods)."""

@@ -151,6 +151,9 @@ class LocalLoad:
                 f"{w.duration_s:g}", "--keying", self.driver.keying, "--stages", str(w.stages),
                 *(["--in-flight", str(w.in_flight)] if w.in_flight else [])])
                 for i, n in enumerate(split(w.producers, w.producer_processes))]
+        # The run's clock starts once frames flow: a real stream first loads its detector (seconds), which would
+        # otherwise come off the end of its window.
+        children.wait_reported(self.producers, children.READY, READY_TIMEOUT_S[w.mode], f"{w.mode} producers")
 
     def _spawn(self, name: str, argv: list[str]) -> children.Child:
         return children.spawn(name, [*argv, *self.common], self.logs, self.env)
