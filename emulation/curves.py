@@ -35,6 +35,9 @@ from ground.errors import UserError
 
 CURVE_VERSION = 1
 BUILT_IN_FOLDER = Path(__file__).with_name("accelerators")
+# This project's own CPU path (OpenVINO bf16 on one core of its 2-core EPYC, `aitax calibrate`): what a device's
+# speed-up is read against
+BASELINE_CURVE = "epyc-openvino-bf16"
 
 
 @dataclass(frozen=True)

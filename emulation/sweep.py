@@ -18,6 +18,7 @@ from aitax.load.engine import DISK_WRITE_CAPACITY, run_load
 from aitax.load.local import LocalLoad
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
+from emulation.curves import BASELINE_CURVE
 from emulation.profile import Profile
 from ground.errors import UserError
 from ground.paper import HIGHEST_STABLE_FACTOR
@@ -64,6 +65,8 @@ class SweepSpec:
     stop_after: int = 2
     accelerators: tuple[str, ...] = ()  # device curves (emulation.curves) in place of their stages' profile times
     compute: str = "sleep"  # the profile's compute: sleep, or cpu (Workload.compute)
+    # The CPU curve a device curve's speed-up is read against, at the batch the load formed
+    baseline: str = BASELINE_CURVE
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
@@ -167,7 +170,7 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | 
                      f"{spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
             result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
             sweep.runs.append(result)
-            progress(_one_line(result, spec.profile))
+            progress(_one_line(result, spec.baseline))
             if in_flight is None and repeat == 1 and _broken_in_a_row(sweep) >= spec.stop_after > 0:
                 sweep.skipped_factors = [f for f in spec.factors if f > factor]
                 if sweep.skipped_factors:
@@ -209,7 +212,7 @@ def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, o
                      f"{probe.duration_s:.0f} s")
             runs.append(run_factor(probe, config, factor, f"{run_id}-{len(sweep.runs)}", workdir, repeat))
             sweep.runs.append(runs[-1])
-            progress(_one_line(runs[-1], spec.profile))
+            progress(_one_line(runs[-1], spec.baseline))
             write_results(sweep, out or workdir / "results.json")
         return all(run.stable for run in runs)
 
@@ -241,9 +244,9 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
     return sweep, workdir
 
 
-def device_speedup(run: RunResult, profile: Profile) -> float | None:
-    """With an identify curve: the profile's identify time per face over the device's per face at the batch the
-    median face was identified in (what acceleration the device actually gave at this load), else None."""
+def device_speedup(run: RunResult, baseline: str) -> float | None:
+    """With an identify curve: the `baseline` curve's time per face over the device's, both at the batch the median
+    face was identified in (what acceleration the device actually gave at this load), else None."""
     from emulation.curves import load_curve
 
     curves = [load_curve(name) for name in run.workload.accelerators]
@@ -251,14 +254,14 @@ def device_speedup(run: RunResult, profile: Profile) -> float | None:
     batch = batch_size_p50(run.latency.batch_sizes) if run.latency else None
     if device is None or not batch:
         return None
-    return profile.compute_ms["identify"].mean() / device.per_item_ms(round(batch))
+    return load_curve(baseline).per_item_ms(round(batch)) / device.per_item_ms(round(batch))
 
 
-def _one_line(r: RunResult, profile: Profile | None = None) -> str:
-    speedup = device_speedup(r, profile) if profile is not None else None
+def _one_line(r: RunResult, baseline: str = BASELINE_CURVE) -> str:
+    speedup = device_speedup(r, baseline)
     latency = (f"e2e mean {r.latency.mean_ms:.0f} ms p99 {r.latency.p99_ms:.0f} ms, identify batch p50 "
                f"{batch_size_p50(r.latency.batch_sizes) or 0:g}"
-               + ("" if speedup is None else f" (the device {speedup:.0f}x the profile's identify per face)")
+               + ("" if speedup is None else f" (the device {speedup:.1f}x {baseline} at that batch)")
                if r.latency else "no faces")
     used = r.resources
     offered = "" if r.offered_faces_per_s is None else f"/{r.offered_faces_per_s:.0f}"

@@ -22,6 +22,7 @@ from aitax.commands.options import (
     driver,
     stage_settings,
 )
+from emulation.curves import BASELINE_CURVE
 from emulation.profile import WORKLOADS
 from ground.errors import UserError
 
@@ -135,6 +136,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds after each load for the consumers to catch up; what is left is the point's "
                             "backlog (default 15)")
     _add_accelerator(sweep)
+    sweep.add_argument("--baseline", default=BASELINE_CURVE, metavar="NAME|FILE",
+                       help="the CPU curve an identify device's speed-up is read against, at the batch each point "
+                            f"formed (default {BASELINE_CURVE}: this project's 2-core EPYC, OpenVINO bf16, 1 thread)")
     _add_compute(sweep)
     sweep.add_argument("--max-batch", type=int,
                        help="the emulated identify's largest batch (default 1: one face at a time, as the paper's "
@@ -266,6 +270,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _emulate(args: argparse.Namespace) -> int:
     from aitax.stack.stack import running_config
+    from emulation.curves import load_curve
     from emulation.plots import print_table, write_html, write_plots
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_sweep, search_latency_bound
@@ -279,6 +284,7 @@ def _emulate(args: argparse.Namespace) -> int:
     if args.stages == 3 and args.workload == "object-detection":
         raise UserError("--stages 3 is Face Recognition's design: object-detection already sends every frame")
     accelerator_curves(args.accelerator)  # every curve readable before anything starts
+    load_curve(args.baseline)
     workload = WORKLOADS[args.workload]
     profile_name = args.profile or workload.profile
     producers = workload.producers if args.producers is None else args.producers
@@ -295,7 +301,8 @@ def _emulate(args: argparse.Namespace) -> int:
                      quantiles=args.quantiles, in_flight=args.in_flight, latency_bound_ms=args.latency_bound,
                      latency_bound_quantile=args.quantile, stages=args.stages,
                      driver_settings=driver(args, max_batch=args.max_batch), drain_s=args.drain,
-                     stop_after=args.stop_after, accelerators=tuple(args.accelerator), compute=args.compute)
+                     stop_after=args.stop_after, accelerators=tuple(args.accelerator), compute=args.compute,
+                     baseline=args.baseline)
     if args.latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=args.out)
     else:
