@@ -64,6 +64,13 @@ def _summary(run) -> tuple[float, float, float, float]:
             latency.p99_ms)
 
 
+def _cores(run) -> str:
+    """Where the window's CPU went: the load's producers and consumers and the brokers, in cores."""
+    used = run.resources
+    clients = "/".join(f"{cores:.2f}" for cores in used.client_cpu_cores.values())
+    return f"{clients} + brokers {sum(used.broker_cpu_cores.values()):.2f} ({used.machine_cpu_busy:.0%} busy)"
+
+
 def _error(emulated: float, real: float) -> str:
     return f"{(emulated - real) / real:+.0%}" if real else "-"
 
@@ -97,7 +104,7 @@ def main() -> int:
         curve_path = calibrate_identify(folder / "cpu.yaml", "openvino", "auto", 1, (1, 2, 4, 8), 5)
         curve = load_curve(str(curve_path))
         print("   " + ", ".join(f"batch {n}: {ms:.1f} ms" for n, ms in curve.points), flush=True)
-        rows, profile, profile_path = [], None, folder / "profile.yaml"
+        rows, cpu, profile, profile_path = [], [], None, folder / "profile.yaml"
         for streams in args.streams:
             started = time.monotonic()
             real, events = real_run(config, args.video, args.gallery, streams, args.consumers, args.seconds, folder)
@@ -110,6 +117,7 @@ def main() -> int:
             emulated = emulated_run(config, profile, profile_path, curve_path, streams, args.consumers,
                                     args.seconds)
             rows.append((streams, _summary(real), _summary(emulated)))
+            cpu.append((streams, _cores(real), _cores(emulated)))
             print(f"   {streams} stream(s) measured in {time.monotonic() - started:.0f} s", flush=True)
     print(f"\n3. real pipeline vs emulator ({args.consumers} identify, batches of at most {IDENTIFY_MAX_BATCH}, "
           f"{args.seconds:g} s, the first 5 s left out)")
@@ -119,6 +127,9 @@ def main() -> int:
         print(f"{streams:>7} {rate:>8.1f} /{emu_rate:>7.1f} {_error(emu_rate, rate):>6} {batch:>4g} /{emu_batch:>4g} "
               f"{p50:>8.0f} /{emu_p50:>6.0f} {_error(emu_p50, p50):>6} {p99:>8.0f} /{emu_p99:>6.0f} "
               f"{_error(emu_p99, p99):>6}")
+    print("\nCPU in the window, cores (producers/consumers + brokers)")
+    for streams, real_cores, emulated_cores in cpu:
+        print(f"{streams:>7}  real {real_cores}   emulated {emulated_cores}")
     return 0
 
 

@@ -12,10 +12,11 @@ import pytest
 
 from pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
 from pipeline.schema import FaceMessage, FaceMeta, Match, encode_face
-from pipeline.transport import DeliveryReport, Record
+from pipeline.transport import Record
 from pipeline.transport.batcher import Batch, DynamicBatcher
 from telemetry.sinks import NullSink
 from telemetry.timing import Stopwatch
+from tests.fakes import FakeConsumer, FakeProducer
 from tests.recording import RecordingSink
 
 P0, P1 = ("faces", 0), ("faces", 1)
@@ -48,58 +49,6 @@ def test_partitions_are_independent_and_forgotten_on_revoke() -> None:
     tracker.forget([P0])
     tracker.finish(P0, 10)  # a late acknowledgement for a partition no longer owned
     assert tracker.due() == {P1: 8}
-
-
-class FakeProducer:
-    """Holds sends until `poll`, then reports them in the order (and with the errors) the test chooses."""
-
-    client_name = "fake"
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[str, bytes, object, object]] = []
-        self.errors: dict[int, str] = {}  # send index -> error
-        self.sent = 0
-        self.reverse = False
-        self.appended_ms = 0  # the brokers' append time the delivery reports carry
-
-    def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
-        self.pending.append((topic, value, on_delivery, (self.sent, opaque)))
-        self.sent += 1
-
-    def poll(self, timeout_s: float = 0.0) -> None:
-        pending, self.pending = self.pending, []
-        for topic, _value, on_delivery, (index, opaque) in (reversed(pending) if self.reverse else pending):
-            on_delivery(DeliveryReport(topic, 0, index, self.errors.get(index), opaque, self.appended_ms))
-
-    def flush(self, timeout_s: float = 30.0) -> int:
-        self.poll()
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-class FakeConsumer:
-    client_name = "fake"
-
-    def __init__(self) -> None:
-        self.commits: list[tuple[dict, bool]] = []
-        self.revoke = None
-
-    def commit(self, positions, asynchronous: bool = False) -> None:
-        self.commits.append((dict(positions), asynchronous))
-
-    def on_revoke(self, handler) -> None:
-        self.revoke = handler
-
-    def lag(self, record: Record) -> int | None:
-        return 0
-
-    def poll_batch(self, max_records: int, timeout_s: float) -> list[Record]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def _record(partition: int, offset: int, frame: int, run_id: str = "run") -> Record:
