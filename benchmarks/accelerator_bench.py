@@ -48,7 +48,10 @@ def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int,
     from emulation.sweep import SweepSpec, run_sweep
     from telemetry.results import Driver
 
-    spec = SweepSpec([1.0], seconds, streams, consumers, 1, profile, str(profile_path), ramp_up_s=5.0,
+    # OS processes as the real run has them, as far as one count serves both sides: the GIL of one process holding
+    # every stream would slow the emulated producers where the real ones are processes of their own
+    spec = SweepSpec([1.0], seconds, streams, consumers, max(1, min(streams, consumers)), profile, str(profile_path),
+                     ramp_up_s=5.0,
                      accelerators=(str(curve),), driver_settings=Driver(max_batch=IDENTIFY_MAX_BATCH), stop_after=0,
                      compute="cpu")
     return run_sweep(spec, config, progress=lambda _: None).runs[0]
@@ -104,7 +107,7 @@ def main() -> int:
         curve_path = calibrate_identify(folder / "cpu.yaml", "openvino", "auto", 1, (1, 2, 4, 8), 5)
         curve = load_curve(str(curve_path))
         print("   " + ", ".join(f"batch {n}: {ms:.1f} ms" for n, ms in curve.points), flush=True)
-        rows, cpu, profile, profile_path = [], [], None, folder / "profile.yaml"
+        rows, cpu, parts, profile, profile_path = [], [], [], None, folder / "profile.yaml"
         for streams in args.streams:
             started = time.monotonic()
             real, events = real_run(config, args.video, args.gallery, streams, args.consumers, args.seconds, folder)
@@ -118,6 +121,7 @@ def main() -> int:
                                     args.seconds)
             rows.append((streams, _summary(real), _summary(emulated)))
             cpu.append((streams, _cores(real), _cores(emulated)))
+            parts.append((streams, real.latency, emulated.latency))
             print(f"   {streams} stream(s) measured in {time.monotonic() - started:.0f} s", flush=True)
     print(f"\n3. real pipeline vs emulator ({args.consumers} identify, batches of at most {IDENTIFY_MAX_BATCH}, "
           f"{args.seconds:g} s, the first 5 s left out)")
@@ -130,6 +134,11 @@ def main() -> int:
     print("\nCPU in the window, cores (producers/consumers + brokers)")
     for streams, real_cores, emulated_cores in cpu:
         print(f"{streams:>7}  real {real_cores}   emulated {emulated_cores}")
+    print("\nWhere end to end went, mean ms per part, real/emulated")
+    for streams, real_latency, emulated_latency in parts:
+        if real_latency and emulated_latency:
+            print(f"{streams:>7}  " + ", ".join(f"{name} {ms:.0f}/{emulated_latency.breakdown_ms.get(name, 0):.0f}"
+                                                for name, ms in real_latency.breakdown_ms.items()))
     return 0
 
 

@@ -270,8 +270,10 @@ class FaceEmbedder:
         """FaceNet through OpenVINO, one inference run before it is trusted."""
         import openvino
 
+        # No pinning: OpenVINO pins each process's inference threads to the same first cores, so two identify
+        # processes on this 2-core machine shared one core (each 0.5 core, twice the wall time per batch).
         compiled = openvino.Core().compile_model(openvino.convert_model(self._embed), "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False,
             "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
         request = compiled.create_infer_request()
         request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})

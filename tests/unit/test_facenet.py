@@ -180,6 +180,8 @@ def test_openvino_embeddings_stay_within_cosine_0_99_of_tensorflow_fp32(embedder
     assert (reference * reduced).sum(axis=1).min() >= 0.99
     reference_nearest, reduced_nearest = (np.argsort(-(e @ e.T), axis=1)[:, 1] for e in (reference, reduced))
     assert [labels[j] for j in reference_nearest] == [labels[j] for j in reduced_nearest]
+    # Unpinned: identify processes side by side each get a core of their own (pinned, they all shared the first)
+    assert fast._request.get_compiled_model().get_property("ENABLE_CPU_PINNING") is False
 
 
 def test_a_machine_openvino_cannot_run_on_keeps_identify_working_in_tensorflow_fp32(
