@@ -287,16 +287,20 @@ def test_helm_upgrade_runs_object_detection_on_the_demo_video(cluster: RealClust
 
 
 def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster, release: str) -> None:
-    """`mode: emulated` on the same brokers: the emulator's producers and consumers replace the real stages and
-    emulated faces reach identities (the last test: the release stays emulated until the fixture removes it)."""
+    """`mode: emulated` on the same brokers, with an H200's identify curve: the emulator's producers and consumers
+    replace the real stages, the shipped curve is in the image, and emulated faces reach identities (the last test:
+    the release stays emulated until the fixture removes it)."""
     helm(cluster, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "mode=emulated",
-         "--wait", "--timeout", "10m")
+         "--set", "emulator.accelerator=h200-bf16", "--set", "emulator.maxBatch=8", "--wait", "--timeout", "10m")
     _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component in (ingest-detect,identify)"), 180,
               "the real stages' pods gone")
     emulated = _pods(cluster, "app.kubernetes.io/component in (emulate-producers,emulate-consumers)")
     assert sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in emulated
                   if p["status"]["phase"] == "Running") == ["emulate-consumers", "emulate-consumers",
                                                             "emulate-producers"]
+    for pod in (p for p in emulated if p["status"]["phase"] == "Running"):
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--accelerator") + 1] == "h200-bf16", pod["metadata"]["name"]
     before = identified_faces(cluster, NAMESPACE, release)
     _wait_for(lambda: identified_faces(cluster, NAMESPACE, release) >= before + 50, 240,
               "emulated faces identified")
@@ -310,8 +314,8 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     from aitax.experiment.runner import run_experiment
     from emulation.profile import load_profile
 
-    # 2 streams of the paper's profile offer 10 faces/s each at 1x; an emulated identify instance takes 131.5 ms a
-    # face (7.6 faces/s): 6 instances carry 1x with room to spare (the paper ran 2 per stream, at its limit).
+    # 2 streams of the paper's profile offer 10 faces/s each at 1x; the release's emulated identify has an H200's
+    # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare.
     spec = parse_spec({"name": "accel", "mode": "emulated", "release": release, "namespace": NAMESPACE,
                        "phases": [{"name": "one-x", "duration": "20s", "factor": 1,
                                    "replicas": {"emulate-producers": 2, "emulate-consumers": 6}},
