@@ -77,7 +77,7 @@ def calibrate_identify(out: Path, runtime: str, precision: str, threads: int, ba
                   "per batch size; spread: each run over its median, pooled. Not measured: the SVM and open-set "
                   "decision (tens of microseconds per face), other work on the same cores.")
     return write_curve(out, f"{embedder.runtime}-{embedder.precision}-{threads}t", "identify", provenance, points,
-                       spread, host_cpu=True)  # OpenVINO and TensorFlow both run FaceNet on this CPU here
+                       spread, host_cpu=embedder.runtime != "cuda")
 
 
 def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, repeats: int,

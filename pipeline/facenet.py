@@ -15,6 +15,11 @@ none for a lone face); OpenVINO (the same graph converted at start-up) FP32 11.4
 (2.2x / 2.7x), every embedding within cosine 0.9997 of TensorFlow FP32's. So `runtime="openvino"` is the default,
 in bf16 where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX; elsewhere it would be emulated, slower than
 FP32, and `auto` keeps FP32).
+
+`runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX at start-up (tf2onnx) and run by ONNX
+Runtime's CUDA provider, in FP32. It needs the optional `gpu` extra and a GPU; asked for without either, it is a
+one-line error, never a silent fallback to the CPU. Not measured on a GPU yet (none was lent to the session that
+wrote it); `aitax calibrate identify --runtime cuda` measures it where there is one.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ log = logging.getLogger(__name__)
 FACE_SIZE = 160
 EMBEDDING_SIZE = 128
 PRECISIONS = ("auto", "fp32", "bf16")
-RUNTIMES = ("openvino", "tensorflow")
+RUNTIMES = ("openvino", "tensorflow", "cuda")
+CUDA_PROVIDER = "CUDAExecutionProvider"
+GPU_EXTRA = "pip install -e '.[gpu]' (ONNX Runtime with CUDA, tf2onnx)"
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _BN_EPSILON = 0.001
 _BN_MOMENTUM = 0.995
@@ -235,7 +242,7 @@ def resolve_precision(precision: str, has_bf16: bool, runtime: str = "openvino")
         raise UserError("--precision bf16: this CPU has neither AVX-512 BF16 nor AMX; bf16 would be emulated and "
                         "slower than fp32 (use auto or fp32)")
     if precision == "bf16" and runtime != "openvino":
-        raise UserError("--precision bf16 runs through --runtime openvino (TensorFlow is the FP32 reference)")
+        raise UserError(f"--precision bf16 runs through --runtime openvino (--runtime {runtime} computes in FP32)")
     return precision
 
 
@@ -256,6 +263,7 @@ class FaceEmbedder:
             input_signature=[tf.TensorSpec([None, FACE_SIZE, FACE_SIZE, 3], tf.uint8)],  # any batch, one trace
         )
         self._request = None
+        self._session = self.onnx_session([CUDA_PROVIDER]) if runtime == "cuda" else None
         if runtime == "openvino":
             try:
                 self._request = self._compile(intra_op_threads)
@@ -279,6 +287,27 @@ class FaceEmbedder:
         request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return request
 
+    def onnx_session(self, providers: list[str]):
+        """FaceNet converted to ONNX, in an ONNX Runtime session on `providers`; a missing extra or provider is a
+        UserError naming what to install."""
+        try:
+            import onnxruntime
+            import tf2onnx
+        except ImportError as error:
+            raise UserError(f"--runtime cuda needs the optional gpu extra ({error.name} is missing): {GPU_EXTRA}") \
+                from None
+        available = onnxruntime.get_available_providers()
+        missing = [provider for provider in providers if provider not in available]
+        if missing:
+            raise UserError(f"--runtime cuda: ONNX Runtime here has no {missing[0]} (it has {', '.join(available)}); "
+                            f"on a machine with an NVIDIA GPU and CUDA: {GPU_EXTRA}")
+        graph, _ = tf2onnx.convert.from_function(
+            tf.function(lambda faces: self._forward(faces, self.model)),
+            input_signature=[tf.TensorSpec([None, FACE_SIZE, FACE_SIZE, 3], tf.uint8)], opset=17)
+        session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=providers)
+        session.run(None, {session.get_inputs()[0].name: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
+        return session
+
     @staticmethod
     def _forward(faces: tf.Tensor, model: keras.Model) -> tf.Tensor:
         features = model(_prewhiten(faces), training=False)
@@ -293,4 +322,6 @@ class FaceEmbedder:
             return np.zeros((0, EMBEDDING_SIZE), np.float32)
         if self._request is not None:
             return self._request.infer({0: faces_rgb})[0].copy()  # the request reuses its output buffer
+        if self._session is not None:
+            return self._session.run(None, {self._session.get_inputs()[0].name: faces_rgb})[0]
         return self._embed(tf.constant(faces_rgb)).numpy()

@@ -248,8 +248,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "thumbnails one frame per call on a video's frames.")
     calibrate.add_argument("stage", choices=("identify", "detect"))
     calibrate.add_argument("--out", type=Path, required=True, help="curve YAML to write")
-    calibrate.add_argument("--runtime", default="openvino", choices=("openvino", "tensorflow"),
-                           help="identify: FaceNet's runtime (default openvino)")
+    calibrate.add_argument("--runtime", default="openvino", choices=("openvino", "tensorflow", "cuda"),
+                           help="identify: FaceNet's runtime (default openvino; cuda: an NVIDIA GPU, the gpu extra)")
     calibrate.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                            help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it)")
     calibrate.add_argument("--threads", type=int, default=1, help="identify: FaceNet's threads (default 1)")

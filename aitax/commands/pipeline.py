@@ -153,8 +153,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     identify.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
                           help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
                                "else fp32; the precision in use is printed and in every identify event")
-    identify.add_argument("--runtime", default="openvino", metavar="openvino|tensorflow",
-                          help="FaceNet's runtime: openvino (default, the fastest measured) or tensorflow (FP32 only)")
+    identify.add_argument("--runtime", default="openvino", metavar="openvino|tensorflow|cuda",
+                          help="FaceNet's runtime: openvino (default, the fastest measured on a CPU), tensorflow "
+                               "(FP32 only) or cuda (an NVIDIA GPU through ONNX Runtime, FP32; the optional gpu "
+                               "extra)")
     add_kafka_options(identify)
     identify.set_defaults(func=_identify)
 

@@ -197,3 +197,28 @@ def test_a_machine_openvino_cannot_run_on_keeps_identify_working_in_tensorflow_f
     assert "OpenVINO could not run FaceNet here (stoi): TensorFlow FP32 instead" in caplog.text
     faces, _ = val_faces
     np.testing.assert_allclose(fallback.embed(faces[:4]), embedder.embed(faces[:4]), atol=1e-5)
+
+
+def test_the_cuda_runtimes_graph_gives_tensorflows_embeddings_through_onnx_runtime(embedder, val_faces) -> None:
+    """`--runtime cuda` converts the same graph to ONNX and runs it in ONNX Runtime: checked here on its CPU
+    provider (no GPU in CI), the embeddings TensorFlow FP32 gives, in a batch and alone."""
+    faces, _ = val_faces
+    session = embedder.onnx_session(["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    converted, reference = session.run(None, {name: faces})[0], embedder.embed(faces)
+    assert converted.shape == reference.shape and converted.dtype == np.float32
+    assert (converted * reference).sum(axis=1).min() >= 0.9999
+    np.testing.assert_allclose(session.run(None, {name: faces[:1]})[0], reference[:1], atol=1e-4)
+
+
+def test_cuda_asked_for_without_a_gpu_or_the_extra_is_one_line_naming_what_to_install(embedder, monkeypatch) -> None:
+    import sys
+
+    from pipeline.facenet import CUDA_PROVIDER, GPU_EXTRA
+
+    with pytest.raises(UserError) as raised:
+        embedder.onnx_session([CUDA_PROVIDER])  # this machine's ONNX Runtime has no CUDA provider
+    assert CUDA_PROVIDER in str(raised.value) and GPU_EXTRA in str(raised.value) and "\n" not in str(raised.value)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # the extra not installed
+    with pytest.raises(UserError, match=r"needs the optional gpu extra \(onnxruntime is missing\)"):
+        embedder.onnx_session([CUDA_PROVIDER])
