@@ -15,8 +15,8 @@ FETCH_MAX_WAIT_MS = 500
 # Producers: acks=all (every in-sync replica, min.insync 2) with retries through fail-over. Only the producers of
 # results (identities, detections) are idempotent, so a retried result is never published twice. Faces and frames
 # are not: librdkafka 2.16's idempotence cost 250-300 us of client CPU per 37 kB face against 40 us without it
-# (README, the emulator against Kafka's tools), and a retried face written twice is dropped by identify (by key).
-# Nothing is lost either way.
+# (docs/emulation.md, the emulator against Kafka's tools), and a retried face written twice is dropped by identify
+# (by key). Nothing is lost either way.
 PRODUCER_MAX_IN_FLIGHT = 5  # requests per broker connection (Java's default; idempotence allows at most 5)
 
 

@@ -226,6 +226,6 @@ def test_calibrated_on_impostors_the_gallery_names_no_stranger_and_still_names_t
     assert calibration.impostor_faces >= 25 and calibration.impostor_fpir <= 0.01
     assert len(unseen) >= 15
     # One man of insightface's group photo scores 0.47 against Seinfeld's photos, above every calibration face:
-    # this FaceNet's limit (see the README's operating point). No other stranger may be named.
+    # this FaceNet's limit (see docs/pipeline.md, the operating point). No other stranger may be named.
     assert len([m for m in unseen if m.identity != UNKNOWN]) <= 1, [m for m in unseen if m.identity != UNKNOWN]
     assert sum(m.identity == truth for m, truth in zip(named, val_set.labels, strict=True)) >= 24  # of 25

@@ -1,0 +1,52 @@
+"""The README is a front door: short, and every command it shows runs as written (the `aitax` ones parse with the
+real command line, the `make` ones are targets, the scripts exist)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+
+import pytest
+
+from aitax.cli import build_parser
+from ground.paths import PROJECT_ROOT
+
+README = PROJECT_ROOT / "README.md"
+MAX_BYTES = 10_000
+
+
+def _commands() -> list[str]:
+    """Lines of the code blocks and inline code spans that start with a command, comments removed."""
+    text = README.read_text()
+    blocks = re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S)
+    lines = [line for block in blocks for line in block.splitlines()]
+    lines += re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    commands = [line.split("#", 1)[0].strip() for line in lines]
+    return [c for c in commands if c.split(" ", 1)[0] in ("aitax", "make", ".venv/bin/python")]
+
+
+def test_the_readme_is_at_most_10_kb() -> None:
+    assert len(README.read_bytes()) <= MAX_BYTES
+
+
+def test_the_readme_shows_commands() -> None:
+    assert {"make demo", "make test"} <= set(_commands())
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_in_the_readme_runs_as_written(command: str) -> None:
+    program, *args = shlex.split(command)
+    if program == "make":
+        targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (PROJECT_ROOT / "Makefile").read_text(), flags=re.M))
+        assert set(args) <= targets, f"{command}: no such make target"
+    elif program == ".venv/bin/python":
+        assert (PROJECT_ROOT / args[0]).is_file(), f"{command}: no such script"
+    else:
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                build_parser().parse_args(args)
+            except SystemExit as exit_:
+                assert exit_.code == 0, f"{command}: {errors.getvalue().strip()}"
