@@ -88,7 +88,14 @@ def broker_meters(port: int, timeout_s: float = 0.5) -> dict[str, float]:
 
 
 def _cpu_seconds(pids: list[int], last_seen: dict[int, float]) -> float:
-    """CPU seconds of these processes; one that has exited counts with what it had used when last seen."""
+    """CPU seconds of these processes and their descendants (a real ingest-detect decodes in a child process); one
+    that has exited counts with what it had used when last seen. Descendants found are added to `pids`, so they
+    keep counting after they exit."""
+    for pid in list(pids):
+        try:
+            pids.extend(child.pid for child in psutil.Process(pid).children(recursive=True) if child.pid not in pids)
+        except psutil.Error:
+            continue
     for pid in pids:
         try:
             times = psutil.Process(pid).cpu_times()

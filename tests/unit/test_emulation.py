@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,38 @@ def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> Non
     assert close_within([Client("a", False), Client("b", True), Client("c", False)], 0.3) == 1
     assert time.monotonic() - started < 2 and sorted(closed) == ["a", "c"]
     release.set()
+
+
+def test_a_roles_cpu_counts_its_processes_children_even_after_they_exit() -> None:
+    """A real ingest-detect decodes in a child process: its CPU is the role's, also once the child has ended."""
+    import subprocess
+    import sys
+
+    from aitax.load.resources import _cpu_seconds
+
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\n"
+                               f"child = subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+                               "child.wait(); time.sleep(30)"])
+    try:
+        pids, last_seen, deadline = [parent.pid], {}, time.monotonic() + 30
+        while len(pids) < 2 and time.monotonic() < deadline:  # until the child is found
+            _cpu_seconds(pids, last_seen)
+            time.sleep(0.02)
+        assert len(pids) == 2
+        while _alive(pids[1]) and time.monotonic() < deadline:
+            _cpu_seconds(pids, last_seen)
+            time.sleep(0.02)
+        assert _cpu_seconds(pids, last_seen) >= 0.3  # the child's burn, kept after it exited
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
