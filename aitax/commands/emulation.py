@@ -85,6 +85,23 @@ def accelerator_curves(names: list[str]) -> dict:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add this module's commands, in the order `aitax --help` lists them."""
+    for add_command in (
+        _emulate_command,
+        _emulate_scaling_command,
+        _faults_command,
+        _audit_command,
+        _collect_command,
+        _emulate_producers_command,
+        _emulate_detectors_command,
+        _emulate_consumers_command,
+        _calibrate_command,
+        _profile_command,
+    ):
+        add_command(subparsers)
+
+
+def _emulate_command(subparsers: argparse._SubParsersAction) -> None:
     sweep = subparsers.add_parser(
         "emulate", help="sweep AI acceleration factors with emulated stages; find where the brokers break",
         description="For each factor: the real stage loops and Kafka code with compute replaced by sleeps "
@@ -148,6 +165,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_driver_timing(sweep)
     sweep.set_defaults(func=_emulate)
 
+
+def _emulate_scaling_command(subparsers: argparse._SubParsersAction) -> None:
     scaling = subparsers.add_parser(
         "emulate-scaling", help="the paper's Fig. 15: highest stable factor per broker count, drives, face size",
         description="Repeats the sweep per configuration. brokers/drives restart Kafka (fresh storage) with each "
@@ -169,6 +188,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--quantile", type=float, default=0.99, help="for --latency-bound (default 0.99)")
     scaling.set_defaults(func=_emulate_scaling)
 
+
+def _faults_command(subparsers: argparse._SubParsersAction) -> None:
     faults = subparsers.add_parser("faults", help="fault scenarios under emulated load: lost, duplicated, stall",
                                    description="Runs the emulated pipeline at a steady rate while a broker, the "
                                                "KRaft controller, two brokers, a consumer or Elasticsearch fails, "
@@ -178,6 +199,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     faults.add_argument("--json", type=Path, help="write the results as JSON")
     faults.set_defaults(func=_faults)
 
+
+def _audit_command(subparsers: argparse._SubParsersAction) -> None:
     audit = subparsers.add_parser(
         "audit", help="account for a run's faces once its consumers are idle: in `faces`, identified, lost",
         description="Reads the `faces` and `identities` topics of a run (real or emulated, local or in a cluster) "
@@ -189,6 +212,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     audit.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
     audit.set_defaults(func=_audit)
 
+
+def _collect_command(subparsers: argparse._SubParsersAction) -> None:
     collect = subparsers.add_parser(
         "collect", help="a consumer group's state and a run read back from its topics, as one JSON line",
         description="What the experiment driver asks from inside a pod of the release (where the brokers are "
@@ -203,6 +228,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ...")
     collect.set_defaults(func=_collect)
 
+
+def _emulate_producers_command(subparsers: argparse._SubParsersAction) -> None:
     producers = subparsers.add_parser("emulate-producers", help="emulated ingest/detect instances (one process)",
                                       description="N emulated ingest/detect instances, each on its own schedule, "
                                                   "sharing one Kafka producer.")
@@ -218,6 +245,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_keying(producers)
     producers.set_defaults(func=_emulate_producers)
 
+
+def _emulate_detectors_command(subparsers: argparse._SubParsersAction) -> None:
     detectors = subparsers.add_parser(
         "emulate-detectors", help="emulated three-stage detect instances (one process): frames -> faces",
         description="N emulated detect instances, each its own consumer of the frames topic in the group, through "
@@ -228,6 +257,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_batching(detectors, 4, "frames whose faces are acknowledged and committed together")
     detectors.set_defaults(func=_emulate_detectors)
 
+
+def _emulate_consumers_command(subparsers: argparse._SubParsersAction) -> None:
     consumers = subparsers.add_parser("emulate-consumers", help="emulated identify instances (one process)",
                                       description="M emulated identify instances, each its own consumer in the "
                                                   "group, committing after results are durable.")
@@ -240,6 +271,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "other runs share)")
     consumers.set_defaults(func=_emulate_consumers)
 
+
+def _calibrate_command(subparsers: argparse._SubParsersAction) -> None:
     calibrate = subparsers.add_parser(
         "calibrate", help="this machine's device curve (time per batch) for --accelerator FILE",
         description="Times the real compute of a stage on this machine and writes a curve file that "
@@ -261,12 +294,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--min-face-size", type=int, default=40, help="detect: MTCNN's smallest face (default 40)")
     calibrate.set_defaults(func=_calibrate)
 
+
+def _profile_command(subparsers: argparse._SubParsersAction) -> None:
     profile = subparsers.add_parser("profile", help="derive an emulation profile from a real run's events")
     profile.add_argument("--run", required=True, help="run id")
     profile.add_argument("--events", help="JSONL folder or file of the run (default: the local Elasticsearch)")
     profile.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     profile.set_defaults(func=_profile)
-
 
 def _emulate(args: argparse.Namespace) -> int:
     from aitax.stack.stack import running_config

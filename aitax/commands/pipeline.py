@@ -52,6 +52,25 @@ def _add_detection(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add this module's commands, in the order `aitax --help` lists them."""
+    for add_command in (
+        _make_video_command,
+        _enroll_command,
+        _ingest_detect_command,
+        _ingest_command,
+        _detect_command,
+        _detect_objects_command,
+        _identify_command,
+        _run_command,
+        _compare_stages_command,
+        _demo_command,
+        _evaluate_command,
+        _core_scaling_command,
+    ):
+        add_command(subparsers)
+
+
+def _make_video_command(subparsers: argparse._SubParsersAction) -> None:
     video = subparsers.add_parser("make-video", help="compose a test video of real faces, with ground truth",
                                   description="Real face photos (never enrolled ones) moving over a 1920x1080 "
                                               "scene; writes V.mp4 and V.truth.json.")
@@ -69,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "become theirs and must come out unknown")
     video.set_defaults(func=_make_video)
 
+
+def _enroll_command(subparsers: argparse._SubParsersAction) -> None:
     enroll = subparsers.add_parser("enroll", help="build a gallery from a folder per identity",
                                    description="MTCNN crop -> FaceNet embeddings -> SVM, saved as a gallery "
                                                "that cannot execute code when loaded (.npz, no pickle).")
@@ -85,6 +106,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "compressed, occluded as in make-video --augment hard (default 4)")
     enroll.set_defaults(func=_enroll)
 
+
+def _ingest_detect_command(subparsers: argparse._SubParsersAction) -> None:
     ingest = subparsers.add_parser("ingest-detect", help="the ingest/detect container: video -> faces topic",
                                    description="Two processes joined by a bounded queue: ingestion decodes and "
                                                "resizes frames; detection runs MTCNN and publishes one record per "
@@ -99,6 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(ingest)
     ingest.set_defaults(func=_ingest_detect)
 
+
+def _ingest_command(subparsers: argparse._SubParsersAction) -> None:
     # The three-stage design (the paper's Fig. 3a): the same two halves as separate processes, frames through Kafka.
     ingest_only = subparsers.add_parser(
         "ingest", help="three-stage ingestion: video -> frames topic (JPEG)",
@@ -113,6 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(ingest_only)
     ingest_only.set_defaults(func=_ingest)
 
+
+def _detect_command(subparsers: argparse._SubParsersAction) -> None:
     detect = subparsers.add_parser(
         "detect", help="three-stage detection: frames topic -> faces topic",
         description="Consumes the `frames` topic in a group, runs MTCNN on each frame and publishes one record per "
@@ -126,6 +153,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(detect)
     detect.set_defaults(func=_detect)
 
+
+def _detect_objects_command(subparsers: argparse._SubParsersAction) -> None:
     objects = subparsers.add_parser(
         "detect-objects", help="Object Detection: frames topic -> detections topic",
         description="The paper's second workload (Sec. 6): consumes the `frames` topic in a group, runs CenterNet "
@@ -140,6 +169,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(objects)
     objects.set_defaults(func=_detect_objects)
 
+
+def _identify_command(subparsers: argparse._SubParsersAction) -> None:
     identify = subparsers.add_parser("identify", help="the identify container: faces topic -> identities topic",
                                      description="Consume thumbnails, FaceNet + SVM in batches, publish identities, "
                                                  "commit offsets only after results are durable.")
@@ -160,6 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kafka_options(identify)
     identify.set_defaults(func=_identify)
 
+
+def _run_command(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="run the pipeline locally: N ingest-detect + M identify processes",
                                 description="Starts the stage processes against the local stack, as Deployments "
                                             "would on a cluster; Ctrl-C or --duration drains in-flight faces.")
@@ -183,6 +216,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--bootstrap", help="Kafka brokers (default: the local stack)")
     run.set_defaults(func=_run)
 
+
+def _compare_stages_command(subparsers: argparse._SubParsersAction) -> None:
     compare = subparsers.add_parser(
         "compare-stages", help="two- against three-stage Face Recognition, side by side (the paper's Fig. 3)",
         description="Runs the pipeline twice on the local stack, with ingest-detect containers and then with frames "
@@ -198,6 +233,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--plot", type=Path, metavar="PNG", help="draw three-stage / two-stage per measure here")
     compare.set_defaults(func=_compare_stages)
 
+
+def _demo_command(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="end to end: enroll, make a video, run the pipeline, score it",
                                  description="Enrolls the 5-celebrity train split (threshold calibrated on the "
                                              "packaged strangers), composes a hard video from the val split and "
@@ -212,6 +249,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_driver_timing(demo)
     demo.set_defaults(func=_demo)
 
+
+def _evaluate_command(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser("evaluate", help="accuracy and latency of a run against ground truth")
     evaluate.add_argument("--video", type=Path, required=True, help="the video whose .truth.json to compare with")
     evaluate.add_argument("--run-id", required=True, help="the run to evaluate")
@@ -224,6 +263,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "strangers (make-video --strangers)")
     evaluate.set_defaults(func=_evaluate)
 
+
+def _core_scaling_command(subparsers: argparse._SubParsersAction) -> None:
     scaling = subparsers.add_parser(
         "core-scaling", help="compute latency of each container kind on 1, 2, ... cores (the paper's Fig. 5)",
         description="Each kind and core count in a fresh process pinned to that many CPUs, with that many threads: "
@@ -240,7 +281,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--min-face-size", type=int, default=40, help="MTCNN's smallest face (default 40)")
     scaling.add_argument("--plot", type=Path, metavar="PNG", help="draw relative latency against cores here")
     scaling.set_defaults(func=_core_scaling)
-
 
 def _core_scaling(args: argparse.Namespace) -> int:
     import tempfile

@@ -40,6 +40,12 @@ EMULATION_HELP = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `tco` (with its actions) and `plan`."""
+    _tco_command(subparsers)
+    _plan_command(subparsers)
+
+
+def _tco_command(subparsers: argparse._SubParsersAction) -> None:
     tco = subparsers.add_parser(
         "tco",
         help="total cost of ownership of the paper's edge data centers, and their storage capacity",
@@ -56,7 +62,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     tco.set_defaults(func=run_design)
     actions = tco.add_subparsers(dest="tco_action", metavar="ACTION")
+    _compare_action(actions)
+    _capacity_action(actions)
 
+
+def _compare_action(actions: argparse._SubParsersAction) -> None:
     compare = actions.add_parser(
         "compare",
         help="homogeneous vs purpose-built: breakdown, saving, paper check",
@@ -65,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_output_options(compare, suppress=True)
     compare.set_defaults(func=run_compare)
 
+
+def _capacity_action(actions: argparse._SubParsersAction) -> None:
     capacity = actions.add_parser(
         "capacity",
         help="storage capacity model vs the paper's Fig. 15, cell by cell",
@@ -94,6 +106,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     capacity.set_defaults(func=run_capacity)
 
+
+def _plan_command(subparsers: argparse._SubParsersAction) -> None:
     planner = subparsers.add_parser(
         "plan",
         help="size and price a homogeneous and a purpose-built edge data center for an AI acceleration",
