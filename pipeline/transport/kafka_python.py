@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from ground.errors import UserError
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
@@ -29,6 +31,7 @@ from pipeline.transport.base import (
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
 REVOKE_YIELD_S = 0.005
+TOPIC_METADATA_TIMEOUT_S = 30.0
 
 
 class KafkaPythonProducer:
@@ -154,7 +157,22 @@ class KafkaPythonConsumer:
             **settings,
         )
         self._revocations.sleep = self._consumer._net.sleep  # kafka-python has no public handle on its loop
+        self._await_partitions(topics)
         self._consumer.subscribe(list(topics), listener=self._revocations)
+
+    def _await_partitions(self, topics: Sequence[str]) -> None:
+        """Join only once this client's metadata has every topic's partitions. A KRaft broker learns a new topic
+        a moment after CreateTopics returns; a kafka-python group leader that asks it then assigns nothing
+        ("No partition metadata") and was seen not to rejoin within 30 s."""
+        deadline = time.monotonic() + TOPIC_METADATA_TIMEOUT_S
+        for topic in topics:
+            while not self._consumer.partitions_for_topic(topic):
+                if time.monotonic() >= deadline:
+                    self._consumer.close()
+                    raise UserError(f"topic {topic!r}: not in the cluster metadata after "
+                                    f"{TOPIC_METADATA_TIMEOUT_S:.0f} s; create it first (`aitax stack up` makes "
+                                    "the pipeline's topics)")
+                time.sleep(0.2)
 
     def on_revoke(self, handler: RevokeHandler) -> None:
         self._revocations.handler = handler

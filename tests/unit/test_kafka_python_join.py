@@ -1,0 +1,48 @@
+"""kafka-python's consumer joins its group only once its own metadata holds the topics' partitions."""
+
+from __future__ import annotations
+
+import pytest
+
+from ground.errors import UserError
+from pipeline.transport import kafka_python
+
+
+class _FakeKafkaConsumer:
+    """Partitions appear after `known_after` metadata lookups, as on a broker that learns a new topic late."""
+
+    known_after = 3
+
+    def __init__(self, **settings: object) -> None:
+        self.lookups = 0
+        self.calls: list[str] = []
+        self._net = type("Net", (), {"sleep": staticmethod(lambda _s: None)})()
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        self.lookups += 1
+        self.calls.append("lookup")
+        return {0} if self.lookups > self.known_after else set()
+
+    def subscribe(self, topics: list[str], listener: object) -> None:
+        self.calls.append("subscribe")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+@pytest.fixture
+def fake_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kafka_python, "KafkaConsumer", _FakeKafkaConsumer)
+    monkeypatch.setattr(kafka_python.time, "sleep", lambda _s: None)
+
+
+def test_subscribes_only_after_the_partitions_are_known(fake_client: None) -> None:
+    consumer = kafka_python.KafkaPythonConsumer("localhost:1", "group", ["faces"])
+    assert consumer._consumer.calls == ["lookup"] * 4 + ["subscribe"]
+
+
+def test_a_topic_that_never_appears_is_a_one_line_error(fake_client: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_FakeKafkaConsumer, "known_after", 10**9)
+    monkeypatch.setattr(kafka_python, "TOPIC_METADATA_TIMEOUT_S", 0.0)
+    with pytest.raises(UserError, match="topic 'faces': not in the cluster metadata"):
+        kafka_python.KafkaPythonConsumer("localhost:1", "group", ["faces"])
