@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground.paper import BROKER_WAIT_SHARE, OBJECT_DETECTION
+from telemetry.applications import FACE_RECOGNITION, application
 from telemetry.latency import BREAKDOWN
 from telemetry.quantiles import min_samples, quantile_key
 from telemetry.results import FactorRuns, SweepResult, format_spread
@@ -30,8 +30,7 @@ def format_table(sweep: SweepResult) -> list[str]:
           + "".join(f"{q:>9}" for q in quantiles)
           + f"{'max':>8}{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'cpu':>6}  saturated (last repeat)")
     flagged = False
-    # The paper's broker-wait shares per factor are Face Recognition's (Fig. 10); its Object Detection gives none
-    objects = any(run.workload.application == "object-detection" for run in sweep.runs)
+    app = application(sweep.runs[0].workload.application if sweep.runs else FACE_RECOGNITION.name)
     knee = sweep.knee
     for factor in sweep.by_factor():
         last = factor.runs[-1]
@@ -45,7 +44,7 @@ def format_table(sweep: SweepResult) -> list[str]:
             mark = "*" if tail is not None and q in tail.too_few_samples else ""
             flagged = flagged or bool(mark)
             cells.append(f"{value:>8.0f}{mark or ' '}")
-        paper = None if objects else BROKER_WAIT_SHARE.get(int(factor.factor) if factor.factor.is_integer() else -1)
+        paper = app.paper_broker_wait_share.get(int(factor.factor) if factor.factor.is_integer() else -1)
         share = factor.spread(lambda run: run.latency.broker_wait_share if run.latency else None)
         disk = factor.spread(lambda run: run.resources.broker_disk_write_bytes_per_s / 1e6)
         cpu = factor.spread(lambda run: run.resources.machine_cpu_busy)
@@ -73,12 +72,7 @@ def format_table(sweep: SweepResult) -> list[str]:
                      f"held, {sweep.brokers} brokers): " + ("none in range" if best is None or rate is None
                                                             else f"{best:.3g}x, {rate.median:.0f} faces/s"))
     elif any(group.in_flight is None for group in sweep.by_factor()):
-        paper = ("paper, 3 brokers x 1 NVMe: 6x" if not objects else
-                 f"paper's Object Detection: latency degrades after {OBJECT_DETECTION.stable_through}x, passes 3 s "
-                 f"at {OBJECT_DETECTION.over_3000_ms_at}x, grows without bound from "
-                 f"{OBJECT_DETECTION.unbounded_from}x; "
-                 f"{OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS at 1x from {OBJECT_DETECTION.producers} streams, "
-                 f"broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms")
+        paper = app.paper_sweep
         runaway = sweep.highest_stable_by_runaway
         if sweep.skipped_factors:
             lines.append(f"not run (--stop-after: the sweep ended past the knee): "

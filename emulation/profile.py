@@ -35,6 +35,7 @@ from pydantic import (
 
 from ground.errors import UserError, invalid
 from ground.paper import OBJECT_DETECTION, PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
+from telemetry.applications import application
 
 PROFILE_VERSION = 1
 STAGE_NAMES = ("ingest", "detect", "identify")
@@ -162,19 +163,6 @@ def _faces_averaging(mean: float) -> dict[int, float]:
     return {0: 1 - sum(faces.values()), **faces}
 
 
-@dataclass(frozen=True)
-class Workload:
-    """An application the emulator replays: its built-in profile and the instance counts it needs by default."""
-
-    profile: str
-    producers: int
-    consumers: int
-
-
-# Object detection: one 30 FPS stream needs 30 x 0.687 = 21 detection instances busy at any factor (at Nx the frames
-# come N times as fast and take 1/N the time); 24 leave headroom.
-WORKLOADS = {"face-recognition": Workload("paper", 4, 8), "object-detection": Workload("object-detection", 1, 24)}
-
 BUILT_IN = {"paper": lambda: paper_profile(True), "paper-video": lambda: paper_profile(False),
             "object-detection": object_detection_profile}
 
@@ -199,12 +187,18 @@ class ProfileFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
-    application: Literal["face-recognition", "object-detection"] = "face-recognition"
+    application: str = "face-recognition"  # telemetry.applications
     fps: float = Field(STREAM_FPS, gt=0)  # frames per second per stream
     compute_ms: dict[Literal["ingest", "detect", "identify"], QuantilePoints]
     thumbnail_bytes: QuantilePoints
     faces_per_frame: dict[NonNegativeInt, NonNegativeFloat]  # face count -> probability
     faces_sequence: list[NonNegativeInt] | None = Field(None, min_length=1)  # faces per frame index, replayed
+
+    @field_validator("application")
+    @classmethod
+    def _known_application(cls, name: str) -> str:
+        application(name)
+        return name
 
     @field_validator("compute_ms")
     @classmethod

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ground.errors import UserError, invalid
+from telemetry.applications import application
 from telemetry.latency import LatencySummary, Tail
 from telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key
 
@@ -59,10 +60,9 @@ class Workload(_Model):
     # real: 2, ingest-detect containers (frames pass in-process); 3, separate ingest and detect processes, one of
     # each per producer, frames through the `frames` topic (the paper's Fig. 3a)
     stages: Literal[2, 3] = 2
-    # face-recognition; or object-detection (the paper's Sec. 6): producers are ingest processes publishing every
-    # frame, consumers `aitax detect-objects` processes, and the results' "faces" are frames, each answered by one
-    # detections record (its detection where identification stands)
-    application: Literal["face-recognition", "object-detection"] = "face-recognition"
+    # telemetry.applications: face-recognition, or object-detection (the paper's Sec. 6), whose results' "faces"
+    # are frames, each answered by one detections record (its detection where identification stands)
+    application: str = "face-recognition"
     drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog
     # The measurement window (ramp-up, window, ramp-down): latency counts the faces captured in it, throughput
     # the faces identified in it, after `ramp_up_s` of the schedule and before its last `ramp_down_s`.
@@ -76,6 +76,12 @@ class Workload(_Model):
     latency_bound_ms: float | None = Field(None, gt=0)
     latency_bound_quantile: float = Field(0.99, gt=0, lt=1)
 
+    @field_validator("application")
+    @classmethod
+    def _known_application(cls, name: str) -> str:
+        application(name)
+        return name
+
     @model_validator(mode="after")
     def _window_left(self) -> Workload:
         if self.ramp_up_s + self.ramp_down_s >= self.duration_s:
@@ -84,9 +90,8 @@ class Workload(_Model):
         if self.latency_bound_ms is not None and self.latency_bound_quantile not in self.quantiles:
             raise ValueError(f"the bound's quantile {self.latency_bound_quantile:g} is not among the quantiles "
                              f"{self.quantiles}")
-        if self.application == "object-detection" and self.stages == 3:
-            raise ValueError("object-detection has two stages (ingest, then detection): stages 3 is Face "
-                             "Recognition's")
+        if self.stages == 3:
+            application(self.application).stages(3)
         if self.in_flight is not None and self.stages == 3:
             raise ValueError("a closed loop (in_flight) runs two stages")
         if self.in_flight is not None and self.mode != "emulated":

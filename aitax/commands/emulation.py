@@ -23,8 +23,8 @@ from aitax.commands.options import (
     stage_settings,
 )
 from emulation.curves import BASELINE_CURVE
-from emulation.profile import WORKLOADS
 from ground.errors import UserError
+from telemetry.applications import APPLICATIONS
 
 
 def _factors(text: str) -> list[float]:
@@ -112,7 +112,7 @@ def _emulate_command(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--duration", type=float, default=30.0, help="seconds of load per factor (default 30)")
     sweep.add_argument("--warmup", type=float, default=15.0,
                        help="seconds of unmeasured 1x load first, so cold brokers do not skew 1x (default 15; 0: none)")
-    sweep.add_argument("--workload", default="face-recognition", choices=tuple(WORKLOADS),
+    sweep.add_argument("--workload", default="face-recognition", choices=tuple(APPLICATIONS),
                        help="face-recognition (default), or object-detection: the paper's second application "
                             "(Sec. 6): every frame through Kafka at 30 FPS x factor to a 687 ms R-CNN")
     sweep.add_argument("--producers", type=int,
@@ -315,11 +315,12 @@ def _emulate(args: argparse.Namespace) -> int:
                         f"`aitax stack down && aitax stack up --brokers {args.brokers}` first")
     if args.face_scale <= 0 or args.face_scale > 1:
         raise UserError(f"--face-scale {args.face_scale}: must be in (0, 1]")
-    if args.stages == 3 and args.workload == "object-detection":
-        raise UserError("--stages 3 is Face Recognition's design: object-detection already sends every frame")
+    app = APPLICATIONS[args.workload]
+    if args.stages == 3 and app.split is None:
+        raise UserError(f"--stages 3: {app.name} has two stages; three are for an application that splits one")
     accelerator_curves(args.accelerator)  # every curve readable before anything starts
     load_curve(args.baseline)
-    workload = WORKLOADS[args.workload]
+    workload = app.emulated
     profile_name = args.profile or workload.profile
     producers = workload.producers if args.producers is None else args.producers
     consumers = workload.consumers if args.consumers is None else args.consumers

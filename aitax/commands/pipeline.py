@@ -19,6 +19,7 @@ from aitax.commands.options import (
     stage_settings,
 )
 from ground.errors import UserError, invalid
+from telemetry.applications import APPLICATIONS
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -198,7 +199,7 @@ def _run_command(subparsers: argparse._SubParsersAction) -> None:
                                             "would on a cluster; Ctrl-C or --duration drains in-flight faces.")
     run.add_argument("--video", type=Path, required=True, help="video for every producer (looped)")
     run.add_argument("--gallery", type=Path, help="gallery for the identify processes (Face Recognition)")
-    run.add_argument("--workload", choices=("face-recognition", "object-detection"), default="face-recognition",
+    run.add_argument("--workload", choices=tuple(APPLICATIONS), default="face-recognition",
                      help="face-recognition (default); object-detection: the paper's Sec. 6, ingest processes "
                           "publish every frame and --consumers detect-objects processes answer each")
     run.add_argument("--producers", type=int, default=1, help="ingest-detect processes (default 1)")
@@ -592,8 +593,9 @@ def _run(args: argparse.Namespace) -> int:
     from aitax.load.engine import run_local_pipeline
     from aitax.stack.stack import resolve_bootstrap
 
-    if args.workload == "face-recognition" and args.gallery is None:
-        raise UserError("--gallery: Face Recognition needs a gallery (`aitax enroll --out gallery.npz`)")
+    if APPLICATIONS[args.workload].needs_gallery and args.gallery is None:
+        raise UserError(f"--gallery: {APPLICATIONS[args.workload].title} needs a gallery "
+                        "(`aitax enroll --out gallery.npz`)")
     workload = _real_workload(args.video, args.gallery, args.producers, args.consumers, args.duration, args.pace,
                               args.ramp_up, args.ramp_down, args.quantiles, stages=args.stages,
                               application=args.workload)

@@ -16,6 +16,7 @@ from aitax.load.local import LocalLoad
 from aitax.load.resources import Sampler, resources
 from aitax.stack.config import StackConfig
 from ground.errors import UserError
+from telemetry.applications import application
 from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
 from telemetry.results import Driver, RunResult, Workload, judge, write_results
 
@@ -162,9 +163,8 @@ def print_result(result: RunResult) -> None:
     """The run in a few lines, then each condition of its verdict and whether it held."""
     latency = result.latency
     offered = "" if result.offered_faces_per_s is None else f" of {result.offered_faces_per_s:.1f} offered"
-    # Object Detection's results count frames, each answered by its detections
-    unit, done = ("frames", "answered") if result.workload.application == "object-detection" else ("faces",
-                                                                                                     "identified")
+    app = application(result.workload.application)
+    unit, done = f"{app.unit}s", app.answered
     print(f"run {result.run_id}: {result.produced_faces} {unit} acknowledged, {result.identified_faces} {done} "
           f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} {unit}/s")
     if latency is not None:
@@ -173,14 +173,9 @@ def print_result(result: RunResult) -> None:
               f"{latency.p50_ms:.0f} ms, p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} "
               f"of it, by owner: " + ", ".join(f"{part} {steps.get(part, 0.0):.1f} ms" for part in BROKER_WAIT)
               + f" ({dominant_wait(steps)} dominates); batch size p50 {batch_size_p50(latency.batch_sizes) or 0:g}")
-    if latency is not None and result.workload.application == "object-detection":
-        from ground.paper import OBJECT_DETECTION
-
-        print(f"  per frame: ingest {steps['ingest']:.1f} ms, broker wait {broker_wait_ms(steps):.0f} ms, detection "
-              f"{steps['identify']:.1f} ms (paper's Object Detection at 1x: ingest {OBJECT_DETECTION.ingest_ms:g} "
-              f"ms, broker wait {OBJECT_DETECTION.broker_wait_ms:.0f} ms, Faster R-CNN "
-              f"{OBJECT_DETECTION.detect_ms:.0f} ms; {OBJECT_DETECTION.achieved_fps_at_1x:.0f} FPS from "
-              f"{OBJECT_DETECTION.producers} streams)")
+    if latency is not None and app.paper_breakdown is not None:
+        print(f"  per {app.unit}: ingest {steps['ingest']:.1f} ms, broker wait {broker_wait_ms(steps):.0f} ms, "
+              f"{app.consumer.command} {steps['identify']:.1f} ms ({app.paper_breakdown})")
     if result.resources is not None:
         print(f"  saturated: {result.resources.saturated}")
     for condition in result.verdict.conditions:
@@ -207,13 +202,13 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
     if load.frames_through_kafka and stack is not None:
         from aitax.stack import kafka
 
-        kafka.ensure_topics(stack, stack.topics(load.topics, frames=True, detections=load.objects))
+        kafka.ensure_topics(stack, stack.topics(load.topics, frames=True,
+                                                detections=load.application.results == "detections"))
     load.check()
-    producers = "ingest-detect" if workload.stages == 2 and not load.objects else "ingest"
-    consumers = "detect-objects" if load.objects else "identify"
-    detect = f" + {workload.producers} detect" if workload.stages == 3 and not load.objects else ""
-    print(f"run {run_id}: {workload.producers} {producers}{detect} + {workload.consumers} {consumers} processes; "
-          f"events and logs in {events_dir}")
+    producer, middle, consumer = load.application.stages(workload.stages)
+    detect = f" + {workload.producers} {middle.command}" if middle else ""
+    print(f"run {run_id}: {workload.producers} {producer.command}{detect} + {workload.consumers} {consumer.command} "
+          f"processes; events and logs in {events_dir}")
     result = run_load(load, stack=stack, progress=True)
     print_result(result)
     print(f"result: {write_results(result, events_dir / 'result.json')}")
@@ -221,7 +216,6 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
         failed = ", ".join(line.split(":")[0] for line in result.process_failures)
         raise UserError(f"{failed} failed; see {events_dir / 'logs'}")
     if result.backlog_faces:
-        raise UserError(f"the {'detect-objects' if load.objects else 'identify'} group still lags by "
-                        f"{result.backlog_faces} {'frames' if load.objects else 'faces'} after "
-                        f"{workload.drain_s:.0f} s")
+        raise UserError(f"the {consumer.command} group still lags by {result.backlog_faces} "
+                        f"{load.application.unit}s after {workload.drain_s:.0f} s")
     return result

@@ -1,6 +1,7 @@
-"""A run's stage processes on this machine: the real stages (`identify`, `ingest-detect`; three stages add `ingest`
-and `detect`; Object Detection is `ingest` and `detect-objects`) or the emulated ones (`emulate-consumers`,
-`emulate-producers`), the way Deployments run them on a cluster.
+"""A run's stage processes on this machine: the real stages its application describes (`telemetry.applications`:
+Face Recognition's `ingest-detect` and `identify`, or `ingest` and `detect` apart in three stages; Object Detection's
+`ingest` and `detect-objects`) or the emulated ones (`emulate-consumers`, `emulate-producers`), the way Deployments
+run them on a cluster.
 
 Consumers start first and report ready (their model loaded, their partitions assigned), so start-up is never
 measured as broker wait; producers then offer the workload's load. Children report through the status channel
@@ -16,11 +17,10 @@ from ground import children
 from ground.daemons import poll_until
 from ground.errors import UserError
 from pipeline.schema import DEFAULT_TOPICS, Topics
+from telemetry.applications import Stage, application
 from telemetry.results import Driver, Workload
 
 READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
-DETECT_GROUP = "detect"  # three stages: the detect processes' group on the frames topic
-OBJECTS_GROUP = "detect-objects"  # Object Detection: the detect-objects processes' group on the frames topic
 PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
 STOP_TIMEOUT_S = 60.0
 LAG_POLL_S = 0.5
@@ -43,16 +43,20 @@ class LocalLoad:
             raise UserError("a topic prefix is for emulated runs: the real stages use the pipeline's topics")
         self.workload, self.driver, self.run_id, self.bootstrap = workload, driver, run_id, bootstrap
         self.logs, self.env = logs, env
+        self.application = application(workload.application)
         self.shares_topics = not topic_prefix
         self.group = f"{group}-{run_id}" if self.shares_topics else group
         # three stages: the detect processes' group on the frames topic (an emulated run's own, beside its topics)
-        self.detect_group = DETECT_GROUP if workload.mode == "real" else f"{group}-detect"
+        self.detect_group = f"{group}-detect"
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
-        self.batching = ["--max-queue-delay-ms", f"{driver.max_queue_delay_ms:g}"]  # for the consuming stages
+        self.run_values = {"gallery": str(workload.gallery), "keying": driver.keying,
+                           "max_queue_delay_ms": f"{driver.max_queue_delay_ms:g}",
+                           "results_linger_ms": f"{driver.results_linger_ms:g}"}
+        self.batching = ["--max-queue-delay-ms", self.run_values["max_queue_delay_ms"]]  # for the consuming stages
         # the emulated identify's largest batch, where the driver sets one
         self.max_batch = [] if driver.max_batch is None else ["--max-batch", str(driver.max_batch)]
-        self.linger = ["--results-linger-ms", f"{driver.results_linger_ms:g}"]  # for identify
+        self.linger = ["--results-linger-ms", self.run_values["results_linger_ms"]]  # for identify
         if workload.mode == "emulated":  # (real identify takes the run id from each face it reads)
             common += ["--run-id", run_id, "--factor", f"{workload.factor:g}", "--profile", str(workload.profile),
                        "--metrics-port", "-1", "--topic-prefix", topic_prefix,
@@ -65,62 +69,68 @@ class LocalLoad:
         self.killed: set[int] = set()  # pids a fault scenario killed on purpose: not failures
 
     @property
-    def objects(self) -> bool:
-        """Real Object Detection: frames from ingest processes to detect-objects consumers, no faces. (The emulator
-        replays Object Detection on Face Recognition's loops and topics.)"""
-        return self.workload.application == "object-detection" and self.workload.mode == "real"
+    def real(self) -> bool:
+        """The application's own stages run. (The emulator replays every application on Face Recognition's loops
+        and topics; only its profile differs.)"""
+        return self.workload.mode == "real"
 
     @property
     def frames_through_kafka(self) -> bool:
-        return self.workload.stages == 3 or self.objects
+        if self.real:
+            return self.application.frames_through_kafka(self.workload.stages)
+        return self.workload.stages == 3
+
+    def readers(self) -> list[tuple[str, str, int]]:
+        """(topic, who, how many) for each stage that consumes a topic, in the order a frame meets them."""
+        w = self.workload
+        if not self.real:
+            detect = [(self.topics.frames, "emulated detect instances", w.producers)] if w.stages == 3 else []
+            return [*detect, (self.topics.faces, "emulated identify instances", w.consumers)]
+        _, middle, consumer = self.application.stages(w.stages)
+        counted = [(middle, w.producers)] if middle else []
+        return [(getattr(self.topics, stage.reads), f"{stage.command} processes", count)
+                for stage, count in [*counted, (consumer, w.consumers)]]
+
+    @property
+    def consumed_topic(self) -> str:
+        """What the consumers read: the records a run counts."""
+        topic, _, _ = self.readers()[-1]
+        return topic
 
     def check(self) -> None:
         """What can be checked before a process starts: files, brokers, partitions enough for the consumers."""
         from pipeline.transport.admin import partition_count, require_brokers
 
-        if self.workload.mode == "real":
+        if self.real:
             from pipeline.frames import open_video
             from pipeline.gallery import load_gallery
 
-            if self.workload.video is None or (self.workload.gallery is None and not self.objects):
-                raise UserError("a real workload needs a video (and Face Recognition a gallery)")
+            needs_gallery = self.application.needs_gallery
+            if self.workload.video is None or (self.workload.gallery is None and needs_gallery):
+                raise UserError(f"a real {self.application.title} workload needs a video"
+                                + (" and a gallery" if needs_gallery else ""))
             open_video(self.workload.video).release()
-            if not self.objects:
+            if needs_gallery:
                 load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)
-        if self.frames_through_kafka:
-            frames = partition_count(self.bootstrap, self.topics.frames)
-            if not frames:
-                raise UserError(f"no {self.topics.frames} topic on {self.bootstrap} (the local stack creates it for "
-                                "a three-stage or Object Detection run)")
-            readers = self.workload.consumers if self.objects else self.workload.producers
-            if readers > frames:
-                raise UserError(f"{readers} detect processes: the {self.topics.frames} topic has {frames} "
-                                f"partitions, so at most {frames} can share its frames")
-        if self.objects:
-            return
-        partitions = partition_count(self.bootstrap, self.topics.faces)
-        if partitions and self.workload.consumers > partitions:
-            # A consumer beyond the partition count gets none: it would never report ready.
-            raise UserError(f"--consumers {self.workload.consumers}: the {self.topics.faces} topic has {partitions} "
-                            f"partitions, so at most {partitions} identify instances can share its faces")
+        for topic, who, count in self.readers():
+            partitions = partition_count(self.bootstrap, topic)
+            if not partitions and topic == self.topics.frames:
+                raise UserError(f"no {topic} topic on {self.bootstrap} (the local stack creates it for a run that "
+                                "sends frames through Kafka)")
+            if partitions and count > partitions:
+                # A consumer beyond the partition count gets none: it would never report ready.
+                raise UserError(f"{count} {who}: the {topic} topic has {partitions} partitions, so at most "
+                                f"{partitions} can share it")
 
     def start_consumers(self) -> None:
         """Start the consumers and return once every one reported ready."""
         w = self.workload
-        if w.mode == "real" and self.objects:
-            self.consumers = [self._spawn(f"detect-objects-{i}", [
-                "detect-objects", "--group", OBJECTS_GROUP, "--run-id", self.run_id, *self.batching])
-                for i in range(1, w.consumers + 1)]
-        elif w.mode == "real":
-            argv = ["identify", "--gallery", str(w.gallery), "--group", self.group, "--run-id", self.run_id,
-                    *self.batching, *self.linger]
-            self.consumers = [self._spawn(f"identify-{i}", argv) for i in range(1, w.consumers + 1)]
-            if w.stages == 3:  # detection is a consumer too: ready (model loaded, partitions) before frames flow
-                self.detectors = [self._spawn(f"detect-{i}", [
-                    "detect", "--group", self.detect_group, "--run-id", self.run_id, "--keying", self.driver.keying,
-                    *self.batching])
-                    for i in range(1, w.producers + 1)]
+        if self.real:
+            _, middle, consumer = self.application.stages(w.stages)
+            self.consumers = self._spawn_stage(consumer, w.consumers)
+            if middle is not None:  # it consumes too: ready (model loaded, partitions) before frames flow
+                self.detectors = self._spawn_stage(middle, w.producers)
         else:
             self.consumers = [self._spawn(f"consumers-{i}", [
                 "emulate-consumers", "--instances", str(n), "--group", self.group, *self.batching, *self.max_batch,
@@ -137,14 +147,9 @@ class LocalLoad:
 
     def start_producers(self) -> None:
         w = self.workload
-        if w.mode == "real" and self.frames_through_kafka:
-            self.producers = [self._spawn(f"ingest-{i}", [
-                "ingest", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
-                "--pace", w.pace]) for i in range(1, w.producers + 1)]
-        elif w.mode == "real":
-            self.producers = [self._spawn(f"ingest-detect-{i}", [
-                "ingest-detect", "--video", str(w.video), "--stream-id", f"cam-{i}", "--run-id", self.run_id, "--loop",
-                "--pace", w.pace, "--keying", self.driver.keying]) for i in range(1, w.producers + 1)]
+        if self.real:
+            producer, _, _ = self.application.stages(w.stages)
+            self.producers = self._spawn_stage(producer, w.producers)
         else:
             self.producers = [self._spawn(f"producers-{i}", [
                 "emulate-producers", "--instances", str(n), "--stream-prefix", f"s{i}", "--duration",
@@ -158,15 +163,29 @@ class LocalLoad:
     def _spawn(self, name: str, argv: list[str]) -> children.Child:
         return children.spawn(name, [*argv, *self.common], self.logs, self.env)
 
+    def _spawn_stage(self, stage: Stage, count: int) -> list[children.Child]:
+        """`count` processes of a real stage: a producer per stream reads the workload's video; a consumer joins
+        its stage's group."""
+        w = self.workload
+        argv = [stage.command, "--run-id", self.run_id, *(arg.format(**self.run_values) for arg in stage.args)]
+        if stage.reads is None:
+            return [self._spawn(f"{stage.command}-{i}", [*argv, "--video", str(w.video), "--stream-id", f"cam-{i}",
+                                                         "--loop", "--pace", w.pace]) for i in range(1, count + 1)]
+        argv += ["--group", self.group_of(stage)]
+        return [self._spawn(f"{stage.command}-{i}", argv) for i in range(1, count + 1)]
+
+    def group_of(self, stage: Stage) -> str:
+        return self.group if stage.group_per_run else str(stage.group)
+
     def pids(self) -> dict[str, list[int]]:
         """The load's processes by role, as the resource verdict names whoever burnt the CPU."""
-        if self.workload.mode == "emulated":
-            producers, consumers = "the emulator's producers", "the emulator's consumers"
+        if self.real:
+            producer, middle, consumer = (stage and stage.command for stage in self.application.stages(
+                self.workload.stages))
         else:
-            producers = "ingest" if self.frames_through_kafka else "ingest-detect"
-            consumers = "detect-objects" if self.objects else "identify"
-        roles = {producers: [c.pid for c in self.producers], consumers: [c.pid for c in self.consumers]}
-        return {**roles, "detect": [c.pid for c in self.detectors]} if self.detectors else roles
+            producer, middle, consumer = "the emulator's producers", "detect", "the emulator's consumers"
+        roles = {producer: [c.pid for c in self.producers], consumer: [c.pid for c in self.consumers]}
+        return {**roles, middle: [c.pid for c in self.detectors]} if self.detectors else roles
 
     def alive(self) -> bool:
         """Every process still running (producers of an emulated run may have finished their duration)."""
@@ -180,15 +199,15 @@ class LocalLoad:
                        self.workload.duration_s + PRODUCER_SLACK_S, LAG_POLL_S)
         children.stop(self.producers, max(STOP_TIMEOUT_S, self.workload.drain_s))
         if self.detectors:  # three stages: detection finishes the frames already sent, then flushes and commits
-            self._wait_for_group(self.detect_group, self.topics.frames, self.detectors, self.workload.drain_s)
+            group = self.group_of(self.application.stages(3)[1]) if self.real else self.detect_group
+            self._wait_for_group(group, self.topics.frames, self.detectors, self.workload.drain_s)
             children.stop(self.detectors, STOP_TIMEOUT_S)
 
     def drain(self, timeout_s: float, on_lag: Callable[[int], None] = lambda _: None) -> int:
         """Wait for the consumers to catch up; returns the faces still not identified. One consumer dying does not
         end the drain (the group gives its partitions to the others); all of them gone does."""
-        if self.objects:
-            return self._wait_for_group(OBJECTS_GROUP, self.topics.frames, self.consumers, timeout_s, on_lag)
-        return self._wait_for_group(self.group, self.topics.faces, self.consumers, timeout_s, on_lag)
+        group = self.group_of(self.application.consumer) if self.real else self.group
+        return self._wait_for_group(group, self.consumed_topic, self.consumers, timeout_s, on_lag)
 
     def _wait_for_group(self, group: str, topic: str, members: list[children.Child], timeout_s: float,
                         on_lag: Callable[[int], None] = lambda _: None) -> int:
@@ -228,7 +247,8 @@ class LocalLoad:
         """Faces acknowledged and mean thumbnail bytes, from the summaries of the processes that produce faces; where
         one of them died before its summary, from the faces the brokers hold for the run (read back)."""
         sources = self.detectors or self.producers
-        if not self.objects and not all(child.has_reported(children.SUMMARY) for child in sources):
+        reported = all(child.has_reported(children.SUMMARY) for child in sources)
+        if not reported and self.consumed_topic == self.topics.faces:  # (frames are counted by their summaries)
             from pipeline.transport.readback import read_face_topic
 
             held = read_face_topic(self.bootstrap, self.topics.faces, self.run_id)
@@ -238,12 +258,15 @@ class LocalLoad:
         return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 
     def identities(self) -> tuple[list, int]:
-        """The run's identities (first of each face) and the duplicates published; Object Detection's frames as
-        their detections answered them."""
+        """The run's results (first of each unit) and the duplicates published, decoded as the application says:
+        identities, or Object Detection's frames as their detections answered them."""
+        import importlib
+
         from pipeline.transport.readback import read_identities
 
-        if self.objects:
-            from pipeline.objects import frame_timeline
-
-            return read_identities(self.bootstrap, self.run_id, topic=self.topics.detections, decode=frame_timeline)
-        return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)
+        decoder = self.application.decoder if self.real else None
+        if decoder is None:
+            return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)
+        module, name = decoder.split(":")
+        return read_identities(self.bootstrap, self.run_id, topic=getattr(self.topics, self.application.results),
+                               decode=getattr(importlib.import_module(module), name))

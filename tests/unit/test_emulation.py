@@ -46,7 +46,7 @@ def test_paper_profiles() -> None:
 def test_object_detection_sends_every_frame_whole_to_a_687_ms_detector() -> None:
     """The paper's second application on the same loops (Sec. 6): one payload per frame, frame-sized, 30 FPS,
     no AI before Kafka, the R-CNN's time where identify's is; one stream needs about 21 detection instances."""
-    from emulation.profile import WORKLOADS
+    from telemetry.applications import APPLICATIONS
 
     profile = load_profile("object-detection")
     assert profile.faces_per_frame == {1: 1.0} and profile.fps == 30.0
@@ -54,9 +54,9 @@ def test_object_detection_sends_every_frame_whole_to_a_687_ms_detector() -> None
     assert profile.compute_ms["identify"].mean() == 687.0
     assert 100_000 < profile.thumbnail_bytes.mean() < 1024 * 1024  # a JPEG frame, under Kafka's 1 MB default
     assert profile.offered_faces_per_s(1, 4) == 120.0  # at 4x, 4 frames per 33.3 ms tick
-    workload = WORKLOADS["object-detection"]
+    workload = APPLICATIONS["object-detection"].emulated
     assert workload.consumers * 1000 / profile.compute_ms["identify"].mean() > profile.fps  # keeps up at 1x
-    assert load_profile(WORKLOADS["face-recognition"].profile) == paper_profile()
+    assert load_profile(APPLICATIONS["face-recognition"].emulated.profile) == paper_profile()
 
 
 def test_profile_round_trips_through_yaml(tmp_path: Path) -> None:
