@@ -41,7 +41,7 @@ def main() -> int:
     print(f"\n{len(results)} faults over {args.rounds} rounds: {lost} faces lost, "
           f"{sum(r.duplicates for r in results)} duplicates removed, worst producer stall {worst.stall_s:.1f} s "
           f"({worst.scenario}); target <= 5 s for one broker")
-    return 0 if lost == 0 and all(r.passed for r in results) else 1
+    return 0 if lost == 0 and all(r.verdict.held for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from aitax.load.engine import run_load
@@ -27,28 +27,7 @@ from emulation.sweep import SweepSpec, delete_topics, emulated_load
 from ground.daemons import poll_until
 from ground.paths import aitax_home
 from pipeline.schema import Topics
-
-
-@dataclass
-class FaultResult:
-    scenario: str
-    offered_faces_per_s: float
-    acknowledged: int
-    in_topic: int
-    identified: int
-    duplicates: int
-    lost: int  # acknowledged by the brokers but never identified
-    stall_s: float
-    isr_restored: bool | None
-    dead_letters: int = 0
-    process_failures: int = 0  # stage processes that exited with an error (not counting ones killed on purpose)
-    events_in_elasticsearch: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return (self.lost == 0 and self.in_topic >= self.acknowledged and self.isr_restored is not False
-                and self.process_failures == 0)
+from telemetry.results import FaultResult, RunResult, judge_fault
 
 
 @dataclass
@@ -139,9 +118,6 @@ class TopicAudit:
     dead_letters: int  # records in the dead-letter topic (all runs)
     stall_s: float  # the longest gap between consecutive appends to `faces`
 
-    @property
-    def passed(self) -> bool:
-        return self.lost == 0
 
 
 def audit_topics(bootstrap: str, run_id: str, topics: Topics) -> TopicAudit:
@@ -171,35 +147,40 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
     poll_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), 60, interval_s=1.0)
     health = kafka.cluster_health(config)
     context.notes.extend(run.notes)
-    if run.process_failures:
-        context.notes.append(_failure_note(run.process_failures))
     audit = audit_topics(config.bootstrap_servers, run_name, load.topics)
-    result = FaultResult(
-        scenario=name, offered_faces_per_s=producers * 10 * factor, acknowledged=run.produced_faces,
-        in_topic=audit.in_topic, identified=audit.identified, duplicates=audit.duplicates, lost=audit.lost,
-        stall_s=audit.stall_s, isr_restored=health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None,
-        dead_letters=audit.dead_letters, process_failures=len(run.process_failures), notes=context.notes)
+    events = expected = None
     if name == "elasticsearch-outage":
         from telemetry.elastic import replay_spools
 
         # Processes that ended before Elasticsearch returned left spools: replay them as an operator would.
         context.notes.append(f"{replay_spools(config.elasticsearch_url, aitax_home() / 'spool')} events replayed "
                              "from the spools of ended processes")
-        result.events_in_elasticsearch = _events_in_elasticsearch(config, run_name, run.produced_faces,
-                                                                  audit.identified)
-        result.notes.append(f"events in Elasticsearch after replay: {result.events_in_elasticsearch}")
+        # One ingest and detect event per frame (the emulator's frames are its faces), a broker_wait and an
+        # identify per face identified.
+        expected = {"broker_wait": audit.identified, "detect": run.produced_faces, "identify": audit.identified,
+                    "ingest": run.produced_faces}
+        events = _events_in_elasticsearch(config, run_name, expected)
     delete_topics(config, load.topics)
-    return result
+    return _fault_result(name, producers * 10 * factor, run, audit,
+                         health.healthy(config.node_ids) if name in BROKER_SCENARIOS else None, context.notes,
+                         events, expected)
 
 
-def _failure_note(failures: list[str]) -> str:
-    """The first failed process and its log's last line: a CI run's work folder is gone when the note is read."""
-    return f"{len(failures)} process(es) failed; {failures[0]}"
+def _fault_result(scenario: str, offered_faces_per_s: float, run: RunResult, audit: TopicAudit,
+                  isr_restored: bool | None, notes: list[str], events: dict[str, int] | None = None,
+                  expected_events: dict[str, int] | None = None) -> FaultResult:
+    verdict = judge_fault(acknowledged=run.produced_faces, in_topic=audit.in_topic, lost=audit.lost,
+                          isr_restored=isr_restored, process_failures=run.process_failures, events=events,
+                          expected_events=expected_events)
+    return FaultResult(scenario=scenario, offered_faces_per_s=offered_faces_per_s, acknowledged=run.produced_faces,
+                       in_topic=audit.in_topic, identified=audit.identified, duplicates=audit.duplicates,
+                       lost=audit.lost, stall_s=audit.stall_s, isr_restored=isr_restored,
+                       dead_letters=audit.dead_letters, process_failures=run.process_failures,
+                       events_in_elasticsearch=events, notes=notes, verdict=verdict)
 
 
-def _events_in_elasticsearch(config: StackConfig, run_name: str, frames: int, faces: int) -> dict[str, int]:
-    """Events of the run per stage, once they add up (one ingest and detect per frame, one broker_wait and
-    identify per face) or after a minute."""
+def _events_in_elasticsearch(config: StackConfig, run_name: str, expected: dict[str, int]) -> dict[str, int]:
+    """Events of the run per stage, once they add up to `expected` or after a minute."""
     from elasticsearch import Elasticsearch
 
     es = Elasticsearch(config.elasticsearch_url)
@@ -211,8 +192,7 @@ def _events_in_elasticsearch(config: StackConfig, run_name: str, frames: int, fa
                             aggs={"stages": {"terms": {"field": "stage"}}})["aggregations"]["stages"]["buckets"]
         counts.clear()
         counts.update({b["key"]: b["doc_count"] for b in buckets})
-        return [counts.get(s) for s in ("ingest", "detect", "broker_wait", "identify")] == [frames, frames, faces,
-                                                                                          faces]
+        return all(counts.get(stage) == count for stage, count in expected.items())
 
     poll_until(added_up, 60, 2)
     return dict(sorted(counts.items()))
@@ -225,7 +205,10 @@ def print_table(results: list[FaultResult]) -> None:
         isr = "-" if r.isr_restored is None else ("3/3" if r.isr_restored else "NO")
         print(f"{r.scenario:<22}{r.offered_faces_per_s:>7.0f}{r.acknowledged:>7}{r.in_topic:>9}{r.identified:>11}"
               f"{r.duplicates:>6}{r.lost:>6}{r.stall_s:>8.1f}{isr:>5}{r.dead_letters:>5}  "
-              f"{'ok' if r.passed else 'FAILED'}")
+              f"{'held' if r.verdict.held else 'FAILED'}")
+        for condition in r.verdict.conditions:
+            print(f"{'':<22}[{'held' if condition.held else 'FAILED'}] {condition.name}: {condition.measured} "
+                  f"(required: {condition.required})")
         for note in r.notes:
             print(f"{'':<22}{note}")
 
@@ -285,12 +268,8 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
         run = run_load(load, disruption=fill_then_grow, disruption_after_s=0)
         notes.extend(run.notes)
         audit = audit_topics(config.bootstrap_servers, load.run_id, load.topics)
-        if run.process_failures:
-            notes.append(_failure_note(run.process_failures))
-        return FaultResult("broker-disk-full", 2 * 10 * factor, run.produced_faces, audit.in_topic,
-                           audit.identified, audit.duplicates, audit.lost, audit.stall_s,
-                           kafka.cluster_health(config).healthy(config.node_ids), dead_letters=audit.dead_letters,
-                           process_failures=len(run.process_failures), notes=notes)
+        return _fault_result("broker-disk-full", 2 * 10 * factor, run, audit,
+                             kafka.cluster_health(config).healthy(config.node_ids), notes)
     finally:
         aitax("stack", "down")
         for log_dir in log_dirs:

@@ -366,10 +366,14 @@ def judge(latency: LatencySummary | None, *, offered_faces: int | None, identifi
     if drained:
         conditions.append(Condition(name="backlog drained", held=backlog_faces == 0,
                                     measured=f"{backlog_faces} faces still queued", required="0"))
-    conditions.append(Condition(name="stage processes ran", held=not process_failures,
-                                measured=process_failures[0] if process_failures else "every one to its end",
-                                required="none failed"))
+    conditions.append(_processes_ran(process_failures))
     return Verdict(conditions=conditions)
+
+
+def _processes_ran(process_failures: Sequence[str]) -> Condition:
+    return Condition(name="stage processes ran", held=not process_failures,
+                     measured=process_failures[0] if process_failures else "every one to its end",
+                     required="none failed")
 
 
 def _within_bound(latency: LatencySummary | None, quantile: float, bound_ms: float) -> Condition:
@@ -384,7 +388,91 @@ def _within_bound(latency: LatencySummary | None, quantile: float, bound_ms: flo
                      required=f"<= {bound_ms:g} ms")
 
 
-Result = TypeVar("Result", RunResult, SweepResult, ScalingResult)
+class StageSummary(_Model):
+    """One stage's events in an experiment phase, from Elasticsearch."""
+
+    events: int
+    compute_ms: dict[str, float]  # "p50", "p90", "p99"
+    events_per_s: float | None
+
+
+class PhaseResult(_Model):
+    """One experiment phase: the replicas it ran and what the load engine measured (its verdict is the run's)."""
+
+    phase: str
+    run_id: str
+    started_at: float  # epoch seconds
+    ended_at: float
+    factor: float
+    replicas: dict[str, int]  # of each stage the phase ran (its producers end it at zero)
+    run: RunResult
+    stages: dict[str, StageSummary] = Field(default_factory=dict)
+    note: str | None = None
+    repeat: int = 1  # which pass over the phases (`--repeat`)
+
+
+class ExperimentResult(_Model):
+    """What `aitax experiment run` writes, rewritten after every phase: an interrupted experiment keeps the phases
+    it finished."""
+
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    experiment: str
+    mode: str
+    source: str  # the spec file
+    phases: list[PhaseResult]
+
+
+class FaultResult(_Model):
+    """A fault under load (`aitax faults`): the run it disrupted, every face accounted for from the topics, and a
+    verdict whose conditions say what held (`judge_fault`)."""
+
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    scenario: str
+    offered_faces_per_s: float
+    acknowledged: int  # faces the producers had acknowledged
+    in_topic: int  # distinct faces of the run in `faces`
+    identified: int  # of those, how many have an identity
+    duplicates: int  # identities published more than once, removed
+    lost: int  # in `faces` (so acknowledged) but never identified
+    stall_s: float  # the longest gap between consecutive appends to `faces`
+    isr_restored: bool | None  # None: the scenario leaves the brokers alone
+    dead_letters: int = 0
+    process_failures: list[str] = Field(default_factory=list)  # "name: exit N, log PATH", except those killed
+    events_in_elasticsearch: dict[str, int] | None = None  # per stage, where the scenario disrupts Elasticsearch
+    notes: list[str] = Field(default_factory=list)
+    verdict: Verdict
+
+
+class FaultResults(_Model):
+    """What `aitax faults --json` writes: each scenario's result."""
+
+    schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
+    results: list[FaultResult]
+
+
+def judge_fault(*, acknowledged: int, in_topic: int, lost: int, isr_restored: bool | None,
+                process_failures: Sequence[str], events: dict[str, int] | None = None,
+                expected_events: dict[str, int] | None = None) -> Verdict:
+    """The conditions a fault is held to: nothing acknowledged is lost, whatever broke."""
+    conditions = [
+        Condition(name="acknowledged faces kept", held=in_topic >= acknowledged,
+                  measured=f"{in_topic} of {acknowledged} acknowledged faces in the topic",
+                  required="all of them"),
+        Condition(name="no acknowledged face lost", held=lost == 0,
+                  measured=f"{lost} faces in the topic never identified", required="0"),
+    ]
+    if isr_restored is not None:
+        conditions.append(Condition(name="replicas back in sync", held=isr_restored,
+                                    measured="every partition's ISR complete" if isr_restored
+                                    else "partitions still under-replicated", required="every ISR complete"))
+    if expected_events is not None:
+        conditions.append(Condition(name="every event reached Elasticsearch", held=events == expected_events,
+                                    measured=f"{events}", required=f"{expected_events}"))
+    conditions.append(_processes_ran(process_failures))
+    return Verdict(conditions=conditions)
+
+
+Result = TypeVar("Result", RunResult, SweepResult, ScalingResult, FaultResults, ExperimentResult)
 
 
 def write_results(result: BaseModel, path: Path) -> Path:

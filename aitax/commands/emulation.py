@@ -382,11 +382,10 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
 
 
 def _faults(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from aitax.stack.stack import running_config
     from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
     from ground.paths import aitax_home
+    from telemetry.results import FaultResults, write_results
 
     every = [*SCENARIOS, "broker-disk-full"]
     names = every if args.scenarios == "all" else args.scenarios.split(",")
@@ -405,8 +404,8 @@ def _faults(args: argparse.Namespace) -> int:
             results.append(run_scenario(name, config, factor=args.factor))
     print_table(results)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
-    return 0 if all(r.passed for r in results) else 1
+        write_results(FaultResults(results=results), args.json)
+    return 0 if all(r.verdict.held for r in results) else 1
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -422,7 +421,7 @@ def _audit(args: argparse.Namespace) -> int:
     require_brokers(bootstrap, topics=(topics.faces, topics.identities))
     audit = audit_topics(bootstrap, args.run_id, topics)
     print(json.dumps(asdict(audit)))
-    return 0 if audit.passed else 1
+    return 0 if audit.lost == 0 else 1
 
 
 def _collect(args: argparse.Namespace) -> int:

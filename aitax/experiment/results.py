@@ -7,40 +7,12 @@ the same code reads an external cluster, the bundled lab node, or the local stac
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from ground.errors import UserError
 from telemetry.events import INDEX_PREFIX
-from telemetry.results import RunResult
+from telemetry.results import StageSummary
 
 PERCENTILES = (50.0, 90.0, 99.0)
-
-
-@dataclass
-class StageSummary:
-    events: int
-    compute_ms: dict[str, float]  # "p50", "p90", "p99"
-    events_per_s: float | None
-
-
-@dataclass
-class PhaseResult:
-    phase: str
-    run_id: str
-    started_at: float  # epoch seconds
-    ended_at: float
-    factor: float
-    replicas: dict[str, int]  # of each stage the phase ran (its producers end it at zero)
-    run: RunResult  # what the load engine measured
-    stages: dict[str, StageSummary] = field(default_factory=dict)
-    note: str | None = None
-    repeat: int = 1  # which pass over the phases (`--repeat`)
-
-    def to_json(self) -> dict[str, Any]:
-        document = asdict(replace(self, run=None))  # the run is a pydantic model: dumped as its JSON
-        document["run"] = self.run.model_dump(mode="json")
-        return document
 
 
 def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from aitax.experiment.results import PhaseResult, check_elasticsearch, stage_summaries
+from aitax.experiment.results import check_elasticsearch, stage_summaries
 from aitax.experiment.spec import ExperimentSpec
 from ground.errors import UserError
-from telemetry.results import FactorRuns, RunResult, format_spread
+from telemetry.results import ExperimentResult, FactorRuns, PhaseResult, RunResult, format_spread, write_results
 
 # Events reach Elasticsearch through a sink that flushes every second: wait a little before querying.
 EVENTS_SETTLE_S = 3.0
@@ -88,10 +87,7 @@ def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str
 
 
 def _write(path: Path, spec: ExperimentSpec, results: list[PhaseResult]) -> None:
-    # Rewritten after every phase: an interrupted experiment keeps the phases it finished.
-    document = {"experiment": spec.name, "mode": spec.mode, "source": spec.source,
-                "phases": [result.to_json() for result in results]}
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    write_results(ExperimentResult(experiment=spec.name, mode=spec.mode, source=spec.source, phases=results), path)
 
 
 def _summary(result: PhaseResult) -> str:

@@ -10,6 +10,7 @@ import yaml
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
 from ground.errors import UserError
+from telemetry.results import ExperimentResult, read_results
 from tests.unit.results_builders import emulated_run
 
 SPEC = """
@@ -54,6 +55,9 @@ def test_repeats_run_every_phase_again_and_end_with_each_phases_spread(tmp_path:
     assert [r.repeat for r in results] == [r.run.repeat for r in results] == [1, 1, 2, 2]
     assert lines[-2:] == ["native: held 2/2, 12.0 (11.0-13.0) faces/s, p99 - ms (median (min-max) over repeats)",
                           "fast: held 1/2, 43.0 (42.0-44.0) faces/s, p99 - ms (median (min-max) over repeats)"]
-    assert out_file.exists()
+    written = read_results(out_file, ExperimentResult)  # versioned, and every phase's verdict named
+    assert [phase.run_id for phase in written.phases] == [r.run_id for r in results]
+    assert [phase.run.verdict.held for phase in written.phases] == [True, True, True, False]
+    assert written.experiment == spec.name and written.schema_version == 1
     with pytest.raises(UserError, match="--repeat 0: at least 1"):
         run_experiment(spec, backend, None, tmp_path, lines.append, repeats=0)

@@ -304,3 +304,29 @@ def test_a_failed_stage_process_is_a_condition_of_the_run_not_an_exception() -> 
     assert not verdict.held
     assert verdict.reasons == ["stage processes ran: consumers-0: exit -9, log /x/consumers-0.log: killed "
                                "(required: none failed)"]
+
+
+def test_a_fault_is_judged_by_named_conditions_and_reads_back(tmp_path: Path) -> None:
+    from telemetry.results import FaultResult, FaultResults, judge_fault
+
+    def failed(**counts) -> list[str]:
+        base = {"acknowledged": 100, "in_topic": 100, "lost": 0, "isr_restored": True, "process_failures": []}
+        verdict = judge_fault(**{**base, **counts})
+        return [c.name for c in verdict.conditions if not c.held]
+
+    assert failed() == []
+    assert failed(in_topic=99) == ["acknowledged faces kept"]
+    assert failed(lost=1) == ["no acknowledged face lost"]
+    assert failed(isr_restored=False) == ["replicas back in sync"]
+    assert failed(process_failures=["consumers-0: exit 1"]) == ["stage processes ran"]
+    assert failed(events={"ingest": 9}, expected_events={"ingest": 10}) == ["every event reached Elasticsearch"]
+    names = [c.name for c in judge_fault(acknowledged=1, in_topic=1, lost=0, isr_restored=None,
+                                         process_failures=[]).conditions]
+    assert names == ["acknowledged faces kept", "no acknowledged face lost", "stage processes ran"]
+
+    verdict = judge_fault(acknowledged=10, in_topic=10, lost=2, isr_restored=None, process_failures=[])
+    result = FaultResult(scenario="consumer-kill", offered_faces_per_s=40, acknowledged=10, in_topic=10,
+                         identified=8, duplicates=0, lost=2, stall_s=0.5, isr_restored=None, verdict=verdict)
+    path = write_results(FaultResults(results=[result]), tmp_path / "faults.json")
+    assert read_results(path, FaultResults).results == [result]
+    assert json.loads(path.read_text())["schema_version"] == 1

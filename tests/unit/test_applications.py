@@ -1,0 +1,97 @@
+"""Applications are data: every description names real commands and topics, and a third application added to the
+registry runs through the local load, the printer and the workload's validation without code that names it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import string
+from pathlib import Path
+
+import pytest
+
+from aitax.cli import build_parser
+from aitax.load import local
+from aitax.load.local import LocalLoad
+from emulation.profile import BUILT_IN
+from pipeline.schema import Topics
+from telemetry import applications
+from telemetry.applications import APPLICATIONS, RUN_VALUES, Application, Emulated, Stage
+from telemetry.results import Driver, Workload
+
+TOPIC_FIELDS = {field.name for field in dataclasses.fields(Topics)}
+
+
+def _stages(app: Application) -> list[Stage]:
+    return [app.producer, app.consumer, *(app.split or ())]
+
+
+@pytest.mark.parametrize("app", APPLICATIONS.values(), ids=lambda app: app.name)
+def test_every_description_names_real_commands_topics_values_and_profiles(app: Application) -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for stage in _stages(app):
+        assert stage.command in commands, stage
+        assert stage.reads is None or stage.reads in TOPIC_FIELDS, stage
+        assert (stage.reads is None) == (stage.group is None), stage  # a consumer has a group, a producer none
+        named = {field for arg in stage.args for _, field, _, _ in string.Formatter().parse(arg) if field}
+        assert named <= set(RUN_VALUES), stage
+    assert app.results in TOPIC_FIELDS
+    if app.decoder is not None:
+        module, name = app.decoder.split(":")
+        assert callable(getattr(importlib.import_module(module), name))
+    assert app.emulated.profile in BUILT_IN
+
+
+TOY = Application(
+    name="toy", title="Toy", unit="frame", answered="counted", producer=Stage("ingest"),
+    consumer=Stage("detect", reads="frames", group="toy-counters", args=("--keying", "{keying}")),
+    results="faces", decoder=None, split=None, needs_gallery=False, emulated=Emulated("paper", 1, 2),
+    paper_breakdown="nothing in the paper", paper_sweep="none", paper_broker_wait_share={})
+
+
+class _Spawned:
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name, self.argv, self.pid = name, argv, len(name)
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> list[_Spawned]:
+    monkeypatch.setitem(APPLICATIONS, "toy", TOY)
+    spawned: list[_Spawned] = []
+    monkeypatch.setattr(local.children, "spawn", lambda name, argv, logs, env: spawned.append(
+        _Spawned(name, list(argv))) or spawned[-1])
+    monkeypatch.setattr(local.children, "wait_reported", lambda *args: None)
+    return spawned
+
+
+def test_a_third_application_runs_its_own_stages_from_its_description(toy: list[_Spawned], tmp_path: Path) -> None:
+    workload = Workload(mode="real", producers=2, consumers=3, duration_s=5, video="v.mp4", application="toy")
+    load = LocalLoad(workload, Driver(keying="stream"), "run-1", "localhost:1", tmp_path, "none")
+    load.start_consumers()
+    load.start_producers()
+    assert [child.name for child in toy] == ["detect-1", "detect-2", "detect-3", "ingest-1", "ingest-2"]
+    parser = build_parser()
+    for child in toy:  # every command line parses as the real CLI's
+        parser.parse_args(child.argv)
+    consumer = parser.parse_args(toy[0].argv)
+    assert (consumer.group, consumer.keying, consumer.run_id) == ("toy-counters", "stream", "run-1")
+    producer = parser.parse_args(toy[-1].argv)
+    assert (producer.stream_id, producer.video, producer.loop) == ("cam-2", "v.mp4", True)
+    assert load.frames_through_kafka and load.consumed_topic == "frames"
+    assert load.readers() == [("frames", "detect processes", 3)]
+    assert load.pids() == {"ingest": [8, 8], "detect": [8, 8, 8]}
+
+
+def test_an_unknown_application_or_a_split_it_lacks_is_refused() -> None:
+    with pytest.raises(ValueError, match="application 'nope': choose one of face-recognition"):
+        Workload(mode="real", producers=1, consumers=1, duration_s=5, application="nope")
+    with pytest.raises(ValueError, match="object-detection has two stages"):
+        Workload(mode="real", producers=1, consumers=1, duration_s=5, application="object-detection", stages=3)
+
+
+def test_face_recognition_splits_into_ingest_and_detect_in_three_stages() -> None:
+    producer, middle, consumer = applications.FACE_RECOGNITION.stages(3)
+    assert (producer.command, middle and middle.command, consumer.command) == ("ingest", "detect", "identify")
+    assert applications.FACE_RECOGNITION.frames_through_kafka(3)
+    assert not applications.FACE_RECOGNITION.frames_through_kafka(2)
+    assert applications.OBJECT_DETECTION_APP.frames_through_kafka(2)
