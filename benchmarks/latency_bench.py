@@ -52,10 +52,10 @@ def row(label: str, result) -> str:
 
 
 def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
-    from aitax.commands.pipeline import _real_workload, compose_video, enroll_gallery
-    from aitax.load.engine import run_local_pipeline
+    from aitax.load.engine import REAL_DRAIN_S, run_local_pipeline
     from ground.paths import aitax_home
-    from telemetry.results import Driver
+    from pipeline.inputs import compose_video, enroll_gallery
+    from telemetry.results import Driver, Workload
 
     demo = aitax_home() / "demo"
     gallery, video = demo / "gallery.npz", demo / "video.mp4"
@@ -70,7 +70,8 @@ def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
         points.insert(0, ("real 1 stream, BEFORE (500 ms, 100 ms)", 1, Driver(**BEFORE)))
     results = []
     for label, streams, driver in points:
-        workload = _real_workload(video, gallery, streams, 2, args.seconds, "native", ramp_up_s=5.0)
+        workload = Workload(mode="real", producers=streams, consumers=2, duration_s=args.seconds, video=str(video),
+                            gallery=str(gallery), drain_s=REAL_DRAIN_S, ramp_up_s=5.0)
         result = run_local_pipeline(workload, driver, None, bootstrap)
         print(row(label, result), flush=True)
         results.append((label, result))

@@ -37,7 +37,6 @@ def main() -> int:
 
     from tqdm import tqdm
 
-    from aitax.commands.pipeline import compose_video, enroll_gallery
     from pipeline.assets import ensure_assets
     from pipeline.evaluate import Evaluation, plot_det, score
     from pipeline.facenet import FaceEmbedder, set_tf_threads
@@ -45,6 +44,7 @@ def main() -> int:
     from pipeline.gallery import load_gallery
     from pipeline.identify import FaceNetIdentifier
     from pipeline.ingest_detect import MtcnnFaceFinder
+    from pipeline.inputs import compose_video, enroll_gallery
     from pipeline.schema import FaceMessage, FaceMeta, IdentityMessage
     from pipeline.synth_video import load_truth
     from telemetry.timing import Stopwatch

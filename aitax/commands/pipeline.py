@@ -19,6 +19,7 @@ from aitax.commands.options import (
     stage_settings,
 )
 from ground.errors import UserError, invalid
+from pipeline.inputs import compose_video, enroll_gallery
 from telemetry.applications import APPLICATIONS
 
 
@@ -310,25 +311,6 @@ def _make_video(args: argparse.Namespace) -> int:
     return 0
 
 
-def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, seed: int, augment: str = "none",
-                  strangers: str | None = None) -> None:
-    from tqdm import tqdm
-
-    from pipeline.synth_video import make_video
-
-    if strangers == "packaged":
-        from pipeline.assets import ensure_strangers
-
-        strangers = ensure_strangers("test")
-    with tqdm(total=int(seconds * fps), desc="frames", unit="frame") as bar:
-        summary = make_video(faces or _assets().faces_val_dir, out, seconds, fps, seed, progress=bar.update,
-                             augment=augment, strangers_dir=Path(strangers) if strangers else None)
-    print(f"wrote {out} and its ground truth: {summary['faces_total']} faces "
-          f"({summary['stranger_faces_total']} of {summary['strangers']} strangers), "
-          f"{summary['faces_per_frame_mean']:.2f} per frame on average (max {summary['faces_per_frame_max']}), "
-          f"{summary['sprites']} photos of {len(summary['identities'])} enrolled people, augment {augment}")
-
-
 def _assets():
     from pipeline.assets import ensure_assets
 
@@ -340,47 +322,6 @@ def _enroll(args: argparse.Namespace) -> int:
         raise UserError(f"--impostor-views {args.impostor_views}: 0 or more")
     enroll_gallery(args.images, args.out, args.impostors, args.target_fpir, args.impostor_views)
     return 0
-
-
-def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", target_fpir: float = 0.01,
-                   views: int = 4) -> None:
-    """Enroll, then (unless `impostors` is "none") set the unknown threshold from faces of people not enrolled."""
-    from pipeline.crop import face_thumbnail
-    from pipeline.detect import FaceDetector
-    from pipeline.facenet import FaceEmbedder, set_tf_threads
-    from pipeline.gallery import calibrate, embed_in_batches, enroll, impostor_thumbnails, save_gallery, stranger_faces
-
-    if not 0 <= target_fpir < 1:
-        raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
-    set_tf_threads(1, 1)  # before the detector starts TensorFlow
-    assets = _assets()
-    detector = FaceDetector(min_face_size=20)
-    embedder = FaceEmbedder(assets.facenet_weights)
-
-    def largest_face_crop(rgb):
-        face = detector.largest(rgb)
-        return None if face is None else face_thumbnail(rgb, face.box, face.landmarks)
-
-    gallery = enroll(images or assets.faces_train_dir, largest_face_crop, embedder)
-    counts = {identity: int((gallery.labels == identity).sum()) for identity in gallery.identities}
-    skipped = sum(gallery.no_face_counts.values())
-    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people {counts}; "
-          f"{skipped} photo(s) without a detectable face skipped")
-    if impostors != "none":
-        from pipeline.assets import ensure_strangers
-
-        folder = ensure_strangers("calibration") if impostors == "packaged" else Path(impostors)
-
-        def clear_faces(rgb):
-            return [d for d in detector.detect(rgb) if d.confidence >= 0.95]
-
-        crops = impostor_thumbnails(stranger_faces(folder, clear_faces, gallery.identities), detector, views)
-        gallery.calibration = calibrate(gallery, embed_in_batches(embedder, crops), target_fpir,
-                                        "the packaged calibration strangers" if impostors == "packaged" else impostors)
-        gallery.threshold = gallery.calibration.threshold
-        print(f"calibrated: {gallery.calibration.describe()}")
-    save_gallery(gallery, out)
-    print(f"wrote {out}")
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
