@@ -14,7 +14,7 @@ import os
 import sys
 
 from aitax import __version__
-from ground.errors import UserError
+from common.errors import UserError
 
 # Modules whose `register(subparsers)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (

@@ -33,8 +33,8 @@ P50_TOLERANCE = 0.20
 
 
 def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, seconds: float, folder: Path):
-    from aitax.load.engine import run_load
-    from aitax.load.local import LocalLoad
+    from load.engine import run_load
+    from load.local import LocalLoad
     from pipeline.runtime import new_run_id
     from telemetry.results import Driver, Workload
 
@@ -97,11 +97,11 @@ def main() -> int:
                         help="the enrolled gallery (default: the demo's)")
     args = parser.parse_args()
 
-    from aitax.stack.stack import running_config
+    from common.errors import UserError
     from emulation.calibrate import calibrate_identify
     from emulation.curves import load_curve
     from emulation.profile import derive_profile
-    from ground.errors import UserError
+    from stack.stack import running_config
     from telemetry.report_sources import load_events
 
     for path in (args.video, args.gallery):

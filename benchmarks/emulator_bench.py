@@ -36,8 +36,8 @@ def kafka_tools(config, topic: str, records: int) -> dict:
     """ProducerPerformance and ConsumerPerformance together. Their end-to-end rate is the lower of the two: the
     consumer's own fetch rate counts from its first fetch, and a consumer that joined late reads a backlog faster
     than the producer ever wrote it."""
-    from aitax.load.resources import Sampler
-    from aitax.stack import kafka
+    from load.resources import Sampler
+    from stack import kafka
 
     producer_args = ["--topic", topic, "--num-records", str(records), "--record-size", str(FACE_BYTES),
                      "--throughput", "-1", "--producer-props", f"bootstrap.servers={config.bootstrap_servers}",
@@ -107,7 +107,7 @@ def sweep_point(config, seconds: float, instances: int, processes: int, keying: 
 
 
 def _saturation(usage) -> str:
-    from aitax.load.resources import cpu_owner, saturated_resource
+    from load.resources import cpu_owner, saturated_resource
 
     return saturated_resource(usage, 2.2e9, None) if usage.machine_cpu_busy < 0.85 else \
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"
@@ -121,8 +121,8 @@ def _profile(measured: dict) -> str:
 
 def end_to_end(config, seconds: float, instances: list[int], processes: list[int], keyings: list[str]) -> None:
     """Kafka's tools, then the sweep's own point at each instance count, packing and keying, in one run."""
-    from aitax.stack import kafka
-    from aitax.stack.config import TopicSpec
+    from stack import kafka
+    from stack.config import TopicSpec
 
     print(f"1. end to end: Kafka's tools vs `aitax emulate --factors {NO_SLEEP:g}` (the sweep's own in-window "
           f"identified faces/s), {seconds:g} s each; instances {instances}, processes per side {processes}, "
@@ -184,11 +184,11 @@ class _ScheduleRecorder:
 
 def own_costs(config, seconds: float) -> None:
     """CPU per face of the emulator's producer and identify paths, in this process, on the real brokers."""
-    from aitax.stack import kafka
     from emulation.profile import paper_profile
     from emulation.workers import run_consumer_instances, run_producer_instances
     from pipeline.schema import Topics
     from pipeline.transport import make_consumer, make_producer
+    from stack import kafka
     from telemetry.results import Driver
     from telemetry.sinks import NullSink
 
@@ -230,11 +230,11 @@ def _delete_all(config, topics) -> None:
 
 def instances_per_process(config, seconds: float) -> None:
     """Emulated ingest/detect instances at 1x (10 FPS each) in one process: CPU per instance and schedule p99."""
-    from aitax.stack import kafka
     from emulation.profile import paper_profile
     from emulation.workers import run_producer_instances
     from pipeline.schema import Topics
     from pipeline.transport import make_producer
+    from stack import kafka
     from telemetry.sinks import NullSink
 
     print("3. emulated ingest/detect instances in one process at 1x (10 FPS, 1 face/frame each):")
@@ -263,9 +263,9 @@ def instances_per_process(config, seconds: float) -> None:
 
 
 def sleep_accuracy() -> None:
+    from common.paper import PAPER
     from emulation.profile import paper_profile
     from emulation.workers import EmulatedFaceFinder
-    from ground.paper import PAPER
     from telemetry.timing import Stopwatch
 
     finder = EmulatedFaceFinder(paper_profile(), 32.0, random.Random(1))
@@ -298,7 +298,7 @@ def main() -> int:
 
     import os
 
-    from aitax.stack.stack import running_config
+    from stack.stack import running_config
 
     config = running_config()
     print(f"load {os.getloadavg()[0]:.2f}; {config.brokers} brokers, RF {config.replication_factor}, "

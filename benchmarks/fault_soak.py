@@ -23,8 +23,8 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=2.0, help="acceleration factor of the load (default 2)")
     args = parser.parse_args()
 
-    from aitax.stack.stack import current_config
     from emulation.faults import print_table, run_scenario
+    from stack.stack import current_config
 
     config = current_config()
     if config is None:

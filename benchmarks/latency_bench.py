@@ -52,8 +52,8 @@ def row(label: str, result) -> str:
 
 
 def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
-    from aitax.load.engine import REAL_DRAIN_S, run_local_pipeline
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
+    from load.engine import REAL_DRAIN_S, run_local_pipeline
     from pipeline.inputs import compose_video, enroll_gallery
     from telemetry.results import Driver, Workload
 
@@ -79,9 +79,9 @@ def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
 
 
 def emulated_points(args, config) -> list[tuple[str, object]]:
+    from common.errors import UserError
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_sweep
-    from ground.errors import UserError
     from telemetry.results import Driver
 
     settings = [(f"delay {delay:g} ms", Driver(max_queue_delay_ms=delay)) for delay in args.delays]
@@ -122,7 +122,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write every RunResult here (JSON lines)")
     args = parser.parse_args()
 
-    from aitax.stack.stack import running_config
+    from stack.stack import running_config
 
     config = running_config()
     print(HEADER, flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ground.paper import OBJECT_DETECTION, PAPER
+from common.paper import OBJECT_DETECTION, PAPER
 
 
 def cpu_ms(function, *args):

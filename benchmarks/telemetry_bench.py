@@ -29,7 +29,7 @@ def main() -> int:
 
     from elasticsearch import Elasticsearch
 
-    from aitax.stack.stack import current_config
+    from stack.stack import current_config
     from telemetry.elastic import ElasticsearchSink
     from telemetry.events import INDEX_PREFIX, Event
     from telemetry.sinks import JsonlSink, NullSink

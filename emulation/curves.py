@@ -30,8 +30,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
+from common.errors import UserError
 from emulation.profile import Distribution, QuantilePoints, read_versioned_yaml
-from ground.errors import UserError
 
 CURVE_VERSION = 1
 BUILT_IN_FOLDER = Path(__file__).with_name("accelerators")

@@ -16,17 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitax.load.engine import run_load
-from aitax.load.local import LocalLoad
-from aitax.stack import elasticsearch as es_component
-from aitax.stack import kafka
-from aitax.stack import stack as local_stack
-from aitax.stack.config import StackConfig
+from common.daemons import poll_until
+from common.paths import aitax_home
 from emulation.profile import paper_profile
 from emulation.sweep import SweepSpec, delete_topics, emulated_load
-from ground.daemons import poll_until
-from ground.paths import aitax_home
+from load.engine import run_load
+from load.local import LocalLoad
 from pipeline.schema import Topics
+from stack import elasticsearch as es_component
+from stack import kafka
+from stack import stack as local_stack
+from stack.config import StackConfig
 from telemetry.results import FaultResult, RunResult, judge_fault
 
 
@@ -221,9 +221,9 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
     import subprocess
     import sys
 
-    from ground.daemons import port_is_open
-    from ground.errors import UserError
-    from ground.paths import downloads_dir
+    from common.daemons import port_is_open
+    from common.errors import UserError
+    from common.paths import downloads_dir
 
     if os.geteuid() != 0 or shutil.which("mount") is None:
         raise UserError("the disk-full scenario mounts size-limited filesystems: run it as root")

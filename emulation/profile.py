@@ -33,8 +33,8 @@ from pydantic import (
     field_validator,
 )
 
-from ground.errors import UserError, invalid
-from ground.paper import OBJECT_DETECTION, PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
+from common.errors import UserError, invalid
+from common.paper import OBJECT_DETECTION, PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
 from telemetry.applications import application
 
 PROFILE_VERSION = 1

@@ -1,6 +1,6 @@
 """`aitax emulate`: one emulated run per acceleration factor against the local brokers, and the verdicts.
 
-Per factor, through the load engine (`aitax.load.engine.run_load`): fresh topics (partitions = consumer
+Per factor, through the load engine (`load.engine.run_load`): fresh topics (partitions = consumer
 instances, RF 3, min.insync 2), consumer processes started and ready, producer processes offering
 `instances x fps x factor x faces/frame` for the window, a drain, then the identities read back for latency and
 throughput while broker CPU/disk and machine CPU/network were sampled.
@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from aitax.load.engine import DISK_WRITE_CAPACITY, run_load
-from aitax.load.local import LocalLoad
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig
+from common.errors import UserError
+from common.paper import HIGHEST_STABLE_FACTOR
+from common.paths import aitax_home
 from emulation.curves import BASELINE_CURVE
 from emulation.profile import Profile
-from ground.errors import UserError
-from ground.paper import HIGHEST_STABLE_FACTOR
-from ground.paths import aitax_home
+from load.engine import DISK_WRITE_CAPACITY, run_load
+from load.local import LocalLoad
 from pipeline.schema import DEFAULT_KEYING, Topics
+from stack import kafka
+from stack.config import StackConfig
 from telemetry.latency import batch_size_p50
 from telemetry.quantiles import DEFAULT_QUANTILES, min_samples
 from telemetry.results import Driver, RunResult, ScalingResult, ScalingRow, SweepResult, Workload, write_results
@@ -276,7 +276,7 @@ def _one_line(r: RunResult, baseline: str = BASELINE_CURVE) -> str:
 def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> ScalingResult:
     """One sweep per configuration along `dimension`; the table of highest stable factors (Fig. 15). With a
     latency bound in `spec`, a latency-bounded search per configuration instead."""
-    from aitax.stack.stack import current_config, reshape_kafka, running_config
+    from stack.stack import current_config, reshape_kafka, running_config
 
     original = running_config()
     scaling = ScalingResult(dimension=dimension, rows=[])

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ground.errors import UserError
-from ground.paths import downloads_dir
+from common.errors import UserError
+from common.paths import downloads_dir
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.errors import UserError
-from ground.paper import CORE_SCALING_TWO_CORES
+from common.errors import UserError
+from common.paper import CORE_SCALING_TWO_CORES
 
 KINDS = ("ingest-detect", "identify")
 WARMUP_FRAMES = 5  # traced graphs and caches settle before timing

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ground.paper import PAPER
+from common.paper import PAPER
 from pipeline.crop import iou
 from pipeline.schema import UNKNOWN, IdentityMessage
 from pipeline.synth_video import load_truth
@@ -184,7 +184,7 @@ def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> 
 def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | None,
                  size: tuple[int, int] = (960, 540)) -> Evaluation:
     """`events`: a JSONL folder or an Elasticsearch URL (default: the run's folder under .aitax/runs)."""
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
     from pipeline.transport.readback import read_identities
     from telemetry.report_sources import load_events
 

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.assets import sha256_of
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import cv2
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.stream import PACES, Frame, schedule
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "udp://", "tcp://", "rtmp://")

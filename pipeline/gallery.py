@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 from sklearn.svm import SVC
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.schema import UNKNOWN, Match
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.stream import Frame, hand_off
 from pipeline.transport import DeliveryReport, Producer

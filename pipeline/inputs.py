@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ground.errors import UserError
+from common.errors import UserError
 
 
 def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, seed: int, augment: str = "none",

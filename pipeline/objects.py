@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ground.errors import UserError
-from ground.paths import downloads_dir
+from common.errors import UserError
+from common.paths import downloads_dir
 from pipeline.assets import Archive, extract_members, fetch
 from pipeline.detect import suppress
 from pipeline.ingest_detect import Detected, Record

@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.degrade import AUGMENTATIONS, Augmentation, Look, degrade
 
 WIDTH, HEIGHT = 1920, 1080

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.catalog import Catalog, build_parameters
 from telemetry.quantiles import quantile_key
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.topology import TOPOLOGIES
 
 CATALOG_DIR = Path(__file__).parent / "catalogs"

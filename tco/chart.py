@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.cost import CostBreakdown
 
 COMPONENTS = ("servers", "network", "power", "total")

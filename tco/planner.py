@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import ceil
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.capacity import (
     Calibration,
     CapacityParameters,

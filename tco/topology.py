@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from ground.errors import UserError
+from common.errors import UserError
 
 
 @dataclass(frozen=True)

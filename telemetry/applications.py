@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ground.paper import BROKER_WAIT_SHARE, OBJECT_DETECTION
+from common.paper import BROKER_WAIT_SHARE, OBJECT_DETECTION
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def install_event_template(url: str) -> None:
     and every sink's first shipment run it: an Elasticsearch in a cluster gets it before its first event."""
     import requests
 
-    from ground.errors import UserError
+    from common.errors import UserError
     from telemetry.events import INDEX_MAPPING, TEMPLATE_NAME, index_template
 
     response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10)
@@ -234,7 +234,7 @@ def replay_spools(url: str, spool_dir: Path) -> int:
     sink = ElasticsearchSink(url, spool_dir / f"replay-{os.getpid()}.jsonl")
     try:
         if not sink._probe():
-            from ground.errors import UserError
+            from common.errors import UserError
 
             raise UserError(f"Elasticsearch at {url} unreachable: the spools in {spool_dir} stay for later")
         sink._adopt_orphans()

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ground.errors import UserError
+from common.errors import UserError
 
 DEFAULT_NDJSON = Path(__file__).parent / "dashboards" / "kibana.ndjson"
 DASHBOARD_ID = "aitax-dashboard"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ground.paper import PAPER, PaperNumbers
+from common.paper import PAPER, PaperNumbers
 from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
 from telemetry.latency import BROKER_WAIT, NS_PER_MS, Distribution, distribution, dominant_wait, end_to_end_ms
 

@@ -7,7 +7,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.events import INDEX_PREFIX, Event
 
 # Fields every event has: a line without them is not an event.

@@ -18,7 +18,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ground.errors import UserError, invalid
+from common.errors import UserError, invalid
 from telemetry.applications import application
 from telemetry.latency import LatencySummary, Tail
 from telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import IO, Protocol
 
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.events import Event
 
 
@@ -70,7 +70,7 @@ class TeeSink:
 def open_sink(spec: str, process_name: str) -> EventSink:
     """`none`, `file:DIR` (DIR/<process_name>.jsonl), `es:URL` (spooling to .aitax/spool when it is down),
     or several joined by commas."""
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
 
     sinks: list[EventSink] = []
     for part in filter(None, spec.split(",")):

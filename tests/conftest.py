@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from aitax.stack.config import StackConfig
+from stack.config import StackConfig
 
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[StackConfig]:
-    from aitax.stack import stack as local_stack
+    from stack import stack as local_stack
 
     running = local_stack.current_config()
     was_running = running is not None and all(p.is_running() for p in local_stack.processes(running))
@@ -38,7 +38,7 @@ def unique_name(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def _delete_topics_named(name: str) -> None:
-    from aitax.stack import stack as local_stack
+    from stack import stack as local_stack
 
     config = local_stack.current_config()
     if config is None:

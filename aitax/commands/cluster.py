@@ -11,7 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cluster = subparsers.add_parser(
         "cluster", help="run a real single-node Kubernetes here (containerd, kubelet, CoreDNS)",
         description="A real single-node Kubernetes on this machine: pods are Linux containers with cgroup limits. "
-                    "Needs root and `make setup-cluster`. State lives under .aitax/cluster (or $AITAX_HOME).")
+                    "Needs root and `make setup-cluster`. State lives under .cluster (or $AITAX_HOME).")
     actions = cluster.add_subparsers(dest="cluster_action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the cluster (idempotent) and wait for a Ready node")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd (every object gone)")
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cluster():
-    from aitax.cluster.node import RealCluster
+    from cluster.node import RealCluster
 
     return RealCluster()
 
@@ -77,7 +77,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from aitax.cluster.demo import run_demo
+    from cluster.demo import run_demo
 
     return run_demo(args.seconds, namespace=args.namespace)
 
@@ -94,8 +94,8 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from aitax.cluster import images
-    from aitax.cluster.k8s import tool
+    from cluster import images
+    from cluster.k8s import tool
 
     started = time.monotonic()
     images.build_all(args.names or None, tool("pause"))
@@ -110,7 +110,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from aitax.cluster import images
+    from cluster import images
 
     images.buildah("rm", "--all", quiet=True)  # working containers of interrupted builds
     images.buildah("rmi", "--prune", quiet=True)
@@ -125,7 +125,7 @@ def _size_gb(folder) -> float:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from aitax.cluster import images
+    from cluster import images
 
     references = [b.reference for b in images.BASES] + [images.PAUSE_REFERENCE] + [i.reference for i in images.IMAGES]
     for reference in references:

@@ -22,8 +22,8 @@ from aitax.commands.options import (
     driver,
     stage_settings,
 )
+from common.errors import UserError
 from emulation.curves import BASELINE_CURVE
-from ground.errors import UserError
 from telemetry.applications import APPLICATIONS
 
 
@@ -303,11 +303,11 @@ def _profile_command(subparsers: argparse._SubParsersAction) -> None:
     profile.set_defaults(func=_profile)
 
 def _emulate(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import running_config
     from emulation.curves import load_curve
     from emulation.plots import print_table, write_html, write_plots
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_sweep, search_latency_bound
+    from stack.stack import running_config
 
     config = running_config()
     if args.brokers is not None and args.brokers != config.brokers:
@@ -355,9 +355,9 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _emulate_scaling(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import running_config
     from emulation.profile import load_profile
     from emulation.sweep import SweepSpec, run_scaling
+    from stack.stack import running_config
     from telemetry.results import write_results
 
     running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
@@ -382,9 +382,9 @@ def _emulate_scaling(args: argparse.Namespace) -> int:
 
 
 def _faults(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import running_config
+    from common.paths import aitax_home
     from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
-    from ground.paths import aitax_home
+    from stack.stack import running_config
     from telemetry.results import FaultResults, write_results
 
     every = [*SCENARIOS, "broker-disk-full"]
@@ -411,10 +411,10 @@ def _faults(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from aitax.stack.stack import resolve_bootstrap
     from emulation.faults import audit_topics
     from pipeline.schema import Topics
     from pipeline.transport.admin import require_brokers
+    from stack.stack import resolve_bootstrap
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     topics = Topics.with_prefix(args.topic_prefix)
@@ -425,10 +425,10 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
     from pipeline.schema import Topics
     from pipeline.transport.admin import require_brokers
     from pipeline.transport.readback import Collected, group_state, read_run
+    from stack.stack import resolve_bootstrap
 
     if not args.group and not args.run_id:
         raise UserError("collect: give --group, --run-id or both")
@@ -444,8 +444,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _emulate_producers(args: argparse.Namespace) -> int:
+    from common.children import READY, report
     from emulation.workers import run_producer_instances
-    from ground.children import READY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
     from pipeline.transport.admin import require_brokers
@@ -483,7 +483,7 @@ def _emulate_producers(args: argparse.Namespace) -> int:
 def _report_produced(command: str, stats: list) -> int:
     """Report and print what producing instances did (frames, faces: none when they send frames, records
     acknowledged, bytes, delivery failures); exit 1 on a failed delivery."""
-    from ground.children import SUMMARY, report
+    from common.children import SUMMARY, report
 
     summary = {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
                "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
@@ -494,8 +494,8 @@ def _report_produced(command: str, stats: list) -> int:
 
 
 def _emulate_detectors(args: argparse.Namespace) -> int:
+    from common.children import READY, report
     from emulation.workers import run_detector_instances
-    from ground.children import READY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
@@ -518,8 +518,8 @@ def _emulate_detectors(args: argparse.Namespace) -> int:
 
 
 def _emulate_consumers(args: argparse.Namespace) -> int:
+    from common.children import READY, SUMMARY, report
     from emulation.workers import run_consumer_instances
-    from ground.children import READY, SUMMARY, report
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
 
@@ -616,8 +616,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import local_elasticsearch_url
     from emulation.profile import derive_profile
+    from stack.stack import local_elasticsearch_url
     from telemetry.report_sources import load_events
 
     source = args.events or local_elasticsearch_url("--events")

@@ -61,8 +61,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
-    from ground.errors import UserError
-    from ground.paths import aitax_home
+    from common.errors import UserError
+    from common.paths import aitax_home
 
     if args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: at least 1")
@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         from aitax.experiment.local_backend import LocalBackend
 
         if elasticsearch is None:
-            from aitax.stack.stack import current_config
+            from stack.stack import current_config
 
             config = current_config()
             elasticsearch = config.elasticsearch_url if config is not None and config.elasticsearch else None

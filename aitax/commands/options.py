@@ -48,7 +48,7 @@ def driver(args: argparse.Namespace, **settings):
     """The Driver of `add_driver_timing`'s flags (and `settings`); a bad value is a UserError naming the flag."""
     from pydantic import ValidationError
 
-    from ground.errors import invalid
+    from common.errors import invalid
     from telemetry.results import Driver
 
     try:
@@ -69,7 +69,7 @@ def add_results_linger(parser: argparse.ArgumentParser) -> None:
 
 def batch_policy(args: argparse.Namespace):
     """The BatchPolicy of `add_batching`'s flags; a bad value is a UserError naming the flag."""
-    from ground.errors import UserError
+    from common.errors import UserError
     from pipeline.transport.batcher import BatchPolicy
 
     try:
@@ -108,8 +108,8 @@ def add_measurement(parser: argparse.ArgumentParser, ramp_up_s: float) -> None:
 
 def stage_settings(args: argparse.Namespace) -> StageSettings:
     """The options of `add_kafka_options`, with the local stack filling what was left out."""
-    from aitax.stack.stack import default_events, local_scrape_targets, resolve_bootstrap
     from pipeline.runtime import StageSettings
+    from stack.stack import default_events, local_scrape_targets, resolve_bootstrap
 
     return StageSettings(bootstrap=resolve_bootstrap(args.bootstrap), kafka_client=args.kafka_client,
                          events=args.events or default_events(), metrics_port=args.metrics_port,

@@ -18,7 +18,7 @@ from aitax.commands.options import (
     driver,
     stage_settings,
 )
-from ground.errors import UserError, invalid
+from common.errors import UserError, invalid
 from pipeline.inputs import compose_video, enroll_gallery
 from telemetry.applications import APPLICATIONS
 
@@ -325,7 +325,7 @@ def _enroll(args: argparse.Namespace) -> int:
 
 
 def _ingest_detect(args: argparse.Namespace) -> int:
-    from ground.children import READY, SUMMARY, report
+    from common.children import READY, SUMMARY, report
     from pipeline.frames import open_video
     from pipeline.runtime import new_run_id, open_telemetry
     from pipeline.schema import FACES_TOPIC
@@ -387,7 +387,7 @@ def _face_finder(args: argparse.Namespace, bootstrap: str):
 def _ingest(args: argparse.Namespace) -> int:
     import itertools
 
-    from ground.children import READY, SUMMARY, report
+    from common.children import READY, SUMMARY, report
     from pipeline.frames import open_video, read_frames
     from pipeline.ingest_detect import identity_of_process
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
@@ -453,7 +453,7 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
     """Detection apart from ingestion (three stages, Object Detection): the `frames` topic in group `args.group`,
     `find` on each frame, the `publication`'s records on `out_topic`, until signalled; then its summary (what it
     `found`: faces or objects). Every record must be acknowledged."""
-    from ground.children import READY, SUMMARY, report
+    from common.children import READY, SUMMARY, report
     from pipeline.ingest_detect import detect_loop
     from pipeline.runtime import new_run_id, open_telemetry, stop_flag
     from pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
@@ -493,7 +493,7 @@ def _detect_frames(args: argparse.Namespace, settings, find, publication, proces
 
 
 def _identify(args: argparse.Namespace) -> int:
-    from ground.children import READY, report
+    from common.children import READY, report
     from pipeline.assets import FACENET_H5_SHA256
     from pipeline.gallery import load_gallery
     from pipeline.runtime import open_telemetry, stop_flag
@@ -531,8 +531,8 @@ def _identify(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from aitax.load.engine import run_local_pipeline
-    from aitax.stack.stack import resolve_bootstrap
+    from load.engine import run_local_pipeline
+    from stack.stack import resolve_bootstrap
 
     if APPLICATIONS[args.workload].needs_gallery and args.gallery is None:
         raise UserError(f"--gallery: {APPLICATIONS[args.workload].title} needs a gallery "
@@ -545,9 +545,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare_stages(args: argparse.Namespace) -> int:
-    from aitax.load.compare import format_comparison, plot_comparison
-    from aitax.load.engine import run_local_pipeline
-    from aitax.stack.stack import resolve_bootstrap
+    from load.compare import format_comparison, plot_comparison
+    from load.engine import run_local_pipeline
+    from stack.stack import resolve_bootstrap
     from telemetry.results import Driver
 
     bootstrap = resolve_bootstrap(None)
@@ -567,7 +567,7 @@ def _real_workload(video: Path, gallery: Path | None, producers: int, consumers:
     """The real stages' workload, checked before any broker is looked for."""
     from pydantic import ValidationError
 
-    from aitax.load.engine import REAL_DRAIN_S
+    from load.engine import REAL_DRAIN_S
     from telemetry.results import Workload
 
     try:
@@ -587,11 +587,11 @@ def _exit_status(result) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from aitax.load.engine import run_local_pipeline
-    from aitax.stack.stack import resolve_bootstrap
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
+    from load.engine import run_local_pipeline
     from pipeline.evaluate import evaluate_run, print_evaluation
     from pipeline.runtime import new_run_id
+    from stack.stack import resolve_bootstrap
 
     out = args.out or aitax_home() / "demo"
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
@@ -611,8 +611,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import resolve_bootstrap
     from pipeline.evaluate import evaluate_run, plot_det, print_evaluation
+    from stack.stack import resolve_bootstrap
 
     result = evaluate_run(args.video, args.run_id, resolve_bootstrap(args.bootstrap), args.events)
     print_evaluation(result)

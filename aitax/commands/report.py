@@ -27,7 +27,7 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import local_elasticsearch_url
+    from stack.stack import local_elasticsearch_url
     from telemetry.report import build_report
     from telemetry.report_render import format_text, render_figures, render_html, write_plots
     from telemetry.report_sources import load_events

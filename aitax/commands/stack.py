@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from ground.errors import UserError
+from common.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config_from_args(args: argparse.Namespace):
-    from aitax.stack.config import StackConfig
+    from stack.config import StackConfig
 
     return StackConfig(
         brokers=args.brokers,
@@ -68,7 +68,7 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def _running_config():
-    from aitax.stack.stack import current_config
+    from stack.stack import current_config
 
     config = current_config()
     if config is None:
@@ -77,14 +77,14 @@ def _running_config():
 
 
 def _up(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import status, up
+    from stack.stack import status, up
 
     config = up(_config_from_args(args))
     return _print_status(status(config))
 
 
 def _down(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import down
+    from stack.stack import down
 
     stopped = down()
     print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
@@ -92,7 +92,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import status
+    from stack.stack import status
 
     rows = status(_running_config())
     if args.json:
@@ -111,8 +111,8 @@ def _print_status(rows) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from aitax.stack.config import StackConfig
-    from aitax.stack.stack import install
+    from stack.config import StackConfig
+    from stack.stack import install
 
     install(StackConfig())
     print("Kafka, Elasticsearch and Prometheus are installed")
@@ -120,7 +120,7 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _kill_broker(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import kill_broker
+    from stack.stack import kill_broker
 
     kill_broker(_running_config(), args.node_id)
     print(f"killed broker {args.node_id} (SIGKILL)")
@@ -128,7 +128,7 @@ def _kill_broker(args: argparse.Namespace) -> int:
 
 
 def _start_broker(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import start_broker
+    from stack.stack import start_broker
 
     start_broker(_running_config(), args.node_id)
     print(f"broker {args.node_id} is back in the cluster metadata")

@@ -9,7 +9,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.capacity import (
     Calibration,
     calibrate_from_emulation,

@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from aitax.stack.stack import local_elasticsearch_url
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
+    from stack.stack import local_elasticsearch_url
     from telemetry.elastic import replay_spools
 
     url = args.es or local_elasticsearch_url()

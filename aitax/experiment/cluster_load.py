@@ -1,4 +1,4 @@
-"""One experiment phase on a release's pods, as the load engine runs every load (`aitax.load.engine.run_load`).
+"""One experiment phase on a release's pods, as the load engine runs every load (`load.engine.run_load`).
 
 Consumers first: Kafka resized, the consumer Deployment rolled out with the phase's run id and factor, and ready
 only once its consumer group is stable with every expected instance holding partitions (group formation is not
@@ -23,8 +23,8 @@ from aitax.experiment.kubernetes_api import (
     KubernetesCluster,
     Scaled,
 )
-from ground.daemons import poll_until
-from ground.errors import UserError
+from common.daemons import poll_until
+from common.errors import UserError
 from pipeline.transport.readback import Collected, GroupState, RunReadback
 from telemetry.results import Driver, Workload
 

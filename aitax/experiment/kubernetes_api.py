@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aitax.experiment.spec import KAFKA
-from ground.daemons import poll_until
-from ground.errors import UserError
+from common.daemons import poll_until
+from common.errors import UserError
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # the chart's labels: a workload is found by release and stage
 COMPONENT_LABEL = "app.kubernetes.io/component"

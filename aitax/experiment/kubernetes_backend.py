@@ -20,8 +20,8 @@ from collections.abc import Callable
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
-from aitax.load.engine import REAL_DRAIN_S, print_result, run_load
-from ground.errors import UserError
+from common.errors import UserError
+from load.engine import REAL_DRAIN_S, print_result, run_load
 from pipeline.transport.readback import Collected
 from telemetry.results import RunResult, Workload
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
-from aitax.load.engine import REAL_DRAIN_S
-from ground.errors import UserError
-from ground.paths import aitax_home
+from common.errors import UserError
+from common.paths import aitax_home
+from load.engine import REAL_DRAIN_S
 from telemetry.results import RunResult
 
 
@@ -29,8 +29,8 @@ class LocalBackend:
 
     def prepare(self) -> None:
         """Everything checked before the first process starts: brokers, files, commands, replica counts."""
-        from aitax.stack.stack import current_config, resolve_bootstrap
         from pipeline.transport.admin import require_brokers
+        from stack.stack import current_config, resolve_bootstrap
 
         spec = self.spec
         producer, consumer = PRODUCER_STAGE[spec.mode], CONSUMER_STAGE[spec.mode]
@@ -65,10 +65,10 @@ class LocalBackend:
 
     def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
         """One phase through the load engine: the replicas it ran and what it measured."""
-        from aitax.load.engine import local_stack_for, print_result, run_load, run_local_pipeline
-        from aitax.load.local import LocalLoad
-        from aitax.stack.stack import default_events
         from emulation.profile import load_profile
+        from load.engine import local_stack_for, print_result, run_load, run_local_pipeline
+        from load.local import LocalLoad
+        from stack.stack import default_events
         from telemetry.results import Driver, Workload
 
         phase, mode = self.spec.phases[index], self.spec.mode

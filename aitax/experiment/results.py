@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.events import INDEX_PREFIX
 from telemetry.results import StageSummary
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from aitax.experiment.results import check_elasticsearch, stage_summaries
 from aitax.experiment.spec import ExperimentSpec
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.results import ExperimentResult, FactorRuns, PhaseResult, RunResult, format_spread, write_results
 
 # Events reach Elasticsearch through a sink that flushes every second: wait a little before querying.

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ground.errors import UserError
+from common.errors import UserError
 
 MODES = ("real", "emulated")
 KAFKA = "kafka"

@@ -7,7 +7,7 @@ kafka-python (pure Python, the client the paper's Listing 1 used).
 
 from collections.abc import Sequence
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.transport.base import (
     KAFKA_CLIENTS,
     CommitRejectedError,

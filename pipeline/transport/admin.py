@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from ground.errors import UserError
+from common.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
 
 COLLECTED_VERSION = 2  # 2: timelines carry the broker wait's edges, the delivery and the batch size

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from aitax.cluster import images
-from aitax.cluster.demo import helm as cluster_helm
-from aitax.cluster.demo import install
-from aitax.cluster.k8s import tool
-from aitax.cluster.node import RealCluster
+from cluster import images
+from cluster.demo import helm as cluster_helm
+from cluster.demo import install
+from cluster.k8s import tool
+from cluster.node import RealCluster
 
 NAMESPACE = "aitax-test"
 RELEASE = "t"

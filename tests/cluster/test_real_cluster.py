@@ -17,13 +17,13 @@ import time
 
 import pytest
 
-from aitax.cluster import images
-from aitax.cluster.demo import CHART, helm, identified_faces
-from aitax.cluster.node import NODE_NAME, RealCluster
 from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
-from ground.daemons import poll_until
+from cluster import images
+from cluster.demo import CHART, helm, identified_faces
+from cluster.node import NODE_NAME, RealCluster
+from common.daemons import poll_until
 from pipeline.schema import SCHEMA_VERSION
 from tests.cluster.conftest import NAMESPACE
 from tests.verdicts import assert_held

@@ -9,8 +9,6 @@ import time
 
 import pytest
 
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig, TopicSpec
 from emulation.profile import load_profile
 from emulation.workers import EmulatedIdentifier
 from pipeline.identify import IdentifyStats, identify_loop
@@ -19,6 +17,8 @@ from pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
 from pipeline.transport.admin import group_lag
 from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
 from pipeline.transport.readback import read_identities
+from stack import kafka
+from stack.config import StackConfig, TopicSpec
 from telemetry.sinks import NullSink
 from tests.recording import RecordingSink
 

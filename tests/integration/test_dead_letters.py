@@ -10,8 +10,6 @@ import cv2
 import numpy as np
 import pytest
 
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig
 from pipeline.identify import FaceNetIdentifier, IdentifyStats, identify_loop
 from pipeline.schema import (
     DLQ_REASON_HEADER,
@@ -27,6 +25,8 @@ from pipeline.schema import (
 from pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
 from pipeline.transport.admin import group_lag
 from pipeline.transport.batcher import BatchPolicy
+from stack import kafka
+from stack.config import StackConfig
 from telemetry.sinks import NullSink
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from aitax.stack.config import StackConfig
+from stack.config import StackConfig
 from telemetry.events import EVENT_SCHEMA_VERSION, INDEX_PREFIX, Event
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from aitax.load.engine import run_load
-from aitax.stack.config import StackConfig
 from emulation.profile import paper_profile
 from emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
+from load.engine import run_load
+from stack.config import StackConfig
 from telemetry.latency import BREAKDOWN
 from telemetry.results import SweepResult
 from tests.verdicts import assert_held
@@ -126,7 +126,7 @@ def test_a_point_whose_consumer_cannot_leave_its_group_and_whose_producer_dies_i
     import signal
     import time
 
-    from aitax.load import local
+    from load import local
 
     monkeypatch.setattr(local, "STOP_TIMEOUT_S", 5.0)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch
 
-from aitax.stack import elasticsearch as es_component
-from aitax.stack import stack as local_stack
-from aitax.stack.config import StackConfig
+from stack import elasticsearch as es_component
+from stack import stack as local_stack
+from stack.config import StackConfig
 from telemetry.elastic import ElasticsearchSink
 from telemetry.events import INDEX_PREFIX, Event
 from telemetry.metrics import StageMetrics

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitax.stack.config import StackConfig
+from stack.config import StackConfig
 from telemetry.results import RunResult
 from tests.verdicts import assert_held
 

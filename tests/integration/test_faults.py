@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig
 from emulation.faults import run_scenario
+from stack import kafka
+from stack.config import StackConfig
 from telemetry.results import FaultResult
 
 pytestmark = pytest.mark.integration

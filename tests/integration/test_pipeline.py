@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from aitax.stack.config import StackConfig
 from pipeline.evaluate import evaluate_run
 from pipeline.gallery import load_gallery
 from pipeline.synth_video import load_truth
+from stack.config import StackConfig
 from telemetry.latency import broker_wait_ms
 from telemetry.results import RunResult, read_results
 from tests.verdicts import assert_held

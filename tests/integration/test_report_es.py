@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from aitax.stack.config import StackConfig
-from ground.errors import UserError
+from common.errors import UserError
+from stack.config import StackConfig
 from telemetry.events import INDEX_PREFIX
 from telemetry.report import build_report
 from telemetry.report_sources import load_events

@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aitax.stack.config import StackConfig
-from ground.daemons import port_is_open
-from ground.paths import downloads_dir
+from common.daemons import port_is_open
+from common.paths import downloads_dir
+from stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]

@@ -14,7 +14,7 @@ from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
 from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from aitax.experiment.kafka_probe import run_probe
-from ground.paths import PROJECT_ROOT
+from common.paths import PROJECT_ROOT
 from tests.k8s.conftest import CI_VALUES, render
 
 pytestmark = pytest.mark.k8s
@@ -35,7 +35,7 @@ def _host(ordinal: int) -> str:
 
 @pytest.fixture(scope="module")
 def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from aitax.stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, TOOLS_LOG4J2_CONFIG, agents_dir, libs_dir
+    from stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, TOOLS_LOG4J2_CONFIG, agents_dir, libs_dir
 
     if not (libs_dir() / ".complete").exists() or not (agents_dir() / ".complete").exists() \
             or shutil.which("java") is None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from aitax.cli import build_parser
-from aitax.load import local
-from aitax.load.local import LocalLoad
 from emulation.profile import BUILT_IN
+from load import local
+from load.local import LocalLoad
 from pipeline.schema import Topics
 from telemetry import applications
 from telemetry.applications import APPLICATIONS, RUN_VALUES, Application, Emulated, Stage

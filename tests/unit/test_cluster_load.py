@@ -11,7 +11,7 @@ import pytest
 from aitax.experiment import cluster_load
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.kubernetes_api import Scaled
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
 from telemetry.results import Workload
 

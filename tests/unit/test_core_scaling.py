@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.core_scaling import CorePoint, check_request, format_table, plot, relative, run_points, usable_cpus
 
 

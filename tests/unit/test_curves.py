@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UserError
 from emulation.curves import BatchCurve, built_in_curves, load_curve, write_curve
 from emulation.profile import Distribution, paper_profile
 from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
-from ground.errors import UserError
 from telemetry.timing import Stopwatch
 
 CURVE = BatchCurve("t", "identify", ((1, 2.0), (8, 3.4), (32, 8.2)))

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
 from telemetry.kibana import (
     DEFAULT_NDJSON,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from aitax.load.resources import saturated_resource
+from common.errors import UserError
 from emulation import workers
 from emulation.profile import Distribution, derive_profile, load_profile, paper_profile
-from ground.errors import UserError
+from load.resources import saturated_resource
 from pipeline import identify, ingest_detect
 
 
@@ -149,7 +149,7 @@ def test_a_profile_from_an_object_detection_run_puts_detection_where_identificat
 
 def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
            consumers_cores: float = 0.2, under_min_isr: int = 0):
-    from aitax.load.resources import Usage
+    from load.resources import Usage
 
     return Usage(20.0, broker_cpu_cores={1: 0.3, 2: 0.3, 3: 0.3}, broker_write_bytes_per_s={1: write, 2: write},
                  machine_cpu_busy=cpu, broker_handler_busy={1: handlers, 2: handlers / 2},
@@ -171,7 +171,7 @@ def test_saturated_resource_names_the_busiest_and_who_burnt_the_cpu() -> None:
 
 
 def test_broker_signals_per_window() -> None:
-    from aitax.load.resources import Sample, usage_between
+    from load.resources import Sample, usage_between
 
     def sample(at: float, idle_ns: float, network_idle: float) -> Sample:
         return Sample(at, {1: at}, {1: 0}, {1: 0}, at, 2 * at, 0,
@@ -228,8 +228,8 @@ def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_ident
 
 
 def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monkeypatch, tmp_path: Path) -> None:
-    from aitax.stack.config import StackConfig
     from emulation import sweep as sweep_module
+    from stack.config import StackConfig
     from tests.unit.results_builders import emulated_run
 
     probed: list[float] = []
@@ -277,8 +277,8 @@ def test_the_emulated_stages_need_no_opencv() -> None:
 @pytest.mark.parametrize(("stop_after", "run", "skipped"), [(2, [1, 2, 4, 8], [16, 32]), (0, [1, 2, 4, 8, 16, 32], [])])
 def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_rest(
         monkeypatch, tmp_path: Path, stop_after: int, run: list[float], skipped: list[float]) -> None:
-    from aitax.stack.config import StackConfig
     from emulation import sweep as sweep_module
+    from stack.config import StackConfig
     from tests.unit.results_builders import emulated_run
 
     probed: list[float] = []
@@ -326,7 +326,7 @@ def test_a_roles_cpu_counts_its_processes_children_even_after_they_exit() -> Non
     import subprocess
     import sys
 
-    from aitax.load.resources import _cpu_seconds
+    from load.resources import _cpu_seconds
 
     burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\n"

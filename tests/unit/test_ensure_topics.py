@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig, TopicSpec
-from ground.errors import UserError
+from common.errors import UserError
+from stack import kafka
+from stack.config import StackConfig, TopicSpec
 
 
 def _failing(codes: list[int]) -> tuple[list[int], object]:

@@ -9,7 +9,7 @@ import yaml
 
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.results import ExperimentResult, read_results
 from tests.unit.results_builders import emulated_run
 

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.assets import FACENET, FACENET_H5_SHA256, Assets, extract_members, sha256_of, verify_sha256
 
 

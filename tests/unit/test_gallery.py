@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.assets import Assets
 from pipeline.gallery import (
     DEFAULT_THRESHOLD,

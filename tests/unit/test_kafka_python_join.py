@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.transport import kafka_python
 
 

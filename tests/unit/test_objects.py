@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.assets import Assets
 from pipeline.ingest_detect import DetectStats, detect_loop
 from pipeline.objects import COCO_CLASSES, ObjectDetector, ObjectRecords, _weights, frame_timeline

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.assets import Archive, extract_members
 from pipeline.degrade import AUGMENTATIONS, Look, best_match, camera_views, degrade
 from pipeline.detect import Detection

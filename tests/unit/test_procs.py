@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ground import daemons as procs
-from ground.daemons import ManagedProcess
-from ground.errors import UserError
+from common import daemons as procs
+from common.daemons import ManagedProcess
+from common.errors import UserError
 
 
 def _managed(tmp_path: Path, marker: str) -> ManagedProcess:

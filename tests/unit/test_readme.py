@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from aitax.cli import build_parser
-from ground.paths import PROJECT_ROOT
+from common.paths import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
 MAX_BYTES = 10_000

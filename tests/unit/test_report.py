@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from aitax.commands.report import register_report
-from ground.errors import UserError
+from common.errors import UserError
 from telemetry.events import Event
 from telemetry.report import PAPER, Report, amdahl_speedup, build_report
 from telemetry.report_render import format_text, render_figures, render_html
@@ -380,7 +380,7 @@ def test_cli_writes_json_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_cli_without_a_source_or_stack_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aitax.stack import stack
+    from stack import stack
 
     monkeypatch.setattr(stack, "current_config", lambda: None)
     args = _parser().parse_args(["report", "--run", RUN])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.schema import IdentityMessage
 from telemetry.latency import Tail, summarize, tail_of
 from telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key

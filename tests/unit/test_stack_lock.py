@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitax.stack import stack
+from stack import stack
 
 HOLD_S = 2.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.capacity import (
     CapacityParameters,
     EmulationResults,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.catalog import CATALOG_DIR, load_catalog
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import aitax.cli
 from aitax.commands.tco import register
-from ground.errors import UserError
+from common.errors import UserError
 from tests.unit.results_builders import emulated_run, write_sweep
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.catalog import CATALOG_DIR, Catalog, Design, NetworkLine, NodeGroup, Parameter, load_catalog
 from tco.cost import cost_design, cost_parameters, reported_checks, saving_check, saving_percent
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from ground.errors import UserError
+from common.errors import UserError
 from tco.capacity import Calibration, catalog_calibration, drive_utilisation
 from tco.catalog import Catalog, load_catalog
 from tco.planner import plan

@@ -27,11 +27,11 @@ from typing import IO
 
 import psutil
 
-from aitax.cluster import images
-from aitax.cluster.k8s import SERVICE_CIDR, LocalControlPlane, tool
-from ground.daemons import ManagedProcess, poll_until, port_is_open, wait_until
-from ground.errors import UserError
-from ground.paths import aitax_home
+from cluster import images
+from cluster.k8s import SERVICE_CIDR, LocalControlPlane, tool
+from common.daemons import ManagedProcess, poll_until, port_is_open, wait_until
+from common.errors import UserError
+from common.paths import aitax_home
 
 NODE_NAME = "aitax-node"
 BRIDGE = "aitax0"
@@ -249,7 +249,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         self._start_kubelet()
         self._start_kube_proxy()
         self._start_coredns()
-        self._start("provisioner", [sys.executable, "-m", "aitax.cluster.provisioner",
+        self._start("provisioner", [sys.executable, "-m", "cluster.provisioner",
                                     f"--kubeconfig={self.kubeconfig}", f"--volumes={self.home / 'volumes'}",
                                     f"--storage-class={STORAGE_CLASS}", f"--marker={self.home}"])
         self._apply_storage_class()

@@ -12,11 +12,11 @@ import json
 import subprocess
 import time
 
-from aitax.cluster import images
-from aitax.cluster.k8s import tool
-from aitax.cluster.node import RealCluster
-from ground.errors import UserError
-from ground.paths import PROJECT_ROOT
+from cluster import images
+from cluster.k8s import tool
+from cluster.node import RealCluster
+from common.errors import UserError
+from common.paths import PROJECT_ROOT
 
 CHART = PROJECT_ROOT / "charts" / "aitax"
 INSTALL_TIMEOUT = "20m"

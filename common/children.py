@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.errors import UserError
+from common.errors import UserError
 
 STATUS_FILE_ENV = "AITAX_STATUS_FILE"
 READY, SUMMARY = "ready", "summary"

@@ -5,7 +5,7 @@ run them on a cluster.
 
 Consumers start first and report ready (their model loaded, their partitions assigned), so start-up is never
 measured as broker wait; producers then offer the workload's load. Children report through the status channel
-(`ground.children`), never through their logs.
+(`common.children`), never through their logs.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ground import children
-from ground.daemons import poll_until
-from ground.errors import UserError
+from common import children
+from common.daemons import poll_until
+from common.errors import UserError
 from pipeline.schema import DEFAULT_TOPICS, Topics
 from telemetry.applications import Stage, application
 from telemetry.results import Driver, Workload

@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from aitax.stack import elasticsearch, kafka, prometheus
-from aitax.stack.config import StackConfig
-from ground.daemons import ManagedProcess, require_free_port, wait_until
-from ground.errors import UserError
-from ground.paths import stack_dir
+from common.daemons import ManagedProcess, require_free_port, wait_until
+from common.errors import UserError
+from common.paths import stack_dir
+from stack import elasticsearch, kafka, prometheus
+from stack.config import StackConfig
 
 KAFKA_START_TIMEOUT_S = 120
 ES_START_TIMEOUT_S = 180
@@ -315,7 +315,7 @@ def default_events() -> str:
 
 def local_scrape_targets() -> Path | None:
     """The local Prometheus's file-SD folder while it runs: stage processes announce their /metrics there."""
-    from aitax.stack import prometheus
+    from stack import prometheus
 
     config = current_config()
     running = config is not None and config.prometheus and prometheus.process().is_running()

@@ -15,9 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.daemons import ManagedProcess, poll_until, port_is_open, require_free_port, wait_until
-from ground.errors import UserError
-from ground.paths import PROJECT_ROOT, aitax_home
+from common.daemons import ManagedProcess, poll_until, port_is_open, require_free_port, wait_until
+from common.errors import UserError
+from common.paths import PROJECT_ROOT, aitax_home
 
 TOOLS_DIR = PROJECT_ROOT / ".aitax" / "tools"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "helm")

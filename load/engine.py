@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from aitax.load.local import LocalLoad
-from aitax.load.resources import Sampler, resources
-from aitax.stack.config import StackConfig
-from ground.errors import UserError
+from common.errors import UserError
+from load.local import LocalLoad
+from load.resources import Sampler, resources
+from stack.config import StackConfig
 from telemetry.applications import application
 from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
 from telemetry.results import Driver, RunResult, Workload, judge, write_results
@@ -153,7 +153,7 @@ def _start_later(action: Callable[[], None] | None, delay_s: float) -> threading
 
 def local_stack_for(bootstrap: str) -> StackConfig | None:
     """The local stack when `bootstrap` is its brokers (then a run samples them), else None."""
-    from aitax.stack.stack import current_config
+    from stack.stack import current_config
 
     config = current_config()
     return config if config is not None and config.bootstrap_servers == bootstrap else None
@@ -190,9 +190,9 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
     """The real stages as local processes (`aitax run`, the demo, a local experiment phase): events go to the
     run's folder and to `events` (default: the local stack's), the result is written beside them. A failed
     stage or faces left unidentified are a UserError."""
-    from aitax.stack.stack import default_events
-    from ground.paths import aitax_home
+    from common.paths import aitax_home
     from pipeline.runtime import new_run_id
+    from stack.stack import default_events
 
     run_id = run_id or new_run_id()
     events_dir = events_dir or aitax_home() / "runs" / run_id
@@ -200,7 +200,7 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
     load = LocalLoad(workload, driver, run_id, bootstrap, events_dir / "logs", sinks)
     stack = local_stack_for(bootstrap)
     if load.frames_through_kafka and stack is not None:
-        from aitax.stack import kafka
+        from stack import kafka
 
         kafka.ensure_topics(stack, stack.topics(load.topics, frames=True,
                                                 detections=load.application.results == "detections"))

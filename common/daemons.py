@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import psutil
 
-from ground.errors import UserError
+from common.errors import UserError
 
 # Up to what age an empty command line (a process still inside execve) is waited out before the PID counts as
 # foreign.

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from aitax.stack import kafka
-from aitax.stack.config import StackConfig
+from stack import kafka
+from stack.config import StackConfig
 from telemetry.latency import LatencySummary
 from telemetry.results import Resources
 
 SATURATION = 0.85  # a resource busier than this is saturated (the paper saw storage give out near 67%)
 
-# The broker meters read (names from aitax/stack/maven/kafka-metrics.yaml), each line's name up to its value.
+# The broker meters read (names from stack/maven/kafka-metrics.yaml), each line's name up to its value.
 BROKER_METERS = {
     "kafka_server_request_handler_idle_ns_total": "handler_idle_ns",
     "kafka_network_processor_idle_ratio": "network_idle",

@@ -13,11 +13,11 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from aitax.stack.config import ELASTICSEARCH_VERSION, HOST, StackConfig
-from aitax.stack.kafka import require_java
-from ground.daemons import ManagedProcess
-from ground.errors import UserError
-from ground.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from common.daemons import ManagedProcess
+from common.errors import UserError
+from common.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from stack.config import ELASTICSEARCH_VERSION, HOST, StackConfig
+from stack.kafka import require_java
 
 ARTIFACT = f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ELASTICSEARCH_VERSION}:zip"
 PLUGIN_SOURCE = PROJECT_ROOT / "aitax" / "stack" / "es_root_plugin"

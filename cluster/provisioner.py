@@ -2,7 +2,7 @@
 folder under the cluster's state (mode 0777: pods run as any non-root user) as a `local` PersistentVolume pinned
 to the node; a released volume's folder and PV are deleted. It polls every 2 s (a handful of claims, one node).
 
-Run by `aitax cluster up` as a host process: python -m aitax.cluster.provisioner --kubeconfig K --volumes DIR
+Run by `aitax cluster up` as a host process: python -m cluster.provisioner --kubeconfig K --volumes DIR
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def reconcile(core, volumes: Path, storage_class: str, node_name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aitax.cluster.provisioner", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cluster.provisioner", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--volumes", type=Path, required=True, help="folder holding every volume's folder")
     parser.add_argument("--storage-class", default="aitax-local")

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ground.errors import UserError
+from common.errors import UserError
 from pipeline.schema import DEFAULT_TOPICS, Topics
 
 KAFKA_VERSION = "4.3.1"

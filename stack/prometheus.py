@@ -10,10 +10,10 @@ import json
 import shutil
 from pathlib import Path
 
-from aitax.stack.config import HOST, StackConfig
-from ground.daemons import ManagedProcess
-from ground.errors import UserError
-from ground.paths import stack_dir
+from common.daemons import ManagedProcess
+from common.errors import UserError
+from common.paths import stack_dir
+from stack.config import HOST, StackConfig
 from telemetry.metrics import write_scrape_target
 
 SCRAPE_INTERVAL_S = 5

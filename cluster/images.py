@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.errors import UserError
-from ground.paths import PROJECT_ROOT, aitax_home
+from common.errors import UserError
+from common.paths import PROJECT_ROOT, aitax_home
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRRORS = (f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",

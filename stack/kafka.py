@@ -10,11 +10,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitax.stack import prometheus
-from aitax.stack.config import HOST, KAFKA_VERSION, StackConfig, TopicSpec
-from ground.daemons import ManagedProcess, require_free_port
-from ground.errors import UserError
-from ground.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from common.daemons import ManagedProcess, require_free_port
+from common.errors import UserError
+from common.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from stack import prometheus
+from stack.config import HOST, KAFKA_VERSION, StackConfig, TopicSpec
 
 MAVEN_DIR = PROJECT_ROOT / "aitax" / "stack" / "maven"
 POM = MAVEN_DIR / "kafka-pom.xml"

@@ -1,0 +1,1 @@
+"""A real single-node Kubernetes cluster on this machine, the images it runs, and kubectl/helm."""
