@@ -80,7 +80,7 @@ status:  ## the local stack's health
 	@$(AITAX) stack status
 
 clean: down  ## stop the stack and delete its data, logs and PID files (keeps downloads)
-	@rm -rf .stack
+	@rm -rf .aitax/stack
 
 distclean: clean  ## also delete downloads and the venv
 	@rm -rf .aitax $(VENV)

@@ -20,7 +20,7 @@ from stack.config import ELASTICSEARCH_VERSION, HOST, StackConfig
 from stack.kafka import require_java
 
 ARTIFACT = f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ELASTICSEARCH_VERSION}:zip"
-PLUGIN_SOURCE = PROJECT_ROOT / "aitax" / "stack" / "es_root_plugin"
+PLUGIN_SOURCE = PROJECT_ROOT / "stack" / "es_root_plugin"
 UNPRIVILEGED_UID = 65534  # nobody
 
 

@@ -16,7 +16,7 @@ from common.paths import PROJECT_ROOT, downloads_dir, stack_dir
 from stack import prometheus
 from stack.config import HOST, KAFKA_VERSION, StackConfig, TopicSpec
 
-MAVEN_DIR = PROJECT_ROOT / "aitax" / "stack" / "maven"
+MAVEN_DIR = PROJECT_ROOT / "stack" / "maven"
 POM = MAVEN_DIR / "kafka-pom.xml"
 LOG4J2_CONFIG = MAVEN_DIR / "kafka-log4j2.yaml"
 TOOLS_LOG4J2_CONFIG = MAVEN_DIR / "kafka-tools-log4j2.yaml"

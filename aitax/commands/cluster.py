@@ -11,7 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cluster = subparsers.add_parser(
         "cluster", help="run a real single-node Kubernetes here (containerd, kubelet, CoreDNS)",
         description="A real single-node Kubernetes on this machine: pods are Linux containers with cgroup limits. "
-                    "Needs root and `make setup-cluster`. State lives under .cluster (or $AITAX_HOME).")
+                    "Needs root and `make setup-cluster`. State lives under .aitax/cluster (or $AITAX_HOME).")
     actions = cluster.add_subparsers(dest="cluster_action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the cluster (idempotent) and wait for a Ready node")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd (every object gone)")

@@ -478,5 +478,5 @@ def test_kafka_image_uses_the_stacks_pinned_jars() -> None:
     assert "COPY stack/maven/kafka-pom.xml pom.xml" in text
     assert "COPY stack/maven/kafka-log4j2.yaml" in text
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    pom = (PROJECT_ROOT / "aitax" / "stack" / "maven" / "kafka-pom.xml").read_text()
+    pom = (PROJECT_ROOT / "stack" / "maven" / "kafka-pom.xml").read_text()
     assert f"<version>{chart['annotations']['aitax/kafka-version']}</version>" in pom
