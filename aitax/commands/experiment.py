@@ -43,6 +43,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("spec", type=Path)
     validate.set_defaults(func=_validate)
 
+    schema = actions.add_parser(
+        "schema", help="print the spec files' JSON Schema (for an editor; docs/experiment-spec.schema.json)",
+        description="The JSON Schema of an experiment spec file, from the model `aitax experiment validate` "
+                    "checks. The rules between fields (a stage belongs to the spec's mode) are validate's.")
+    schema.add_argument("--out", type=Path, help="write it here instead of printing it")
+    schema.set_defaults(func=_schema)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from aitax.experiment.spec import spec_json_schema
+
+    text = json.dumps(spec_json_schema(), indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
 
 def _validate(args: argparse.Namespace) -> int:
     from aitax.experiment.spec import load_spec

@@ -15,7 +15,10 @@
         duration: 60s
         replicas: {identify: 4}  # stages not named keep the previous phase's count
 
-Every error names the field (`phases[1].replicas.identfy`) and is raised before anything is scaled or started.
+The file's shape is a pydantic model (`SpecFile`) with a JSON Schema for editors (`aitax experiment schema`,
+docs/experiment-spec.schema.json); the rules that tie fields together (a stage belongs to the spec's mode, phases
+inherit replicas) are checked after it. Every error names the field (`phases[1].replicas.identfy`) and is raised
+before anything is scaled or started.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from common.errors import UserError
 
@@ -38,19 +43,130 @@ STAGES = {
 }
 PRODUCER_STAGE = {"real": "ingest-detect", "emulated": "emulate-producers"}
 CONSUMER_STAGE = {"real": "identify", "emulated": "emulate-consumers"}
-INSTANCE_KEYS = ("producers", "consumers")
 MIN_KAFKA_REPLICAS = 3  # topics are replicated 3 times
 MAX_REPLICAS = 1000
 MAX_DURATION_S = 7 * 24 * 3600
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$"
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_TOP_KEYS = {"name", "mode", "release", "namespace", "video", "gallery", "profile", "description", "phases"}
-_PHASE_KEYS = {"name", "duration", "factor", "replicas", "instances"}
 
 
 class SpecError(UserError):
     """An invalid experiment spec; the message starts with the file and names the field."""
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__} ({value!r:.40})"
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(NAME_PATTERN, value):
+        raise ValueError(f"{value!r} is not a name: 1-40 lowercase letters, digits and '-', starting and ending with "
+                         "a letter or digit")
+    return value
+
+
+def _kubernetes_name(what: str):
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not re.match(NAME_PATTERN, value):
+            raise ValueError(f"{value!r} is not a {what} (lowercase letters, digits, '-')")
+        return value
+    return check
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, bool) or value is None:
+        raise ValueError("missing or not a duration; write seconds (60) or with a unit (90s, 5m, 1h)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = re.match(DURATION_PATTERN, str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; write seconds (60) or with a unit (90s, 5m, 1h)")
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_DURATION_S:
+        raise ValueError(f"{value!r}: must be more than 0 and at most 7 days")
+    return seconds
+
+
+def _factor(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{value!r}: expected a number greater than 0 (e.g. 1, 2, 4 ... 32)")
+    return float(value)
+
+
+def _count(minimum: int):
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{value!r}: expected a whole number")
+        if not minimum <= value <= MAX_REPLICAS:
+            raise ValueError(f"{value}: must be between {minimum} and {MAX_REPLICAS}")
+        return value
+    return check
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a file path, got {_kind(value)}")
+    return value
+
+
+Name = Annotated[str, BeforeValidator(_name), WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})]
+Duration = Annotated[float, BeforeValidator(_duration), WithJsonSchema({
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DURATION_S},
+              {"type": "string", "pattern": DURATION_PATTERN}],
+    "description": "seconds (60), or with a unit: 90s, 5m, 1h; at most 7 days"})]
+Factor = Annotated[float, BeforeValidator(_factor), WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]
+Replicas = Annotated[int, BeforeValidator(_count(0)), WithJsonSchema({"type": "integer", "minimum": 0,
+                                                                       "maximum": MAX_REPLICAS})]
+Instances = Annotated[int, BeforeValidator(_count(1)), WithJsonSchema({"type": "integer", "minimum": 1,
+                                                                        "maximum": MAX_REPLICAS})]
+FilePath = Annotated[str, BeforeValidator(_path), WithJsonSchema({"type": "string", "minLength": 1})]
+ALL_STAGES = (KAFKA, *(stage for stages in STAGES.values() for stage in stages))
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InstancesFile(_File):
+    """Emulated instances per emulator pod's process (mode emulated)."""
+
+    producers: Instances | None = None
+    consumers: Instances | None = None
+
+
+class PhaseFile(_File):
+    name: Name
+    duration: Duration
+    factor: Factor | None = Field(None, description="AI acceleration; inherited from the phase before (first: 1)")
+    replicas: Annotated[dict[str, Replicas], WithJsonSchema({
+        "type": "object", "propertyNames": {"enum": list(ALL_STAGES)},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_REPLICAS},
+        "description": "replicas per stage of the spec's mode, kafka at least 3; stages not named keep the "
+                       "previous phase's count"})] | None = None
+    instances: InstancesFile | None = None
+
+
+class SpecFile(_File):
+    """An experiment spec file as written (docs/kubernetes.md)."""
+
+    name: Name
+    mode: Literal["real", "emulated"] = "real"
+    release: Annotated[str, BeforeValidator(_kubernetes_name("Helm release name")),
+                       WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})] = "aitax"
+    namespace: Annotated[str, BeforeValidator(_kubernetes_name("Kubernetes namespace name")),
+                         WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})] | None = None
+    video: FilePath | None = None
+    gallery: FilePath | None = None
+    profile: Annotated[str, Field(min_length=1)] | None = None
+    description: str | None = None
+    phases: Annotated[list[PhaseFile], Field(min_length=1)]
+
+
+def spec_json_schema() -> dict[str, Any]:
+    schema = SpecFile.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "aitax experiment spec"}
 
 
 @dataclass(frozen=True)
@@ -107,144 +223,95 @@ def load_spec(path: Path | str) -> ExperimentSpec:
 
 
 def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = None) -> ExperimentSpec:
-    """Validate a spec already parsed from YAML (a mapping)."""
+    """Validate a spec already parsed from YAML (a mapping): its shape by `SpecFile`, then the rules between
+    fields; phases inherit replicas, factor and instances from the phase before."""
+    try:
+        spec = SpecFile.model_validate(document)
+    except ValidationError as error:
+        raise _spec_error(error, source) from None
 
     def fail(where: str, problem: str) -> SpecError:
         return SpecError(f"{source}: {where}: {problem}")
 
-    if not isinstance(document, Mapping):
-        raise fail("top level", f"expected a mapping with name, mode and phases, got {_kind(document)}")
-    _reject_unknown(document, _TOP_KEYS, "", fail)
-    name = _name(document.get("name"), "name", fail)
-    mode = document.get("mode", "real")
-    if mode not in MODES:
-        raise fail("mode", f"{mode!r} is not one of {', '.join(MODES)}")
-    release = document.get("release", "aitax")
-    if not isinstance(release, str) or not _NAME.match(release):
-        raise fail("release", f"{release!r} is not a Helm release name (lowercase letters, digits, '-')")
-    namespace = document.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not _NAME.match(namespace)):
-        raise fail("namespace", f"{namespace!r} is not a Kubernetes namespace name")
-    profile = document.get("profile", "paper")
-    if not isinstance(profile, str) or not profile:
-        raise fail("profile", "expected a built-in profile name (e.g. paper) or a path to a YAML profile")
-    if mode == "real" and "profile" in document:
+    mode = spec.mode
+    if mode == "real" and spec.profile is not None:
         raise fail("profile", "only for mode: emulated")
+    profile = spec.profile or "paper"
     if base_dir is not None and profile.endswith((".yaml", ".yml")) and not Path(profile).is_absolute():
         profile = str(base_dir / profile)  # a profile file, relative to the spec like video and gallery
-    paths = {}
+    paths: dict[str, Path | None] = {}
     for key in ("video", "gallery"):
-        value = document.get(key)
-        if value is None:
-            paths[key] = None
-        elif not isinstance(value, str) or not value:
-            raise fail(key, f"expected a file path, got {_kind(value)}")
-        elif mode != "real":
+        value = getattr(spec, key)
+        if value is not None and mode != "real":
             raise fail(key, "only for mode: real (the emulator needs no video or gallery)")
-        else:
-            paths[key] = Path(value) if base_dir is None or Path(value).is_absolute() else base_dir / value
-
-    raw_phases = document.get("phases")
-    if not isinstance(raw_phases, list) or not raw_phases:
-        raise fail("phases", "expected a non-empty list of phases")
+        paths[key] = None if value is None else (
+            Path(value) if base_dir is None or Path(value).is_absolute() else base_dir / value)
     phases: list[Phase] = []
     replicas: dict[str, int] = {}
-    instances = dict.fromkeys(INSTANCE_KEYS, 1)
+    instances = {"producers": 1, "consumers": 1}
     factor = 1.0
-    for index, raw in enumerate(raw_phases):
+    for index, raw in enumerate(spec.phases):
         where = f"phases[{index}]"
-        if not isinstance(raw, Mapping):
-            raise fail(where, f"expected a mapping with name, duration and replicas, got {_kind(raw)}")
-        _reject_unknown(raw, _PHASE_KEYS, where + ".", fail)
-        phase_name = _name(raw.get("name"), f"{where}.name", fail)
-        if any(p.name == phase_name for p in phases):
-            raise fail(f"{where}.name", f"{phase_name!r} is used by an earlier phase; phase names must be unique")
-        duration = _duration(raw.get("duration"), f"{where}.duration", fail)
-        if "factor" in raw:
-            factor = _positive_number(raw["factor"], f"{where}.factor", fail)
+        if any(p.name == raw.name for p in phases):
+            raise fail(f"{where}.name", f"{raw.name!r} is used by an earlier phase; phase names must be unique")
+        factor = factor if raw.factor is None else raw.factor
         if mode == "real" and factor != 1.0:
             raise fail(f"{where}.factor", f"{factor:g}: the real stages cannot be accelerated; use mode: emulated")
-        changed = _replicas(raw.get("replicas"), mode, f"{where}.replicas", fail, required=index == 0)
+        changed = _replicas(raw.replicas, mode, f"{where}.replicas", fail, required=index == 0)
         replicas.update(changed)
-        if "instances" in raw:
+        if raw.instances is not None:
             if mode != "emulated":
                 raise fail(f"{where}.instances", "only for mode: emulated (processes per emulator pod)")
-            instances.update(_instances(raw["instances"], f"{where}.instances", fail))
-        phases.append(Phase(phase_name, duration, factor, dict(replicas), frozenset(changed), dict(instances)))
-    return ExperimentSpec(name=name, mode=mode, phases=tuple(phases), release=release, namespace=namespace,
-                          video=paths["video"], gallery=paths["gallery"], profile=profile, source=source)
+            instances.update(raw.instances.model_dump(exclude_none=True))
+        phases.append(Phase(raw.name, raw.duration, factor, dict(replicas), frozenset(changed), dict(instances)))
+    return ExperimentSpec(name=spec.name, mode=mode, phases=tuple(phases), release=spec.release,
+                          namespace=spec.namespace, video=paths["video"], gallery=paths["gallery"], profile=profile,
+                          source=source)
 
 
-def _reject_unknown(mapping: Mapping, allowed: set[str], prefix: str, fail) -> None:
-    for key in mapping:
-        if key not in allowed:
-            raise fail(f"{prefix}{key}", f"unknown field; expected one of {', '.join(sorted(allowed))}")
-
-
-def _name(value: Any, where: str, fail) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise fail(where, f"{value!r} is not a name: 1-40 lowercase letters, digits and '-', starting and ending "
-                          "with a letter or digit")
-    return value
-
-
-def _duration(value: Any, where: str, fail) -> float:
-    if isinstance(value, bool) or value is None:
-        raise fail(where, "missing or not a duration; write seconds (60) or with a unit (90s, 5m, 1h)")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise fail(where, f"{value!r} is not a duration; write seconds (60) or with a unit (90s, 5m, 1h)")
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_DURATION_S:
-        raise fail(where, f"{value!r}: must be more than 0 and at most 7 days")
-    return seconds
-
-
-def _positive_number(value: Any, where: str, fail) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise fail(where, f"{value!r}: expected a number greater than 0 (e.g. 1, 2, 4 ... 32)")
-    return float(value)
-
-
-def _count(value: Any, where: str, fail, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise fail(where, f"{value!r}: expected a whole number")
-    if not minimum <= value <= MAX_REPLICAS:
-        raise fail(where, f"{value}: must be between {minimum} and {MAX_REPLICAS}")
-    return value
-
-
-def _replicas(value: Any, mode: str, where: str, fail, required: bool) -> dict[str, int]:
-    if value is None:
+def _replicas(value: dict[str, int] | None, mode: str, where: str, fail, required: bool) -> dict[str, int]:
+    if not value:
         if required:
             raise fail(where, f"the first phase must give replicas, e.g. {{{', '.join(STAGES[mode])}}}")
         return {}
-    if not isinstance(value, Mapping) or (required and not value):
-        raise fail(where, f"expected a mapping of stage to replica count, got {_kind(value)}")
     allowed = (KAFKA, *STAGES[mode])
     other_mode = next(m for m in MODES if m != mode)
-    counts = {}
     for stage, count in value.items():
         if stage not in allowed:
             hint = f" ({stage} belongs to mode: {other_mode})" if stage in STAGES[other_mode] else ""
             raise fail(f"{where}.{stage}", f"unknown stage{hint}; expected one of {', '.join(allowed)}")
-        counts[stage] = _count(count, f"{where}.{stage}", fail, MIN_KAFKA_REPLICAS if stage == KAFKA else 0)
-    return counts
+        if stage == KAFKA and count < MIN_KAFKA_REPLICAS:
+            raise fail(f"{where}.{stage}", f"{count}: must be between {MIN_KAFKA_REPLICAS} and {MAX_REPLICAS} "
+                                           "(topics are replicated 3 times)")
+    return dict(value)
 
 
-def _instances(value: Any, where: str, fail) -> dict[str, int]:
-    if not isinstance(value, Mapping) or not value:
-        raise fail(where, f"expected a mapping like {{producers: 4, consumers: 8}}, got {_kind(value)}")
-    counts = {}
-    for key, count in value.items():
-        if key not in INSTANCE_KEYS:
-            raise fail(f"{where}.{key}", f"unknown field; expected one of {', '.join(INSTANCE_KEYS)}")
-        counts[key] = _count(count, f"{where}.{key}", fail, 1)
-    return counts
+# What a mapping at each place of the file holds, for the error that finds something else there.
+_MAPPING_OF = {(): "a mapping with name, mode and phases", ("phases", 0): "a mapping with name, duration and replicas",
+               ("phases", 0, "replicas"): "a mapping of stage to replica count",
+               ("phases", 0, "instances"): "a mapping like {producers: 4, consumers: 8}"}
+_MODEL_AT = {(): SpecFile, ("phases", 0): PhaseFile, ("phases", 0, "instances"): InstancesFile}
 
 
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"a {type(value).__name__} ({value!r:.40})"
+def _spec_error(error: ValidationError, source: str) -> SpecError:
+    """The first validation error as `SOURCE: FIELD: problem`, the field written as in the file."""
+    first = error.errors()[0]
+    loc = first["loc"]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or "top level"
+    shape = tuple(0 if isinstance(part, int) else part for part in loc)
+    kind = first["type"]
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        problem = f"expected {_MAPPING_OF.get(shape, 'a mapping')}, got {_kind(first['input'])}"
+    elif shape == ("phases",):
+        problem = "expected a non-empty list of phases"
+    elif kind == "extra_forbidden":
+        allowed = _MODEL_AT[shape[:-1]].model_fields
+        problem = f"unknown field; expected one of {', '.join(sorted(allowed))}"
+    elif kind == "literal_error":
+        problem = f"{first['input']!r} is not one of {', '.join(MODES)}"
+    elif kind == "missing":
+        problem = "missing"
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+        problem = message[0].lower() + message[1:]
+    return SpecError(f"{source}: {where}: {problem}")

@@ -107,3 +107,46 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("name: a\nphases: [\n")
     with pytest.raises(SpecError, match=r"not valid YAML at line \d+"):
         load_spec(bad)
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "experiment-spec.schema.json"
+
+
+def test_the_shipped_json_schema_is_the_models() -> None:
+    import json
+
+    from aitax.experiment.spec import spec_json_schema
+
+    assert json.loads(SCHEMA_FILE.read_text()) == spec_json_schema(), (
+        "regenerate it: aitax experiment schema --out docs/experiment-spec.schema.json")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [REAL, EMULATED, *(pytest.param(path, id=path.name) for path in
+                       sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "experiments").glob("*.yaml")))])
+def test_an_editor_with_the_schema_accepts_every_valid_spec(document: dict | Path) -> None:
+    import json
+
+    import jsonschema
+    import yaml
+
+    if isinstance(document, Path):
+        parse_spec(yaml.safe_load(document.read_text()), str(document))  # valid for `aitax experiment validate`
+        document = yaml.safe_load(document.read_text())
+    jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
+
+
+@pytest.mark.parametrize("document", [
+    {**REAL, "phasez": []}, {**REAL, "name": "Bad_Name"}, {**REAL, "mode": "fast"}, {**REAL, "phases": []},
+    _with_phase(REAL, 0, duration="soon"), _with_phase(REAL, 0, replicas={"identify": "2"}),
+    _with_phase(REAL, 0, replicas={"identfy": 2}), _with_phase(EMULATED, 1, factor=0),
+    _with_phase(EMULATED, 0, instances={"producer": 2}),
+])
+def test_an_editor_with_the_schema_flags_a_misshapen_spec(document: dict) -> None:
+    import json
+
+    import jsonschema
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
