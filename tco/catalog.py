@@ -10,11 +10,12 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from common.errors import UserError
+from common.errors import UserError, invalid
 from tco.topology import TOPOLOGIES
 
 CATALOG_DIR = Path(__file__).parent / "catalogs"
@@ -114,148 +115,127 @@ def load_catalog(name_or_path: str) -> Catalog:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise UserError(f"{path}: cannot read catalog: {str(error).splitlines()[0]}") from error
-    return _parse_catalog(path, _mapping(raw, f"{path.name}"))
+    try:
+        catalog = CatalogFile.model_validate(raw)
+    except ValidationError as error:
+        raise invalid(error, path.name) from None
+    return _catalog(path, catalog)
 
 
-def _parse_catalog(path: Path, raw: dict[str, Any]) -> Catalog:
+NonNegative = Annotated[float, Field(ge=0, strict=True)]
+Positive = Annotated[float, Field(gt=0, strict=True)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ItemFile(_File):
+    name: str
+    kind: Literal[ITEM_KINDS]  # type: ignore[valid-type]
+    price_usd: NonNegative
+    rated_watts: NonNegative = 0.0
+    gbps: Positive | None = None  # NICs and switches
+    ports: Annotated[int, Field(gt=0, strict=True)] | None = None  # switches
+
+    @model_validator(mode="after")
+    def _fabric_figures(self) -> ItemFile:
+        if self.kind == "switch" and (self.ports is None or self.gbps is None):
+            raise ValueError("a switch needs 'ports' and 'gbps'")
+        if self.kind == "nic" and self.gbps is None:
+            raise ValueError("a nic needs 'gbps'")
+        return self
+
+
+class NodeGroupFile(_File):
+    count: Count
+    items: dict[str, Count]  # item id -> quantity per node
+
+
+class NetworkLineFile(_File):
+    item: str
+    count: Count
+
+
+class DesignFile(_File):
+    description: str = ""
+    topology: Literal[tuple(TOPOLOGIES)]  # type: ignore[valid-type]
+    nodes: dict[str, NodeGroupFile]  # by the roles of the topology's node groups
+    network: dict[str, NetworkLineFile]  # by the topology's network roles
+    reported: dict[Literal[REPORTED_FIELDS], NonNegative] = Field(default_factory=dict)  # type: ignore[valid-type]
+
+
+class ParameterFile(_File):
+    value: NonNegative
+    source: str  # where the value comes from, or how it was calibrated
+
+
+class CatalogFile(_File):
+    """A catalog YAML file as written (tco/catalogs/paper.yaml); `aitax tco schema` prints its JSON Schema."""
+
+    name: str | None = None
+    description: str = ""
+    items: dict[str, ItemFile]
+    designs: dict[str, DesignFile]
+    cost: dict[str, ParameterFile]
+    capacity: dict[str, ParameterFile]
+    reported_saving_percent: NonNegative | None = None
+    notes: list[str] = Field(default_factory=list)  # printed by `aitax tco compare`
+
+
+def catalog_json_schema() -> dict[str, Any]:
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **CatalogFile.model_json_schema(),
+            "title": "aitax TCO catalog"}
+
+
+def _catalog(path: Path, raw: CatalogFile) -> Catalog:
+    """The rules between entries (every design the models compare, the roles its topology needs, items that
+    exist, one server per node) on a catalog whose shape the model checked."""
     where = path.name
-    items = {
-        item_id: _parse_item(
-            item_id, _mapping(entry, f"{where}: item {item_id!r}"), f"{where}: item {item_id!r}"
-        )
-        for item_id, entry in _mapping(_required(raw, "items", where), f"{where}: items").items()
-    }
-    raw_designs = _mapping(_required(raw, "designs", where), f"{where}: designs")
     for name in DESIGN_NAMES:
-        if name not in raw_designs:
-            raise UserError(
-                f"{where}: design {name!r} is missing (catalogs need {' and '.join(DESIGN_NAMES)})"
-            )
-    designs = {
-        name: _parse_design(
-            name, _mapping(entry, f"{where}: design {name!r}"), items, f"{where}: design {name!r}"
-        )
-        for name, entry in raw_designs.items()
-    }
-    saving = raw.get("reported_saving_percent")
-    notes = raw.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
-        raise UserError(f"{where}: notes must be a list of strings")
+        if name not in raw.designs:
+            raise UserError(f"{where}: designs.{name}: missing (catalogs need {' and '.join(DESIGN_NAMES)})")
+    items = {item_id: Item(id=item_id, name=item.name, kind=item.kind, price_usd=item.price_usd,
+                           rated_watts=item.rated_watts, gbps=item.gbps or 0.0, ports=item.ports or 0)
+             for item_id, item in raw.items.items()}
     return Catalog(
-        name=str(raw.get("name", path.stem)),
+        name=raw.name or path.stem,
         path=path,
-        description=str(raw.get("description", "")),
+        description=raw.description,
         items=items,
-        designs=designs,
-        cost=_parse_parameters(_required(raw, "cost", where), f"{where}: cost"),
-        capacity=_parse_parameters(_required(raw, "capacity", where), f"{where}: capacity"),
-        reported_saving_percent=None
-        if saving is None
-        else _number(saving, f"{where}: reported_saving_percent"),
-        notes=tuple(" ".join(note.split()) for note in notes),
+        designs={name: _design(name, design, items, f"{where}: designs.{name}")
+                 for name, design in raw.designs.items()},
+        cost={name: Parameter(p.value, p.source) for name, p in raw.cost.items()},
+        capacity={name: Parameter(p.value, p.source) for name, p in raw.capacity.items()},
+        reported_saving_percent=raw.reported_saving_percent,
+        notes=tuple(" ".join(note.split()) for note in raw.notes),
     )
 
 
-def _parse_item(item_id: str, raw: dict[str, Any], where: str) -> Item:
-    kind = str(_required(raw, "kind", where))
-    if kind not in ITEM_KINDS:
-        raise UserError(f"{where}: kind must be one of {', '.join(ITEM_KINDS)}, got {kind!r}")
-    ports = raw.get("ports")
-    gbps = raw.get("gbps")
-    if kind == "switch" and (ports is None or gbps is None):
-        raise UserError(f"{where}: a switch needs 'ports' and 'gbps'")
-    if kind == "nic" and gbps is None:
-        raise UserError(f"{where}: a nic needs 'gbps'")
-    return Item(
-        id=item_id,
-        name=str(_required(raw, "name", where)),
-        kind=kind,
-        price_usd=_number(_required(raw, "price_usd", where), f"{where}: price_usd"),
-        rated_watts=_number(raw.get("rated_watts", 0), f"{where}: rated_watts"),
-        gbps=0.0 if gbps is None else _number(gbps, f"{where}: gbps", positive=True),
-        ports=0 if ports is None else _count(ports, f"{where}: ports", positive=True),
-    )
-
-
-def _parse_design(name: str, raw: dict[str, Any], items: dict[str, Item], where: str) -> Design:
-    topology_name = str(_required(raw, "topology", where))
-    topology = TOPOLOGIES.get(topology_name)
-    if topology is None:
-        raise UserError(f"{where}: unknown topology {topology_name!r} (known: {', '.join(TOPOLOGIES)})")
-    raw_nodes = _mapping(_required(raw, "nodes", where), f"{where}: nodes")
-    if set(raw_nodes) != set(topology.node_roles):
-        raise UserError(
-            f"{where}: topology {topology.name} needs node groups {', '.join(topology.node_roles)}"
-        )
-    nodes = tuple(
-        _parse_node_group(
-            role, _mapping(entry, f"{where}: nodes {role!r}"), items, f"{where}: nodes {role!r}"
-        )
-        for role, entry in raw_nodes.items()
-    )
-    raw_network = _mapping(_required(raw, "network", where), f"{where}: network")
-    if set(raw_network) != set(topology.network_roles):
-        raise UserError(
-            f"{where}: topology {topology.name} needs network roles {', '.join(topology.network_roles)}"
-        )
-    network = tuple(
-        _parse_network_line(
-            role, _mapping(entry, f"{where}: network {role!r}"), items, f"{where}: network {role!r}"
-        )
-        for role, entry in raw_network.items()
-    )
-    reported = _mapping(raw.get("reported", {}), f"{where}: reported")
-    for field in reported:
-        if field not in REPORTED_FIELDS:
-            raise UserError(
-                f"{where}: reported: unknown field {field!r} (known: {', '.join(REPORTED_FIELDS)})"
-            )
+def _design(name: str, raw: DesignFile, items: dict[str, Item], where: str) -> Design:
+    topology = TOPOLOGIES[raw.topology]
+    if set(raw.nodes) != set(topology.node_roles):
+        raise UserError(f"{where}.nodes: topology {topology.name} needs node groups {', '.join(topology.node_roles)}")
+    if set(raw.network) != set(topology.network_roles):
+        raise UserError(f"{where}.network: topology {topology.name} needs network roles "
+                        f"{', '.join(topology.network_roles)}")
+    for role, group in raw.nodes.items():
+        for item_id in group.items:
+            _known_item(item_id, items, f"{where}.nodes.{role}.items.{item_id}")
+        servers = [item_id for item_id in group.items if items[item_id].kind == "server"]
+        if len(servers) != 1 or group.items[servers[0]] != 1:
+            raise UserError(f"{where}.nodes.{role}.items: a node needs exactly one server item with quantity 1")
+    for role, line in raw.network.items():
+        _known_item(line.item, items, f"{where}.network.{role}.item")
     return Design(
         name=name,
-        description=str(raw.get("description", "")),
+        description=raw.description,
         topology=topology.name,
-        nodes=nodes,
-        network=network,
-        reported={field: _number(value, f"{where}: reported {field}") for field, value in reported.items()},
+        nodes=tuple(NodeGroup(role, group.count, dict(group.items)) for role, group in raw.nodes.items()),
+        network=tuple(NetworkLine(role, line.item, line.count) for role, line in raw.network.items()),
+        reported=dict(raw.reported),
     )
-
-
-def _parse_node_group(role: str, raw: dict[str, Any], items: dict[str, Item], where: str) -> NodeGroup:
-    per_node = _mapping(_required(raw, "items", where), f"{where}: items")
-    for item_id in per_node:
-        _known_item(item_id, items, where)
-    servers = [item_id for item_id in per_node if items[item_id].kind == "server"]
-    if len(servers) != 1 or per_node[servers[0]] != 1:
-        raise UserError(f"{where}: a node needs exactly one server item with quantity 1")
-    return NodeGroup(
-        role=role,
-        count=_count(_required(raw, "count", where), f"{where}: count"),
-        items={
-            item_id: _count(quantity, f"{where}: item {item_id!r} quantity")
-            for item_id, quantity in per_node.items()
-        },
-    )
-
-
-def _parse_network_line(role: str, raw: dict[str, Any], items: dict[str, Item], where: str) -> NetworkLine:
-    item_id = str(_required(raw, "item", where))
-    _known_item(item_id, items, where)
-    return NetworkLine(
-        role=role, item=item_id, count=_count(_required(raw, "count", where), f"{where}: count")
-    )
-
-
-def _parse_parameters(raw: Any, where: str) -> dict[str, Parameter]:
-    parameters = {}
-    for name, entry in _mapping(raw, where).items():
-        entry = _mapping(entry, f"{where} parameter {name!r}")
-        parameters[name] = Parameter(
-            value=_number(
-                _required(entry, "value", f"{where} parameter {name!r}"), f"{where} parameter {name!r}"
-            ),
-            source=str(_required(entry, "source", f"{where} parameter {name!r}")),
-        )
-    return parameters
 
 
 ParametersT = TypeVar("ParametersT")
@@ -288,18 +268,6 @@ def build_parameters(
 def _known_item(item_id: str, items: dict[str, Item], where: str) -> None:
     if item_id not in items:
         raise UserError(f"{where}: unknown catalog item {item_id!r}")
-
-
-def _required(raw: dict[str, Any], key: str, where: str) -> Any:
-    if key not in raw or raw[key] is None:
-        raise UserError(f"{where}: missing {key!r}")
-    return raw[key]
-
-
-def _mapping(raw: Any, where: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    return raw
 
 
 def _number(raw: Any, where: str, positive: bool = False) -> float:

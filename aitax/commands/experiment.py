@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aitax.commands.options import add_schema_action, write_schema
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     experiment = subparsers.add_parser(
@@ -43,26 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("spec", type=Path)
     validate.set_defaults(func=_validate)
 
-    schema = actions.add_parser(
-        "schema", help="print the spec files' JSON Schema (for an editor; docs/experiment-spec.schema.json)",
-        description="The JSON Schema of an experiment spec file, from the model `aitax experiment validate` "
-                    "checks. The rules between fields (a stage belongs to the spec's mode) are validate's.")
-    schema.add_argument("--out", type=Path, help="write it here instead of printing it")
-    schema.set_defaults(func=_schema)
+    add_schema_action(actions, "experiment spec", "docs/experiment-spec.schema.json", _schema)
 
 
 def _schema(args: argparse.Namespace) -> int:
-    import json
-
     from aitax.experiment.spec import spec_json_schema
 
-    text = json.dumps(spec_json_schema(), indent=2) + "\n"
-    if args.out:
-        args.out.write_text(text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
-    return 0
+    return write_schema(spec_json_schema(), args.out)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
@@ -123,3 +124,26 @@ def counts(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 1,4,16") from None
+
+
+def add_schema_action(actions: argparse._SubParsersAction, what: str, shipped: str, func) -> None:
+    """`ACTION schema [--out FILE]`: a file format's JSON Schema, for an editor."""
+    schema = actions.add_parser(
+        "schema", help=f"print the {what}'s JSON Schema (for an editor; {shipped})",
+        description=f"The JSON Schema of a {what}, from the model that validates one. Rules between fields are "
+                    "the loader's.")
+    schema.add_argument("--out", type=Path, help="write it here instead of printing it")
+    schema.set_defaults(func=func)
+
+
+def write_schema(schema: dict, out: Path | None) -> int:
+    import json
+
+    text = json.dumps(schema, indent=2) + "\n"
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text)
+        print(f"wrote {out}")
+    return 0
+

@@ -9,6 +9,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from aitax.commands.options import add_schema_action, write_schema
 from common.errors import UserError
 from tco.capacity import (
     Calibration,
@@ -18,7 +19,7 @@ from tco.capacity import (
     load_emulation_results,
     max_stable_factor,
 )
-from tco.catalog import DESIGN_NAMES, Catalog, load_catalog
+from tco.catalog import DESIGN_NAMES, Catalog, catalog_json_schema, load_catalog
 from tco.cost import CostBreakdown, cost_design, reported_checks, saving_check, saving_percent
 from tco.planner import plan
 from tco.report import (
@@ -64,6 +65,7 @@ def _tco_command(subparsers: argparse._SubParsersAction) -> None:
     actions = tco.add_subparsers(dest="tco_action", metavar="ACTION")
     _compare_action(actions)
     _capacity_action(actions)
+    add_schema_action(actions, "catalog", "docs/tco-catalog.schema.json", run_schema)
 
 
 def _compare_action(actions: argparse._SubParsersAction) -> None:
@@ -157,6 +159,10 @@ def _add_output_options(parser: argparse.ArgumentParser, suppress: bool) -> None
         metavar="FILE",
         help="also write JSON",
     )
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    return write_schema(catalog_json_schema(), args.out)
 
 
 def run_design(args: argparse.Namespace) -> int:

@@ -61,7 +61,7 @@ def test_unknown_item_in_a_design_names_design_group_and_item(tmp_path: Path) ->
         raw["designs"]["purpose-built"]["nodes"]["broker"]["items"]["optane-900p"] = 1
 
     with pytest.raises(
-        UserError, match=r"design 'purpose-built': nodes 'broker': unknown catalog item 'optane-900p'"
+        UserError, match=r"designs.purpose-built.nodes.broker.items.optane-900p: unknown catalog item 'optane-900p'"
     ):
         load_catalog(str(write_variant(tmp_path, change)))
 
@@ -70,7 +70,7 @@ def test_unknown_item_in_network_is_named(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         raw["designs"]["homogeneous"]["network"]["switch"]["item"] = "nexus-9k"
 
-    with pytest.raises(UserError, match=r"network 'switch': unknown catalog item 'nexus-9k'"):
+    with pytest.raises(UserError, match=r"designs.homogeneous.network.switch.item: unknown catalog item 'nexus-9k'"):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -79,7 +79,7 @@ def test_negative_price_names_the_item(tmp_path: Path) -> None:
         raw["items"]["p4510-1tb"]["price_usd"] = -399
 
     with pytest.raises(
-        UserError, match=r"variant.yaml: item 'p4510-1tb': price_usd must be non-negative, got -399"
+        UserError, match=r"variant.yaml: items.p4510-1tb.price_usd -399: input should be greater than or equal to 0"
     ):
         load_catalog(str(write_variant(tmp_path, change)))
 
@@ -88,7 +88,7 @@ def test_negative_count_names_the_group(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         raw["designs"]["homogeneous"]["nodes"]["node"]["count"] = -1
 
-    with pytest.raises(UserError, match=r"design 'homogeneous': nodes 'node': count must be non-negative"):
+    with pytest.raises(UserError, match=r"designs.homogeneous.nodes.node.count -1: input should be greater than or "):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -96,7 +96,7 @@ def test_fractional_quantity_is_rejected(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         raw["designs"]["purpose-built"]["network"]["interconnect"]["count"] = 1.5
 
-    with pytest.raises(UserError, match=r"network 'interconnect': count must be a whole number"):
+    with pytest.raises(UserError, match=r"network.interconnect.count 1.5: input should be a valid int"):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -104,7 +104,7 @@ def test_missing_price_names_the_field(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         del raw["items"]["mcx411a"]["price_usd"]
 
-    with pytest.raises(UserError, match=r"item 'mcx411a': missing 'price_usd'"):
+    with pytest.raises(UserError, match=r"items.mcx411a.price_usd: field required"):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -112,7 +112,7 @@ def test_missing_design_is_named(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         del raw["designs"]["purpose-built"]
 
-    with pytest.raises(UserError, match=r"design 'purpose-built' is missing"):
+    with pytest.raises(UserError, match=r"designs.purpose-built: missing \(catalogs need homogeneous and "):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -120,7 +120,7 @@ def test_design_missing_a_network_role_of_its_topology(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         del raw["designs"]["purpose-built"]["network"]["broker-splitter"]
 
-    with pytest.raises(UserError, match=r"split-two-level-fat-tree needs network roles"):
+    with pytest.raises(UserError, match=r"purpose-built.network: topology split-two-level-fat-tree needs network"):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -128,7 +128,7 @@ def test_parameter_without_value_is_named(tmp_path: Path) -> None:
     def change(raw: dict[str, Any]) -> None:
         del raw["cost"]["electricity_usd_per_kwh"]["value"]
 
-    with pytest.raises(UserError, match=r"cost parameter 'electricity_usd_per_kwh': missing 'value'"):
+    with pytest.raises(UserError, match=r"cost.electricity_usd_per_kwh.value: field required"):
         load_catalog(str(write_variant(tmp_path, change)))
 
 
@@ -138,3 +138,37 @@ def test_unreadable_yaml_names_the_file(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match=r"broken.yaml: cannot read catalog"):
         load_catalog(str(path))
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "tco-catalog.schema.json"
+
+
+def test_the_shipped_json_schema_is_the_models_and_an_editor_accepts_every_catalog() -> None:
+    import json
+
+    import jsonschema
+
+    from tco.catalog import builtin_catalogs, catalog_json_schema
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    assert schema == catalog_json_schema(), "regenerate it: aitax tco schema --out docs/tco-catalog.schema.json"
+    for name in builtin_catalogs():
+        jsonschema.validate(yaml.safe_load((CATALOG_DIR / f"{name}.yaml").read_text()), schema)
+
+
+@pytest.mark.parametrize("change", [
+    lambda raw: raw["items"]["p4510-1tb"].update(price_usd=-399),
+    lambda raw: raw["items"]["p4510-1tb"].update(kind="gpu"),
+    lambda raw: raw["designs"]["homogeneous"]["nodes"]["node"].update(count=1.5),
+    lambda raw: raw["designs"]["homogeneous"].update(topology="ring"),
+    lambda raw: raw.update(extra_section={}),
+])
+def test_an_editor_with_the_schema_flags_a_misshapen_catalog(change: Callable[[dict[str, Any]], None]) -> None:
+    import json
+
+    import jsonschema
+
+    raw = yaml.safe_load((CATALOG_DIR / "paper.yaml").read_text(encoding="utf-8"))
+    change(raw)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(raw, json.loads(SCHEMA_FILE.read_text()))
