@@ -119,7 +119,6 @@ class TopicAudit:
     stall_s: float  # the longest gap between consecutive appends to `faces`
 
 
-
 def audit_topics(bootstrap: str, run_id: str, topics: Topics) -> TopicAudit:
     from pipeline.transport.readback import count_records, read_face_topic, read_identities
 

@@ -46,7 +46,8 @@ class LocalLoad:
         self.application = application(workload.application)
         self.shares_topics = not topic_prefix
         self.group = f"{group}-{run_id}" if self.shares_topics else group
-        # three stages: the detect processes' group on the frames topic (an emulated run's own, beside its topics)
+        # an emulated three-stage run's detect instances: a group of its own beside its topics (a real run's detect
+        # processes use their stage's group, telemetry.applications)
         self.detect_group = f"{group}-detect"
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from common.errors import UserError, invalid
 from tco.topology import TOPOLOGIES
@@ -122,9 +122,17 @@ def load_catalog(name_or_path: str) -> Catalog:
     return _catalog(path, catalog)
 
 
-NonNegative = Annotated[float, Field(ge=0, strict=True)]
-Positive = Annotated[float, Field(gt=0, strict=True)]
-Count = Annotated[int, Field(ge=0, strict=True)]
+def _not_bool_or_text(value: Any) -> Any:
+    """A YAML number only: `true` or "3" in a price is a mistake, not a 1 or a 3."""
+    if isinstance(value, bool | str):
+        raise ValueError(f"{value!r}: expected a number")
+    return value
+
+
+NonNegative = Annotated[float, Field(ge=0), BeforeValidator(_not_bool_or_text)]
+Positive = Annotated[float, Field(gt=0), BeforeValidator(_not_bool_or_text)]
+Count = Annotated[int, Field(ge=0), BeforeValidator(_not_bool_or_text)]  # 2.0 is 2; 1.5 is refused
+Text = Annotated[str, BeforeValidator(lambda value: value if value is None else str(value))]
 
 
 class _File(BaseModel):
@@ -132,12 +140,12 @@ class _File(BaseModel):
 
 
 class ItemFile(_File):
-    name: str
+    name: Text
     kind: Literal[ITEM_KINDS]  # type: ignore[valid-type]
     price_usd: NonNegative
     rated_watts: NonNegative = 0.0
     gbps: Positive | None = None  # NICs and switches
-    ports: Annotated[int, Field(gt=0, strict=True)] | None = None  # switches
+    ports: Annotated[int, Field(gt=0), BeforeValidator(_not_bool_or_text)] | None = None  # switches
 
     @model_validator(mode="after")
     def _fabric_figures(self) -> ItemFile:
@@ -159,7 +167,7 @@ class NetworkLineFile(_File):
 
 
 class DesignFile(_File):
-    description: str = ""
+    description: Text = ""
     topology: Literal[tuple(TOPOLOGIES)]  # type: ignore[valid-type]
     nodes: dict[str, NodeGroupFile]  # by the roles of the topology's node groups
     network: dict[str, NetworkLineFile]  # by the topology's network roles
@@ -174,8 +182,8 @@ class ParameterFile(_File):
 class CatalogFile(_File):
     """A catalog YAML file as written (tco/catalogs/paper.yaml); `aitax tco schema` prints its JSON Schema."""
 
-    name: str | None = None
-    description: str = ""
+    name: Text | None = None
+    description: Text = ""
     items: dict[str, ItemFile]
     designs: dict[str, DesignFile]
     cost: dict[str, ParameterFile]

@@ -466,7 +466,8 @@ def judge_fault(*, acknowledged: int, in_topic: int, lost: int, isr_restored: bo
                                     measured="every partition's ISR complete" if isr_restored
                                     else "partitions still under-replicated", required="every ISR complete"))
     if expected_events is not None:
-        conditions.append(Condition(name="every event reached Elasticsearch", held=events == expected_events,
+        arrived = {stage: (events or {}).get(stage, 0) for stage in expected_events}
+        conditions.append(Condition(name="every event reached Elasticsearch", held=arrived == expected_events,
                                     measured=f"{events}", required=f"{expected_events}"))
     conditions.append(_processes_ran(process_failures))
     return Verdict(conditions=conditions)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 
 from common.errors import UserError
 
@@ -130,22 +130,29 @@ class _File(BaseModel):
 
 
 class InstancesFile(_File):
-    """Emulated instances per emulator pod's process (mode emulated)."""
+    """Emulated instances per emulator pod's process (mode emulated). A field left out keeps the phase before's;
+    a written one is a count (null is refused, as everywhere a value is written)."""
 
-    producers: Instances | None = None
-    consumers: Instances | None = None
+    producers: Instances = None  # type: ignore[assignment]
+    consumers: Instances = None  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _something(self) -> InstancesFile:
+        if self.producers is None and self.consumers is None:
+            raise ValueError("expected a mapping like {producers: 4, consumers: 8}, got an empty one")
+        return self
 
 
 class PhaseFile(_File):
     name: Name
     duration: Duration
-    factor: Factor | None = Field(None, description="AI acceleration; inherited from the phase before (first: 1)")
+    factor: Factor = Field(None, description="AI acceleration; inherited from the phase before (first: 1)")
     replicas: Annotated[dict[str, Replicas], WithJsonSchema({
         "type": "object", "propertyNames": {"enum": list(ALL_STAGES)},
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_REPLICAS},
         "description": "replicas per stage of the spec's mode, kafka at least 3; stages not named keep the "
                        "previous phase's count"})] | None = None
-    instances: InstancesFile | None = None
+    instances: InstancesFile = None  # type: ignore[assignment]
 
 
 class SpecFile(_File):
@@ -159,8 +166,8 @@ class SpecFile(_File):
                          WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})] | None = None
     video: FilePath | None = None
     gallery: FilePath | None = None
-    profile: Annotated[str, Field(min_length=1)] | None = None
-    description: str | None = None
+    profile: Annotated[str, Field(min_length=1)] = None  # type: ignore[assignment]
+    description: Annotated[Any, WithJsonSchema({"type": "string"})] = None  # free text, any scalar
     phases: Annotated[list[PhaseFile], Field(min_length=1)]
 
 
@@ -290,6 +297,8 @@ def _replicas(value: dict[str, int] | None, mode: str, where: str, fail, require
 _MAPPING_OF = {(): "a mapping with name, mode and phases", ("phases", 0): "a mapping with name, duration and replicas",
                ("phases", 0, "replicas"): "a mapping of stage to replica count",
                ("phases", 0, "instances"): "a mapping like {producers: 4, consumers: 8}"}
+_MISSING_HINT = {"duration": "; write seconds (60) or with a unit (90s, 5m, 1h)",
+                 "name": ": 1-40 lowercase letters, digits and '-'"}
 _MODEL_AT = {(): SpecFile, ("phases", 0): PhaseFile, ("phases", 0, "instances"): InstancesFile}
 
 
@@ -310,8 +319,9 @@ def _spec_error(error: ValidationError, source: str) -> SpecError:
     elif kind == "literal_error":
         problem = f"{first['input']!r} is not one of {', '.join(MODES)}"
     elif kind == "missing":
-        problem = "missing"
+        problem = "missing" + _MISSING_HINT.get(str(loc[-1]), "")
+    elif kind == "value_error":  # our own words, which may start with the value itself
+        problem = first["msg"].removeprefix("Value error, ")
     else:
-        message = first["msg"].removeprefix("Value error, ")
-        problem = message[0].lower() + message[1:]
+        problem = first["msg"][0].lower() + first["msg"][1:]
     return SpecError(f"{source}: {where}: {problem}")

@@ -80,6 +80,7 @@ def test_a_third_application_runs_its_own_stages_from_its_description(toy: list[
     assert load.frames_through_kafka and load.consumed_topic == "frames"
     assert load.readers() == [("frames", "detect processes", 3)]
     assert load.pids() == {"ingest": [8, 8], "detect": [8, 8, 8]}
+    assert set(load.run_values) == set(RUN_VALUES)  # every value a description may name, and no other
 
 
 def test_an_unknown_application_or_a_split_it_lacks_is_refused() -> None:

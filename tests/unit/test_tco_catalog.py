@@ -172,3 +172,16 @@ def test_an_editor_with_the_schema_flags_a_misshapen_catalog(change: Callable[[d
     change(raw)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(raw, json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_a_whole_float_count_is_a_count_and_an_unknown_field_is_refused(tmp_path: Path) -> None:
+    def whole(raw: dict[str, Any]) -> None:
+        raw["designs"]["homogeneous"]["nodes"]["node"]["count"] = 1024.0
+
+    assert load_catalog(str(write_variant(tmp_path, whole))).designs["homogeneous"].node_group("node").count == 1024
+
+    def typo(raw: dict[str, Any]) -> None:
+        raw["itmes"] = {}
+
+    with pytest.raises(UserError, match=r"variant.yaml: itmes \{\}: extra inputs are not permitted"):
+        load_catalog(str(write_variant(tmp_path, typo)))
