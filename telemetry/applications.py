@@ -130,3 +130,13 @@ def application(name: str) -> Application:
         return APPLICATIONS[name]
     except KeyError:
         raise ValueError(f"application {name!r}: choose one of {', '.join(APPLICATIONS)}") from None
+
+
+def chart_view() -> dict[str, dict[str, object]]:
+    """What the Helm chart reads of each application (charts/aitax/files/applications.json, which a test keeps equal
+    to this): its stages' commands, whether it splits into three, and where its results go."""
+    return {app.name: {"title": app.title, "producer": app.producer.command, "consumer": app.consumer.command,
+                       "splits": app.split is not None, "framesThroughKafka": app.frames_through_kafka(2),
+                       "results": app.results}
+            for app in APPLICATIONS.values()}
+

@@ -96,3 +96,19 @@ def test_face_recognition_splits_into_ingest_and_detect_in_three_stages() -> Non
     assert applications.FACE_RECOGNITION.frames_through_kafka(3)
     assert not applications.FACE_RECOGNITION.frames_through_kafka(2)
     assert applications.OBJECT_DETECTION_APP.frames_through_kafka(2)
+
+
+def test_the_chart_reads_the_same_descriptions() -> None:
+    """charts/aitax/files/applications.json is what the chart's templates branch on; the schema's workloads are
+    the registry's."""
+    import json
+
+    from telemetry.applications import chart_view
+
+    chart = Path(__file__).resolve().parents[2] / "charts" / "aitax"
+    shipped = json.loads((chart / "files" / "applications.json").read_text())
+    assert shipped == chart_view(), ("regenerate it: python -c 'import json; from telemetry.applications import "
+                                     "chart_view; print(json.dumps(chart_view(), indent=2))' > "
+                                     "charts/aitax/files/applications.json")
+    schema = json.loads((chart / "values.schema.json").read_text())
+    assert schema["properties"]["workload"]["enum"] == list(APPLICATIONS)

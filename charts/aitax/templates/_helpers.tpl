@@ -112,10 +112,22 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* "true" when frames go through Kafka: the three-stage design (real or emulated) or real Object Detection (the
-emulator replays Object Detection on Face Recognition's topics). */}}
+{{/* The workload's application as telemetry/applications.py describes it (files/applications.json, which a test
+keeps equal to it), as JSON: its stages' commands, whether it splits into three, where its results go. */}}
+{{- define "aitax.application" -}}
+{{- $apps := .Files.Get "files/applications.json" | fromJson }}
+{{- if not (hasKey $apps .Values.workload) }}
+{{- fail (printf "workload: %s: choose one of %s" .Values.workload (keys $apps | sortAlpha | join ", ")) }}
+{{- end }}
+{{- get $apps .Values.workload | toJson }}
+{{- end }}
+
+{{/* "true" when frames go through Kafka: the three-stage design (real or emulated) or an application whose real
+producer publishes frames, as Object Detection's (the emulator replays every application on Face Recognition's
+topics). */}}
 {{- define "aitax.framesThroughKafka" -}}
-{{- or (eq (int .Values.stages) 3) (and (eq .Values.mode "real") (eq .Values.workload "object-detection")) }}
+{{- $app := include "aitax.application" . | fromJson }}
+{{- or (eq (int .Values.stages) 3) (and (eq .Values.mode "real") $app.framesThroughKafka) }}
 {{- end }}
 
 {{/* Elasticsearch URL source for AITAX_ELASTICSEARCH_URL: a Secret key, a value, the bundled node, or none. */}}
@@ -324,8 +336,9 @@ spec:
 {{- fail "identify.gallery: set at most one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (none: the demo gallery in the pipeline image)" }}
 {{- end }}
 {{- end }}
-{{- if and (eq .Values.workload "object-detection") (eq (int .Values.stages) 3) }}
-{{- fail "stages: 3 is Face Recognition's design; object-detection always has two stages (ingest, then detect-objects)" }}
+{{- $app := include "aitax.application" . | fromJson }}
+{{- if and (not $app.splits) (eq (int .Values.stages) 3) }}
+{{- fail (printf "stages: 3: %s has two stages (%s, then %s); three are for an application that splits one" .Values.workload $app.producer $app.consumer) }}
 {{- end }}
 {{- if and .Values.elasticsearch.bundled.enabled (or .Values.elasticsearch.external.url .Values.elasticsearch.external.existingSecret) }}
 {{- fail "elasticsearch: elasticsearch.external is given, so set elasticsearch.bundled.enabled=false (the bundled lab node is on by default)" }}
