@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,33 +259,17 @@ def cluster_health(config: StackConfig, timeout_s: float = 5.0) -> ClusterHealth
 
 
 def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, timeout_s: float = 30.0) -> None:
-    """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings.
-
-    Retried with a fresh client on transient errors: just after a stack starts, librdkafka may drop the bootstrap
-    connection a CreateTopics request waits on (_DESTROY_BROKER), or the controller may still be moving.
-    """
+    """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings; retried with
+    a fresh client on transient errors (`retry_transient`: a stack just started)."""
     from confluent_kafka import KafkaException
 
+    from pipeline.transport.admin import retry_transient
+
     specs = config.topics() if specs is None else specs
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            _ensure_topics_once(config, specs, timeout_s)
-            return
-        except KafkaException as exception:
-            error = exception.args[0]
-            if not _transient(error) or time.monotonic() >= deadline:
-                raise UserError(f"creating topics {[s.name for s in specs]} failed: {error}") from exception
-        time.sleep(1.0)
-
-
-def _transient(error: object) -> bool:
-    from confluent_kafka import KafkaError
-
-    if not isinstance(error, KafkaError):
-        return False
-    dropped = (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
-    return error.retriable() or error.code() in dropped
+    try:
+        retry_transient(lambda: _ensure_topics_once(config, specs, timeout_s), timeout_s)
+    except KafkaException as exception:
+        raise UserError(f"creating topics {[s.name for s in specs]} failed: {exception.args[0]}") from exception
 
 
 def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:

@@ -14,6 +14,15 @@ import uuid
 
 
 def ensure_probe_topic(bootstrap: str, topic: str, replication_factor: int, min_insync: int, timeout_s: float) -> None:
+    """Retried on transient errors, as the local stack's topics are: a release's brokers may have just started."""
+    from pipeline.transport.admin import retry_transient
+
+    retry_transient(lambda: _create_probe_topic(bootstrap, topic, replication_factor, min_insync, timeout_s),
+                    timeout_s)
+
+
+def _create_probe_topic(bootstrap: str, topic: str, replication_factor: int, min_insync: int,
+                        timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})

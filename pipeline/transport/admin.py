@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from common.errors import UserError
 
@@ -69,3 +70,33 @@ def group_lag(bootstrap_servers: str, group_id: str, topic: str, timeout_s: floa
         return lag
     finally:
         consumer.close()
+
+
+T = TypeVar("T")
+RETRY_PAUSE_S = 1.0
+
+
+def retry_transient(attempt: Callable[[], T], timeout_s: float) -> T:
+    """`attempt()`, made again after a transient Kafka error until `timeout_s` has passed. Just after brokers start,
+    librdkafka may drop the connection a request waits on (_DESTROY_BROKER), or the controller may still be moving.
+    Each attempt makes its own client. Any other error, or a transient one past the deadline, is raised as it is."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return attempt()
+        except KafkaException as exception:
+            if not transient(exception.args[0]) or time.monotonic() >= deadline:
+                raise
+        time.sleep(RETRY_PAUSE_S)
+
+
+def transient(error: object) -> bool:
+    from confluent_kafka import KafkaError
+
+    if not isinstance(error, KafkaError):
+        return False
+    dropped = (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    return error.retriable() or error.code() in dropped
+

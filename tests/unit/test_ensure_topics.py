@@ -1,4 +1,5 @@
-"""Topic creation outlives a dropped client connection and fails at once on a bad request."""
+"""Topic creation (the local stack's, the `helm test` probe's) outlives a dropped client connection and fails at
+once on a bad request."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from common.errors import UserError
+from pipeline.transport import admin
 from stack import kafka
 from stack.config import StackConfig, TopicSpec
 
@@ -24,7 +26,7 @@ def _failing(codes: list[int]) -> tuple[list[int], object]:
 def test_a_dropped_broker_handle_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     calls, attempt = _failing([KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT])
     monkeypatch.setattr(kafka, "_ensure_topics_once", attempt)
-    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    monkeypatch.setattr(admin, "RETRY_PAUSE_S", 0.0)
     kafka.ensure_topics(StackConfig(), [TopicSpec("t", 1)])
     assert len(calls) == 3
 
@@ -40,7 +42,17 @@ def test_an_invalid_request_fails_once_naming_the_topics(monkeypatch: pytest.Mon
 def test_a_transient_error_past_the_deadline_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     calls, attempt = _failing([KafkaError._DESTROY_BROKER] * 100)
     monkeypatch.setattr(kafka, "_ensure_topics_once", attempt)
-    monkeypatch.setattr(kafka.time, "sleep", lambda s: None)
+    monkeypatch.setattr(admin, "RETRY_PAUSE_S", 0.0)
     with pytest.raises(UserError, match="_DESTROY_BROKER"):
         kafka.ensure_topics(StackConfig(), [TopicSpec("t", 1)], timeout_s=0.0)
     assert 1 <= len(calls) < 100
+
+
+def test_the_probe_topic_is_retried_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aitax.experiment import kafka_probe
+
+    calls, attempt = _failing([KafkaError._DESTROY_BROKER])
+    monkeypatch.setattr(kafka_probe, "_create_probe_topic", lambda *args: attempt(None, [], 0.0))
+    monkeypatch.setattr(admin, "RETRY_PAUSE_S", 0.0)
+    kafka_probe.ensure_probe_topic("localhost:1", "probe", 3, 2, timeout_s=5.0)
+    assert len(calls) == 2
