@@ -139,7 +139,8 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
         (("kafka.minInsyncReplicas=4",), "kafka.minInsyncReplicas (4) must not exceed kafka.replicationFactor (3)"),
         (("kafka.replicationFactor=4",), "kafka.replicationFactor (4) must not exceed kafka.replicas (3)"),
         (("elasticsearch.external.url=http://es:9200",), "elasticsearch: elasticsearch.external is given"),
-        (("workload=object-detection", "stages=3"), "stages: 3 is Face Recognition's design"),
+        (("workload=object-detection", "stages=3"),
+         "stages: 3: object-detection has two stages (ingest, then detect-objects)"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
