@@ -112,11 +112,18 @@ class KafkaPythonProducer:
 class _Revocations(AsyncConsumerRebalanceListener):
     """kafka-python calls rebalance listeners on its I/O thread, where a blocking commit raises (it would wait on
     its own loop). So the handler runs on a helper thread, free to commit synchronously, while the listener yields
-    to the loop that carries those commits."""
+    to the loop that carries those commits.
+
+    After the handler, each revoked partition goes back to its committed offset. kafka-python keeps the position of
+    a partition the new assignment gives back to the same consumer, but the stage dropped that partition's
+    uncommitted records, trusting its next owner to read them from the committed offset, as librdkafka's eager
+    assignment does. Seen: a face fetched before a rebalance was never identified by the consumer that kept its
+    partition."""
 
     def __init__(self) -> None:
         self.handler: RevokeHandler | None = None
         self.sleep: Callable[[float], Awaitable[None]] | None = None  # the consumer's own loop's sleep
+        self.consumer: KafkaConsumer | None = None
 
     async def on_partitions_revoked(self, revoked) -> None:
         if self.handler is None or not revoked:
@@ -127,6 +134,7 @@ class _Revocations(AsyncConsumerRebalanceListener):
         def run_handler() -> None:
             try:
                 self.handler(partitions)
+                self._back_to_committed(revoked)
             except BaseException as error:  # re-raised on the loop, where kafka-python reports listener errors
                 failure.append(error)
 
@@ -136,6 +144,14 @@ class _Revocations(AsyncConsumerRebalanceListener):
             await self.sleep(REVOKE_YIELD_S)
         if failure:
             raise failure[0]
+
+    def _back_to_committed(self, revoked) -> None:
+        for partition in revoked:
+            committed = self.consumer.committed(partition)
+            if committed is None:  # as a new owner would: auto_offset_reset earliest
+                self.consumer.seek_to_beginning(partition)
+            else:
+                self.consumer.seek(partition, committed)
 
     async def on_partitions_assigned(self, assigned) -> None:
         pass
@@ -157,6 +173,7 @@ class KafkaPythonConsumer:
             **settings,
         )
         self._revocations.sleep = self._consumer._net.sleep  # kafka-python has no public handle on its loop
+        self._revocations.consumer = self._consumer
         self._await_partitions(topics)
         self._consumer.subscribe(list(topics), listener=self._revocations)
 

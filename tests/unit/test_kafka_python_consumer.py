@@ -1,4 +1,5 @@
-"""kafka-python's consumer joins its group only once its own metadata holds the topics' partitions."""
+"""kafka-python's consumer joins its group only once its own metadata holds the topics' partitions, and after a
+revocation it reads each revoked partition again from its committed offset."""
 
 from __future__ import annotations
 
@@ -46,3 +47,32 @@ def test_a_topic_that_never_appears_is_a_one_line_error(fake_client: None, monke
     monkeypatch.setattr(kafka_python, "TOPIC_METADATA_TIMEOUT_S", 0.0)
     with pytest.raises(UserError, match="topic 'faces': not in the cluster metadata"):
         kafka_python.KafkaPythonConsumer("localhost:1", "group", ["faces"])
+
+
+def test_a_revoked_partition_goes_back_to_its_committed_offset() -> None:
+    """kafka-python keeps a retained partition's position across a rebalance; the stage dropped its uncommitted
+    records, so the consumer must read them again, from the committed offset (or the beginning, with none)."""
+    import asyncio
+
+    from kafka.structs import TopicPartition
+
+    calls: list[tuple] = []
+
+    class Client:
+        def committed(self, partition: TopicPartition) -> int | None:
+            return {0: 7}.get(partition.partition)
+
+        def seek(self, partition: TopicPartition, offset: int) -> None:
+            calls.append(("seek", partition.partition, offset))
+
+        def seek_to_beginning(self, partition: TopicPartition) -> None:
+            calls.append(("beginning", partition.partition))
+
+    async def no_wait(_seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    revocations = kafka_python._Revocations()
+    revocations.handler = lambda partitions: calls.append(("handler", sorted(p for _, p in partitions)))
+    revocations.sleep, revocations.consumer = no_wait, Client()
+    asyncio.run(revocations.on_partitions_revoked([TopicPartition("faces", 0), TopicPartition("faces", 1)]))
+    assert calls == [("handler", [0, 1]), ("seek", 0, 7), ("beginning", 1)]  # after the handler's commit
