@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.paper import BROKER_WAIT_SHARE, OBJECT_DETECTION
+from common.paper import BROKER_WAIT_SHARE
+from common.paper import OBJECT_DETECTION as PAPER_OD
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,7 @@ FACE_RECOGNITION = Application(
     paper_broker_wait_share=BROKER_WAIT_SHARE,
 )
 
-OD = OBJECT_DETECTION
-OBJECT_DETECTION_APP = Application(
+OBJECT_DETECTION = Application(
     name="object-detection",
     title="Object Detection",
     unit="frame",
@@ -112,17 +112,17 @@ OBJECT_DETECTION_APP = Application(
     # One 30 FPS stream needs 30 x 0.687 = 21 detection instances busy at any factor (at Nx the frames come N times
     # as fast and take 1/N the time); 24 leave headroom.
     emulated=Emulated("object-detection", producers=1, consumers=24),
-    paper_breakdown=(f"paper's Object Detection at 1x: ingest {OD.ingest_ms:g} ms, broker wait {OD.broker_wait_ms:.0f} "
-                     f"ms, Faster R-CNN {OD.detect_ms:.0f} ms; {OD.achieved_fps_at_1x:.0f} FPS from {OD.producers} "
-                     "streams"),
-    paper_sweep=(f"paper's Object Detection: latency degrades after {OD.stable_through}x, passes 3 s at "
-                 f"{OD.over_3000_ms_at}x, grows without bound from {OD.unbounded_from}x; "
-                 f"{OD.achieved_fps_at_1x:.0f} FPS at 1x from {OD.producers} streams, broker wait "
-                 f"{OD.broker_wait_ms:.0f} ms"),
+    paper_breakdown=(f"paper's Object Detection at 1x: ingest {PAPER_OD.ingest_ms:g} ms, broker wait "
+                     f"{PAPER_OD.broker_wait_ms:.0f} ms, Faster R-CNN {PAPER_OD.detect_ms:.0f} ms; "
+                     f"{PAPER_OD.achieved_fps_at_1x:.0f} FPS from {PAPER_OD.producers} streams"),
+    paper_sweep=(f"paper's Object Detection: latency degrades after {PAPER_OD.stable_through}x, passes 3 s at "
+                 f"{PAPER_OD.over_3000_ms_at}x, grows without bound from {PAPER_OD.unbounded_from}x; "
+                 f"{PAPER_OD.achieved_fps_at_1x:.0f} FPS at 1x from {PAPER_OD.producers} streams, broker wait "
+                 f"{PAPER_OD.broker_wait_ms:.0f} ms"),
     paper_broker_wait_share={},
 )
 
-APPLICATIONS: dict[str, Application] = {app.name: app for app in (FACE_RECOGNITION, OBJECT_DETECTION_APP)}
+APPLICATIONS: dict[str, Application] = {app.name: app for app in (FACE_RECOGNITION, OBJECT_DETECTION)}
 
 
 def application(name: str) -> Application:

@@ -95,7 +95,7 @@ def test_face_recognition_splits_into_ingest_and_detect_in_three_stages() -> Non
     assert (producer.command, middle and middle.command, consumer.command) == ("ingest", "detect", "identify")
     assert applications.FACE_RECOGNITION.frames_through_kafka(3)
     assert not applications.FACE_RECOGNITION.frames_through_kafka(2)
-    assert applications.OBJECT_DETECTION_APP.frames_through_kafka(2)
+    assert applications.OBJECT_DETECTION.frames_through_kafka(2)
 
 
 def test_the_chart_reads_the_same_descriptions() -> None:
