@@ -27,6 +27,7 @@ class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    carries: str | None = None  # the `Topics` field it is, which says who may read and write it (stack.security)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class StackConfig:
     faces_retention_ms: int = 3_600_000
     replication_factor: int = 3
     min_insync_replicas: int = 2
+    # Mutual TLS and ACLs on every Kafka listener (stack.security); off only to measure what they cost, or where
+    # something else terminates TLS
+    tls: bool = True
 
     def __post_init__(self) -> None:
         if not MIN_BROKERS <= self.brokers <= MAX_BROKERS:
@@ -112,11 +116,11 @@ class StackConfig:
             "segment.ms": str(max(60_000, self.faces_retention_ms // 4)),
         }
         return [
-            TopicSpec(topics.faces, self.faces_partitions, short_lived),
-            TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}),
-            TopicSpec(topics.dlq, 3, short_lived),
-            *([TopicSpec(topics.frames, self.faces_partitions, short_lived)] if frames else []),
-            *([TopicSpec(topics.detections, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)})]
+            TopicSpec(topics.faces, self.faces_partitions, short_lived, "faces"),
+            TopicSpec(topics.identities, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}, "identities"),
+            TopicSpec(topics.dlq, 3, short_lived, "dlq"),
+            *([TopicSpec(topics.frames, self.faces_partitions, short_lived, "frames")] if frames else []),
+            *([TopicSpec(topics.detections, 6, {**common, "retention.ms": str(7 * 24 * 3_600_000)}, "detections")]
               if detections else []),
         ]
 

@@ -115,7 +115,8 @@ class Broker:
     def properties(self) -> dict[str, str]:
         config = self.config
         is_controller = self.node_id in config.controller_ids
-        listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
+        protocol = "SSL" if config.tls else "PLAINTEXT"
+        listeners = [f"CLIENT://{HOST}:{self.port}"]
         if is_controller:
             listeners.append(f"CONTROLLER://{HOST}:{config.controller_port(self.node_id)}")
         voters = ",".join(f"{n}@{HOST}:{config.controller_port(n)}" for n in config.controller_ids)
@@ -125,10 +126,13 @@ class Broker:
             "node.id": str(self.node_id),
             "controller.quorum.voters": voters,
             "listeners": ",".join(listeners),
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "advertised.listeners": f"CLIENT://{HOST}:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            # One client listener, which the brokers replicate over too, and the controllers' own: no plaintext
+            # port is left open when TLS is on.
+            "listener.security.protocol.map": f"CLIENT:{protocol},CONTROLLER:{protocol}",
+            "inter.broker.listener.name": "CLIENT",
+            **(self._tls_properties() if config.tls else {}),
             "log.dirs": ",".join(str(d) for d in self.log_dirs),
             "num.partitions": "6",
             "default.replication.factor": rf,
@@ -150,6 +154,23 @@ class Broker:
             # Deleted test topics free their disk quickly.
             "file.delete.delay.ms": "1000",
             "message.max.bytes": str(2 * 1024 * 1024),
+        }
+
+    def _tls_properties(self) -> dict[str, str]:
+        """Mutual TLS on every listener: a client is its certificate's CN (`User:identify`), and allowed only what
+        the ACLs grant it (`stack.security`); the brokers and the admin are super users."""
+        from stack.security import ADMIN, BROKER, broker_keystore, identity
+
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(broker_keystore()),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(identity(BROKER).ca),
+            "ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([a-zA-Z0-9._-]+),.*$/$1/,DEFAULT",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{BROKER};User:{ADMIN}",
+            "allow.everyone.if.no.acl.found": "false",
         }
 
     def write_config(self) -> None:
@@ -214,6 +235,17 @@ def run_tool(main_class: str, args: list[str], heap_mb: int = 256) -> str:
     return result.stdout
 
 
+def admin_settings(config: StackConfig) -> dict[str, str]:
+    """librdkafka settings of the stack's own admin client: the admin principal when TLS is on."""
+    settings = {"bootstrap.servers": config.bootstrap_servers, "log_level": "0"}
+    if config.tls:
+        from pipeline.transport.security import KafkaTls
+        from stack.security import ADMIN, identity
+
+        settings |= KafkaTls(identity(ADMIN).folder).confluent()
+    return settings
+
+
 def cluster_id_file() -> Path:
     return stack_dir() / "kafka" / "cluster.id"
 
@@ -244,7 +276,7 @@ def cluster_health(config: StackConfig, timeout_s: float = 5.0) -> ClusterHealth
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    admin = AdminClient(admin_settings(config))
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as error:
@@ -276,7 +308,7 @@ def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: 
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    admin = AdminClient(admin_settings(config))
     existing = admin.list_topics(timeout=timeout_s).topics
     missing = [s for s in specs if s.name not in existing]
     if missing:
@@ -293,6 +325,11 @@ def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: 
             exception = future.exception()
             if exception is not None and exception.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise exception  # a race with another creator is fine; anything else is the caller's to judge
+    if config.tls:
+        from stack.security import acl_bindings
+
+        for future in admin.create_acls(acl_bindings([(s.name, s.carries) for s in specs])).values():
+            future.result(timeout=timeout_s)  # creating an ACL that exists is a no-op
     for spec in specs:
         if spec.name in existing and spec.config:
             resource = ConfigResource(
@@ -310,7 +347,7 @@ def describe_topic_configs(config: StackConfig, topic: str, timeout_s: float = 1
     """A topic's effective configuration as the brokers report it."""
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    admin = AdminClient(admin_settings(config))
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     entries = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
     return {name: entry.value for name, entry in entries.items()}

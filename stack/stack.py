@@ -13,7 +13,7 @@ from typing import Any
 from common.daemons import ManagedProcess, require_free_port, wait_until
 from common.errors import UserError
 from common.paths import stack_dir
-from stack import elasticsearch, kafka, prometheus
+from stack import elasticsearch, kafka, prometheus, security
 from stack.config import StackConfig
 
 KAFKA_START_TIMEOUT_S = 120
@@ -140,6 +140,8 @@ def _start_kafka(config: StackConfig, progress) -> None:
     for broker in to_start:
         broker.require_free_ports()
     cluster_id = kafka.cluster_id()
+    if config.tls:
+        security.issue_identities()
     for broker in to_start:
         broker.write_config()
         if not broker.is_formatted():
