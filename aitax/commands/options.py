@@ -1,139 +1,236 @@
-"""Options the stage commands share (real and emulated), and their resolution into `StageSettings`: once, here,
-from flags, a pod's environment or the local stack."""
+"""Options the commands share (real and emulated stages, the drivers), as click decorators, and their resolution
+into typed settings: once, here, from flags, a pod's environment or the local stack."""
 
 from __future__ import annotations
 
-import argparse
-import os
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
 
 if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
     from pipeline.runtime import StageSettings
+    from pipeline.transport.batcher import BatchPolicy
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
-def add_kafka_options(parser: argparse.ArgumentParser) -> None:
+class Commands(click.Group):
+    """A group that lists its commands in the order they were added (a frame's order), not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+def group(name: str, help: str, description: str | None = None) -> Commands:
+    """A command with actions (`aitax stack up`): `help` in the list, `description` atop its own --help."""
+    return Commands(name, help=description or help, short_help=help, context_settings=CONTEXT)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+
+class Parsed(click.ParamType):
+    """A click type from a parse function that raises ValueError saying what is wrong with the text."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self.parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):  # a default, already parsed
+            return value
+        try:
+            return self.parse(value)
+        except ValueError as error:
+            self.fail(f"{value!r}: {error}", param, ctx)
+
+
+def _parse_counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError("expected whole numbers separated by commas, e.g. 1,4,16") from None
+
+
+def _parse_quantiles(text: str) -> tuple[float, ...]:
+    from telemetry.quantiles import parse_quantiles
+
+    return parse_quantiles(text)
+
+
+COUNTS = Parsed("N,N,...", _parse_counts)
+QUANTILES = Parsed("Q,Q,...", _parse_quantiles)
+
+
+def options(*decorators: Decorator) -> Decorator:
+    """Several click options as one decorator; --help lists them in the order given."""
+
+    def apply(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def gathered(target: str, build: Callable[..., Any], *decorators: Decorator) -> Decorator:
+    """Options the command receives as one argument, `target`, which `build(**their values)` makes when it runs."""
+
+    def apply(command: F) -> F:
+        @functools.wraps(command)
+        def with_target(*args: Any, **kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in names}
+            return command(*args, **kwargs, **{target: build(**values)})
+
+        # click collects a command's options bottom-up: the command's own (below this group), then the group's.
+        below = list(getattr(command, "__click_params__", []))
+        with_target.__click_params__ = []  # type: ignore[attr-defined]
+        options(*decorators)(with_target)
+        names = [param.name for param in with_target.__click_params__]  # type: ignore[attr-defined]
+        with_target.__click_params__ = below + with_target.__click_params__  # type: ignore[attr-defined]
+        return with_target  # type: ignore[return-value]
+
+    return apply
+
+
+def _kafka_client_choice() -> click.Choice:
     from pipeline.transport import KAFKA_CLIENTS
 
-    parser.add_argument("--bootstrap", help="Kafka brokers HOST:PORT,... (default: $AITAX_BOOTSTRAP or local stack)")
-    parser.add_argument("--kafka-client", choices=KAFKA_CLIENTS, default="confluent-kafka",
-                        help="Kafka client library (default confluent-kafka, i.e. librdkafka)")
-    parser.add_argument("--events", default=os.environ.get("AITAX_EVENTS"),
-                        help="where stage events go: none, file:DIR (a JSONL file per process), es:URL, or several "
-                             "joined by commas (default: $AITAX_EVENTS, else the local stack's Elasticsearch)")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("AITAX_METRICS_PORT", "0")),
-                        help="port of /metrics (default $AITAX_METRICS_PORT or any free port; -1: none)")
+    return click.Choice(KAFKA_CLIENTS)
 
 
-def add_batching(parser: argparse.ArgumentParser, max_batch: int, what: str) -> None:
-    """The dynamic batcher's two settings (pipeline.transport.batcher), for a stage that consumes `what`."""
-    parser.add_argument("--max-batch", type=int, default=max_batch,
-                        help=f"{what} per batch at most: a batch is whatever has arrived, never waited for "
-                             f"(default {max_batch})")
-    _add_queue_delay(parser)
+def _stage_settings(bootstrap: str | None, kafka_client: str, events: str | None, metrics_port: int) -> StageSettings:
+    import os
+
+    from pipeline.runtime import StageSettings
+    from stack.stack import default_events, local_scrape_targets, resolve_bootstrap
+
+    return StageSettings(bootstrap=resolve_bootstrap(bootstrap), kafka_client=kafka_client,
+                         events=events or default_events(), metrics_port=metrics_port,
+                         metrics_host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"),
+                         scrape_targets=local_scrape_targets())
 
 
-def _add_queue_delay(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="MS",
+def kafka_client_option(command: F) -> F:
+    return click.option("--kafka-client", type=_kafka_client_choice(), default="confluent-kafka", show_default=True,
+                        help="Kafka client library (confluent-kafka is librdkafka)")(command)
+
+
+BOOTSTRAP = click.option("--bootstrap", metavar="HOST:PORT,...",
+                         help="Kafka brokers (default: $AITAX_BOOTSTRAP or the local stack)")
+
+
+def stage_options(command: F) -> F:
+    """A stage process's Kafka and telemetry options; the command receives them as one `settings: StageSettings`,
+    with the local stack filling what was left out."""
+    return gathered(
+        "settings", _stage_settings,
+        BOOTSTRAP,
+        kafka_client_option,
+        click.option("--events", envvar="AITAX_EVENTS", show_envvar=True, metavar="SINK[,SINK]",
+                     help="where stage events go: none, file:DIR (a JSONL file per process), es:URL, or several "
+                          "joined by commas (default: the local stack's Elasticsearch)"),
+        click.option("--metrics-port", type=int, default=0, envvar="AITAX_METRICS_PORT", show_envvar=True,
+                     help="port of /metrics (default 0: any free port; -1: none)"),
+    )(command)
+
+
+def _queue_delay(command: F) -> F:
+    return click.option("--max-queue-delay-ms", type=float, default=0.0, metavar="MS",
                         help="after the first arrival, wait up to this long for a fuller batch: latency traded for "
-                             "fewer, larger batches (default 0: never wait)")
+                             "fewer, larger batches (default 0: never wait)")(command)
 
 
-def add_driver_timing(parser: argparse.ArgumentParser) -> None:
-    """For a command that runs the stages: the consuming stages' batcher delay and identify's results linger."""
-    _add_queue_delay(parser)
-    add_results_linger(parser)
+def _batch_policy(max_batch: int, max_queue_delay_ms: float) -> BatchPolicy:
+    from common.errors import UserError
+    from pipeline.transport.batcher import BatchPolicy
+
+    try:
+        return BatchPolicy(max_batch, max_queue_delay_ms)
+    except ValueError as error:
+        flag = "--max-batch" if "batch" in str(error) else "--max-queue-delay-ms"
+        raise UserError(f"{flag}: {error}") from None
 
 
-def driver(args: argparse.Namespace, **settings):
-    """The Driver of `add_driver_timing`'s flags (and `settings`); a bad value is a UserError naming the flag."""
+def batching(max_batch: int, what: str) -> Decorator:
+    """The dynamic batcher's two settings (pipeline.transport.batcher), for a stage that consumes `what`; the
+    command receives them as one `batching: BatchPolicy`."""
+    return gathered(
+        "batching", _batch_policy,
+        click.option("--max-batch", type=int, default=max_batch, show_default=True,
+                     help=f"{what} per batch at most: a batch is whatever has arrived, never waited for"),
+        _queue_delay,
+    )
+
+
+def results_linger(command: F) -> F:
+    from telemetry.results import Driver
+
+    default = Driver.model_fields["results_linger_ms"].default
+    return click.option("--results-linger-ms", type=float, default=default, metavar="MS", show_default=True,
+                        help="how long the results producer holds an identity to fill a request; counted in end to "
+                             "end, which ends at the identity's append")(command)
+
+
+def driver_timing(command: F) -> F:
+    """For a command that runs the stages: the consuming stages' batcher delay and identify's results linger, which
+    the command receives as one `timing` for `driver()`."""
+    return gathered("timing", dict, _queue_delay, results_linger)(command)
+
+
+def driver(timing: dict[str, float], **settings: Any):
+    """The Driver of `driver_timing`'s values (and `settings`); a bad value is a UserError naming the flag."""
     from pydantic import ValidationError
 
     from common.errors import invalid
     from telemetry.results import Driver
 
     try:
-        return Driver(max_queue_delay_ms=args.max_queue_delay_ms, results_linger_ms=args.results_linger_ms, **settings)
+        return Driver(**timing, **settings)
     except ValidationError as error:
         raise invalid(error, names={"max_queue_delay_ms": "--max-queue-delay-ms",
                                     "results_linger_ms": "--results-linger-ms", "max_batch": "--max-batch"}) from None
 
 
-def add_results_linger(parser: argparse.ArgumentParser) -> None:
-    from telemetry.results import Driver
-
-    default = Driver.model_fields["results_linger_ms"].default
-    parser.add_argument("--results-linger-ms", type=float, default=default, metavar="MS",
-                        help=f"how long the results producer holds an identity to fill a request; counted in end to "
-                             f"end, which ends at the identity's append (default {default:g})")
-
-
-def batch_policy(args: argparse.Namespace):
-    """The BatchPolicy of `add_batching`'s flags; a bad value is a UserError naming the flag."""
-    from common.errors import UserError
-    from pipeline.transport.batcher import BatchPolicy
-
-    try:
-        return BatchPolicy(args.max_batch, args.max_queue_delay_ms)
-    except ValueError as error:
-        flag = "--max-batch" if "batch" in str(error) else "--max-queue-delay-ms"
-        raise UserError(f"{flag}: {error}") from None
-
-
-def add_keying(parser: argparse.ArgumentParser) -> None:
+def keying(command: F) -> F:
     from pipeline.schema import DEFAULT_KEYING, KEYINGS
 
-    parser.add_argument("--keying", choices=KEYINGS, default=DEFAULT_KEYING,
+    return click.option("--keying", type=click.Choice(KEYINGS), default=DEFAULT_KEYING, show_default=True,
                         help="what keys a `faces` record, so which identify consumer gets it: stream (a camera on "
-                             "one consumer), frame, or face (default: spreads faces over every consumer)")
+                             "one consumer), frame, or face (spreads faces over every consumer)")(command)
 
 
-def add_measurement(parser: argparse.ArgumentParser, ramp_up_s: float) -> None:
-    """The measurement window and the quantiles every printed result shows."""
-    from telemetry.quantiles import DEFAULT_QUANTILES, parse_quantiles
+def measurement(ramp_up_s: float) -> Decorator:
+    """The measurement window and the quantiles every printed result shows: `ramp_up`, `ramp_down`, `quantiles`."""
+    from telemetry.quantiles import DEFAULT_QUANTILES
 
-    def quantiles(text: str) -> tuple[float, ...]:
-        try:
-            return parse_quantiles(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    parser.add_argument("--ramp-up", type=float, default=ramp_up_s,
-                        help=f"seconds of each run's load not measured at its start (default {ramp_up_s:g})")
-    parser.add_argument("--ramp-down", type=float, default=0.0,
-                        help="seconds of each run's load not measured at its end (default 0)")
-    parser.add_argument("--quantiles", type=quantiles, default=DEFAULT_QUANTILES,
-                        help="end-to-end latency quantiles to report, flagged where the window holds fewer than "
-                             "10/(1-q) faces (default " + ",".join(f"{q:g}" for q in DEFAULT_QUANTILES) + ")")
+    return options(
+        click.option("--ramp-up", type=float, default=ramp_up_s, show_default=True,
+                     help="seconds of each run's load not measured at its start"),
+        click.option("--ramp-down", type=float, default=0.0, show_default=True,
+                     help="seconds of each run's load not measured at its end"),
+        click.option("--quantiles", type=QUANTILES, default=",".join(f"{q:g}" for q in DEFAULT_QUANTILES),
+                     show_default=True,
+                     help="end-to-end latency quantiles to report, flagged where the window holds fewer than "
+                          "10/(1-q) faces"),
+    )
 
 
-def stage_settings(args: argparse.Namespace) -> StageSettings:
-    """The options of `add_kafka_options`, with the local stack filling what was left out."""
-    from pipeline.runtime import StageSettings
-    from stack.stack import default_events, local_scrape_targets, resolve_bootstrap
-
-    return StageSettings(bootstrap=resolve_bootstrap(args.bootstrap), kafka_client=args.kafka_client,
-                         events=args.events or default_events(), metrics_port=args.metrics_port,
-                         metrics_host=os.environ.get("AITAX_METRICS_HOST", "127.0.0.1"),
-                         scrape_targets=local_scrape_targets())
-
-
-def counts(text: str) -> tuple[int, ...]:
-    """An argparse type: whole numbers separated by commas."""
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas, e.g. 1,4,16") from None
-
-
-def add_schema_action(actions: argparse._SubParsersAction, what: str, shipped: str, func) -> None:
+def schema_command(what: str, shipped: str, schema: Callable[[], dict]) -> click.Command:
     """`ACTION schema [--out FILE]`: a file format's JSON Schema, for an editor."""
-    schema = actions.add_parser(
-        "schema", help=f"print the {what}'s JSON Schema (for an editor; {shipped})",
-        description=f"The JSON Schema of a {what}, from the model that validates one. Rules between fields are "
-                    "the loader's.")
-    schema.add_argument("--out", type=Path, help="write it here instead of printing it")
-    schema.set_defaults(func=func)
+
+    @click.command("schema", short_help=f"print the {what}'s JSON Schema (for an editor; {shipped})",
+                   help=f"The JSON Schema of a {what}, from the model that validates one. Rules between fields are "
+                        "the loader's.")
+    @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="write it here instead of printing it")
+    def command(out: Path | None) -> int:
+        return write_schema(schema(), out)
+
+    return command
 
 
 def write_schema(schema: dict, out: Path | None) -> int:
@@ -146,4 +243,3 @@ def write_schema(schema: dict, out: Path | None) -> int:
         out.write_text(text)
         print(f"wrote {out}")
     return 0
-

@@ -2,48 +2,48 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+import click
 
-def register_report(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "report",
-        help="where a run's time went: latency breakdown, load, CPU sub-steps, Amdahl projections",
-        description="Report one run's AI tax beside the paper's numbers (Fig. 6-9): a table on the terminal, "
-        "optionally JSON, PNG plots and one self-contained HTML page. Events come from --events, --es, or "
-        "the local stack's Elasticsearch.",
-    )
-    parser.add_argument("--run", required=True, help="the run id the pipeline was started with")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--events", metavar="DIR_OR_FILE",
-                        help="a run's folder of *.jsonl event files, or one such file")
-    source.add_argument("--es", metavar="URL",
-                        help="Elasticsearch URL holding aitax-events-* indices (default: the local stack's)")
-    parser.add_argument("--html", metavar="FILE", help="write one self-contained HTML report here")
-    parser.add_argument("--json", metavar="FILE", help="write the report as JSON here")
-    parser.add_argument("--plots", metavar="DIR", help="write fig6.png .. fig9.png into this folder")
-    parser.set_defaults(func=_report)
+from common.errors import UserError
+
+FILE = click.Path(dir_okay=False, path_type=Path)
 
 
-def _report(args: argparse.Namespace) -> int:
+@click.command(
+    short_help="where a run's time went: latency breakdown, load, CPU sub-steps, Amdahl projections",
+    help="Report one run's AI tax beside the paper's numbers (Fig. 6-9): a table on the terminal, optionally JSON, "
+         "PNG plots and one self-contained HTML page. Events come from --events, --es, or the local stack's "
+         "Elasticsearch.")
+@click.option("--run", "run_id", required=True, help="the run id the pipeline was started with")
+@click.option("--events", metavar="DIR_OR_FILE", help="a run's folder of *.jsonl event files, or one such file")
+@click.option("--es", metavar="URL", help="Elasticsearch URL holding aitax-events-* indices (default: the local "
+                                          "stack's)")
+@click.option("--html", type=FILE, help="write one self-contained HTML report here")
+@click.option("--json", "json_out", type=FILE, help="write the report as JSON here")
+@click.option("--plots", type=click.Path(file_okay=False, path_type=Path), help="write fig6.png .. fig9.png here")
+def report(run_id: str, events: str | None, es: str | None, html: Path | None, json_out: Path | None,
+           plots: Path | None) -> int:
     from stack.stack import local_elasticsearch_url
     from telemetry.report import build_report
     from telemetry.report_render import format_text, render_figures, render_html, write_plots
     from telemetry.report_sources import load_events
 
-    loaded = load_events(args.run, args.events or args.es or local_elasticsearch_url("--events or --es"))
-    report = build_report(args.run, loaded.documents, malformed_lines=loaded.malformed_lines)
-    print(format_text(report))
+    if events and es:
+        raise UserError("--events and --es: give one source of events, not both")
+    loaded = load_events(run_id, events or es or local_elasticsearch_url("--events or --es"))
+    built = build_report(run_id, loaded.documents, malformed_lines=loaded.malformed_lines)
+    print(format_text(built))
     written: list[Path] = []
-    if args.json:
-        written.append(_write_text(Path(args.json), report.to_json()))
-    if args.html or args.plots:
-        figures = render_figures(report)  # matplotlib only when drawing
-        if args.plots:
-            written += write_plots(figures, Path(args.plots))
-        if args.html:
-            written.append(_write_text(Path(args.html), render_html(report, figures)))
+    if json_out:
+        written.append(_write_text(json_out, built.to_json()))
+    if html or plots:
+        figures = render_figures(built)  # matplotlib only when drawing
+        if plots:
+            written += write_plots(figures, plots)
+        if html:
+            written.append(_write_text(html, render_html(built, figures)))
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -2,69 +2,67 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict
 
+import click
+
+from aitax.commands.options import group
 from common.errors import UserError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    stack = subparsers.add_parser(
-        "stack",
-        help="run the local stack: Kafka brokers, Elasticsearch, Prometheus",
-        description="Run real Kafka brokers, Elasticsearch and Prometheus on 127.0.0.1. "
-        "State lives under .aitax/ (or $AITAX_HOME).",
-    )
-    actions = stack.add_subparsers(dest="stack_action", metavar="ACTION", required=True)
-
-    up = actions.add_parser("up", help="start the stack (idempotent) and wait until it is healthy")
-    up.add_argument("--brokers", type=int, default=3, help="Kafka brokers, 3-8 (default 3)")
-    up.add_argument(
-        "--log-dirs-per-broker",
-        type=int,
-        default=1,
-        help="log dirs per broker, standing for drives per broker (default 1)",
-    )
-    up.add_argument(
-        "--faces-retention-ms",
-        type=int,
-        default=3_600_000,
-        help="retention of the `faces` topic: thumbnails are personal data (default 1 h)",
-    )
-    up.add_argument("--no-elasticsearch", action="store_true", help="leave Elasticsearch out")
-    up.add_argument("--no-prometheus", action="store_true", help="leave Prometheus out")
-    up.set_defaults(func=_up)
-
-    down = actions.add_parser("down", help="stop every process the stack started")
-    down.set_defaults(func=_down)
-
-    status = actions.add_parser("status", help="each component's PID, port and health")
-    status.add_argument("--json", action="store_true", help="print JSON (log dirs, PIDs) for scripts")
-    status.set_defaults(func=_status)
-
-    install = actions.add_parser("install", help="fetch and build the pinned Kafka and Elasticsearch (cached)")
-    install.set_defaults(func=_install)
-
-    kill = actions.add_parser("kill-broker", help="SIGKILL one broker (fault experiments)")
-    kill.add_argument("node_id", type=int, help="broker id, 1..N")
-    kill.set_defaults(func=_kill_broker)
-
-    start = actions.add_parser("start-broker", help="start one broker again and wait until it rejoins")
-    start.add_argument("node_id", type=int, help="broker id, 1..N")
-    start.set_defaults(func=_start_broker)
+def register(root: click.Group) -> None:
+    root.add_command(stack_group)
 
 
-def _config_from_args(args: argparse.Namespace):
+stack_group = group("stack", "run the local stack: Kafka brokers, Elasticsearch, Prometheus",
+                    "Run real Kafka brokers, Elasticsearch and Prometheus on 127.0.0.1. State lives under .aitax/ (or "
+                    "$AITAX_HOME).")
+
+NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id, 1..N
+
+
+@stack_group.command(short_help="start the stack (idempotent) and wait until it is healthy")
+@click.option("--brokers", type=int, default=3, show_default=True, help="Kafka brokers, 3-8")
+@click.option("--log-dirs-per-broker", type=int, default=1, show_default=True,
+              help="log dirs per broker, standing for drives per broker")
+@click.option("--faces-retention-ms", type=int, default=3_600_000, show_default=True,
+              help="retention of the `faces` topic: thumbnails are personal data (1 h)")
+@click.option("--no-elasticsearch", is_flag=True, help="leave Elasticsearch out")
+@click.option("--no-prometheus", is_flag=True, help="leave Prometheus out")
+def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
+       no_prometheus: bool) -> int:
+    """Start the stack (idempotent) and wait until it is healthy."""
     from stack.config import StackConfig
+    from stack.stack import status, up
 
-    return StackConfig(
-        brokers=args.brokers,
-        log_dirs_per_broker=args.log_dirs_per_broker,
-        faces_retention_ms=args.faces_retention_ms,
-        elasticsearch=not args.no_elasticsearch,
-        prometheus=not args.no_prometheus,
-    )
+    config = up(StackConfig(brokers=brokers, log_dirs_per_broker=log_dirs_per_broker,
+                            faces_retention_ms=faces_retention_ms, elasticsearch=not no_elasticsearch,
+                            prometheus=not no_prometheus))
+    return _print_status(status(config))
+
+
+@stack_group.command(short_help="stop every process the stack started")
+def down() -> int:
+    """Stop every process the stack started."""
+    from stack.stack import down
+
+    stopped = down()
+    print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
+    return 0
+
+
+@stack_group.command(short_help="each component's PID, port and health")
+@click.option("--json", "as_json", is_flag=True, help="print JSON (log dirs, PIDs) for scripts")
+def status(as_json: bool) -> int:
+    """Each component's PID, port and health; exits 1 when one is down."""
+    from stack.stack import status
+
+    rows = status(_running_config())
+    if as_json:
+        print(json.dumps([asdict(row) for row in rows], indent=2))
+        return 0 if all(row.healthy for row in rows) else 1
+    return _print_status(rows)
 
 
 def _running_config():
@@ -76,31 +74,6 @@ def _running_config():
     return config
 
 
-def _up(args: argparse.Namespace) -> int:
-    from stack.stack import status, up
-
-    config = up(_config_from_args(args))
-    return _print_status(status(config))
-
-
-def _down(args: argparse.Namespace) -> int:
-    from stack.stack import down
-
-    stopped = down()
-    print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from stack.stack import status
-
-    rows = status(_running_config())
-    if args.json:
-        print(json.dumps([asdict(row) for row in rows], indent=2))
-        return 0 if all(row.healthy for row in rows) else 1
-    return _print_status(rows)
-
-
 def _print_status(rows) -> int:
     print(f"{'component':<15}{'pid':>8}{'port':>7}  {'health':<8}{'rss MiB':>8}  detail")
     for row in rows:
@@ -110,7 +83,9 @@ def _print_status(rows) -> int:
     return 0 if all(row.healthy for row in rows) else 1
 
 
-def _install(args: argparse.Namespace) -> int:
+@stack_group.command(short_help="fetch and build the pinned Kafka and Elasticsearch (cached)")
+def install() -> int:
+    """Fetch and build the pinned Kafka and Elasticsearch (cached)."""
     from stack.config import StackConfig
     from stack.stack import install
 
@@ -119,17 +94,23 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kill_broker(args: argparse.Namespace) -> int:
+@stack_group.command("kill-broker", short_help="SIGKILL one broker (fault experiments)")
+@NODE_ID
+def kill_broker(node_id: int) -> int:
+    """SIGKILL one broker (fault experiments); NODE_ID is 1..N."""
     from stack.stack import kill_broker
 
-    kill_broker(_running_config(), args.node_id)
-    print(f"killed broker {args.node_id} (SIGKILL)")
+    kill_broker(_running_config(), node_id)
+    print(f"killed broker {node_id} (SIGKILL)")
     return 0
 
 
-def _start_broker(args: argparse.Namespace) -> int:
+@stack_group.command("start-broker", short_help="start one broker again and wait until it rejoins")
+@NODE_ID
+def start_broker(node_id: int) -> int:
+    """Start one broker again and wait until it rejoins; NODE_ID is 1..N."""
     from stack.stack import start_broker
 
-    start_broker(_running_config(), args.node_id)
-    print(f"broker {args.node_id} is back in the cluster metadata")
+    start_broker(_running_config(), node_id)
+    print(f"broker {node_id} is back in the cluster metadata")
     return 0

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from aitax.commands.options import add_schema_action, write_schema
+import click
+
+from aitax.commands.options import CONTEXT, Commands, Parsed, options, schema_command
 from common.errors import UserError
 from tco.capacity import (
     Calibration,
@@ -38,197 +39,150 @@ EMULATION_HELP = (
     "calibrate the 1x write rate and the unaccelerated fraction from an emulation results JSON"
     " (format: tco.capacity.EmulationResults) instead of the catalog's (the paper's Fig. 11b)"
 )
+FILE = click.Path(dir_okay=False, path_type=Path)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(root: click.Group) -> None:
     """Add `tco` (with its actions) and `plan`."""
-    _tco_command(subparsers)
-    _plan_command(subparsers)
+    root.add_command(tco_group)
+    root.add_command(plan_command)
 
 
-def _tco_command(subparsers: argparse._SubParsersAction) -> None:
-    tco = subparsers.add_parser(
-        "tco",
-        help="total cost of ownership of the paper's edge data centers, and their storage capacity",
-        description=(
-            "Price a design of a catalog: line items, equipment total, yearly servers, network and power"
-            " under a Coolan-style model (3-year amortisation, $0.10/kWh, cooling doubling power), checked"
-            " against the paper's figures. Actions: `compare` puts both designs side by side; `capacity`"
-            " compares the storage capacity model with the paper's Fig. 15."
-        ),
-    )
-    _add_output_options(tco, suppress=False)
-    tco.add_argument(
-        "--design", choices=DESIGN_NAMES, default="homogeneous", help="design to price (default: homogeneous)"
-    )
-    tco.set_defaults(func=run_design)
-    actions = tco.add_subparsers(dest="tco_action", metavar="ACTION")
-    _compare_action(actions)
-    _capacity_action(actions)
-    add_schema_action(actions, "catalog", "docs/tco-catalog.schema.json", run_schema)
+def _fraction(text: str) -> float:
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise ValueError("not a fraction") from None
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
 
 
-def _compare_action(actions: argparse._SubParsersAction) -> None:
-    compare = actions.add_parser(
-        "compare",
-        help="homogeneous vs purpose-built: breakdown, saving, paper check",
-        description="Both designs' equipment and yearly cost side by side, the saving, the paper's figures.",
-    )
-    _add_output_options(compare, suppress=True)
-    compare.set_defaults(func=run_compare)
+def _catalog(default: str | None) -> Any:
+    return click.option("--catalog", default=default, help=CATALOG_HELP)
 
 
-def _capacity_action(actions: argparse._SubParsersAction) -> None:
-    capacity = actions.add_parser(
-        "capacity",
-        help="storage capacity model vs the paper's Fig. 15, cell by cell",
-        description=(
-            "Predict the highest stable AI acceleration from broker storage write demand and compare with"
-            " every configuration of the paper's Fig. 15 (drives per broker, broker count, face size), naming"
-            " the cells the model does not match. With --brokers, also predict one configuration's limit."
-        ),
-    )
-    capacity.add_argument("--catalog", default=argparse.SUPPRESS, help=CATALOG_HELP)
-    capacity.add_argument(
-        "--json", type=Path, default=argparse.SUPPRESS, metavar="FILE", help="also write JSON"
-    )
-    capacity.add_argument("--from-emulation", type=Path, metavar="RESULTS.json", help=EMULATION_HELP)
-    capacity.add_argument(
-        "--brokers", type=int, metavar="N", help="broker count of a configuration to predict"
-    )
-    capacity.add_argument(
-        "--drives-per-broker", type=int, default=1, metavar="N", help="with --brokers (default: 1)"
-    )
-    capacity.add_argument(
-        "--face-fraction",
-        type=_fraction,
-        metavar="F",
-        default=1.0,
-        help="with --brokers: face size, e.g. 1/4 (default: 1)",
-    )
-    capacity.set_defaults(func=run_capacity)
+def _json(command: Any) -> Any:
+    return click.option("--json", "json_out", type=FILE, metavar="FILE", help="also write JSON")(command)
 
 
-def _plan_command(subparsers: argparse._SubParsersAction) -> None:
-    planner = subparsers.add_parser(
-        "plan",
-        help="size and price a homogeneous and a purpose-built edge data center for an AI acceleration",
-        description=(
-            "Size producers, consumers, brokers, drives, NICs and switch ports for STREAMS video streams at"
-            " an AI acceleration, for a homogeneous and a purpose-built design, and price both."
-        ),
-    )
-    planner.add_argument(
-        "--accel", type=float, required=True, metavar="FACTOR", help="AI acceleration factor, e.g. 32"
-    )
-    planner.add_argument(
-        "--streams", type=int, required=True, help="video streams (one producer process each)"
-    )
-    planner.add_argument("--from-emulation", type=Path, metavar="RESULTS.json", help=EMULATION_HELP)
-    planner.add_argument("--catalog", default="paper", help=CATALOG_HELP)
-    planner.add_argument(
-        "--drives-per-broker",
-        type=int,
-        metavar="N",
-        help="NVMe drives per purpose-built broker (default: the catalog's, 4)",
-    )
-    planner.add_argument(
-        "--headroom",
-        type=float,
-        metavar="X",
-        help="spare capacity factor on drives and NICs (default: the catalog's, 1)",
-    )
-    planner.add_argument("--json", type=Path, metavar="FILE", help="also write the plan as JSON")
-    planner.set_defaults(func=run_plan)
+def _chart(command: Any) -> Any:
+    return click.option("--chart", type=FILE, metavar="PNG", help="draw the yearly cost as a bar chart")(command)
 
 
-def _add_output_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    # Actions take the same options as `tco`; SUPPRESS keeps a value given before the action.
-    parser.add_argument("--catalog", default=argparse.SUPPRESS if suppress else "paper", help=CATALOG_HELP)
-    parser.add_argument(
-        "--chart",
-        type=Path,
-        default=argparse.SUPPRESS if suppress else None,
-        metavar="PNG",
-        help="draw the yearly cost as a bar chart",
-    )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=argparse.SUPPRESS if suppress else None,
-        metavar="FILE",
-        help="also write JSON",
-    )
+def _emulation(command: Any) -> Any:
+    return click.option("--from-emulation", type=FILE, metavar="RESULTS.json", help=EMULATION_HELP)(command)
 
 
-def run_schema(args: argparse.Namespace) -> int:
-    return write_schema(catalog_json_schema(), args.out)
+def _before(name: str, value: Any) -> Any:
+    """An action's option, else the same option given before the action (`aitax tco --json FILE compare`)."""
+    parent = click.get_current_context().parent
+    return value if value is not None or parent is None else parent.params[name]
 
 
-def run_design(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
-    design = catalog.designs[args.design]
-    breakdown = cost_design(design, catalog)
-    checks = reported_checks(design, breakdown)
-    print(format_design(catalog, breakdown, checks))
-    if args.chart:
-        _draw(args.chart, [breakdown], f"{design.name} yearly TCO ({catalog.name})")
-    if args.json:
-        _write_json(args.json, {**breakdown_json(breakdown), "paper_checks": checks_json(checks)})
+@click.group(
+    "tco", cls=Commands, invoke_without_command=True, context_settings=CONTEXT,
+    short_help="total cost of ownership of the paper's edge data centers, and their storage capacity",
+    help="Price a design of a catalog: line items, equipment total, yearly servers, network and power under a "
+         "Coolan-style model (3-year amortisation, $0.10/kWh, cooling doubling power), checked against the paper's "
+         "figures. Actions: `compare` puts both designs side by side; `capacity` compares the storage capacity model "
+         "with the paper's Fig. 15.")
+@options(_catalog("paper"), _chart, _json)
+@click.option("--design", type=click.Choice(DESIGN_NAMES), default="homogeneous", show_default=True,
+              help="design to price")
+@click.pass_context
+def tco_group(ctx: click.Context, catalog: str, chart: Path | None, json_out: Path | None, design: str) -> int:
+    if ctx.invoked_subcommand is not None:
+        return 0  # the action reads these options from this context
+    loaded = load_catalog(catalog)
+    priced = loaded.designs[design]
+    breakdown = cost_design(priced, loaded)
+    checks = reported_checks(priced, breakdown)
+    print(format_design(loaded, breakdown, checks))
+    if chart:
+        _draw(chart, [breakdown], f"{priced.name} yearly TCO ({loaded.name})")
+    if json_out:
+        _write_json(json_out, {**breakdown_json(breakdown), "paper_checks": checks_json(checks)})
     return 0 if all(check.matches for check in checks) else 1
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
-    baseline, other = (cost_design(catalog.designs[name], catalog) for name in DESIGN_NAMES)
+@tco_group.command(short_help="homogeneous vs purpose-built: breakdown, saving, paper check",
+                   help="Both designs' equipment and yearly cost side by side, the saving, the paper's figures.")
+@options(_catalog(None), _chart, _json)
+def compare(catalog: str | None, chart: Path | None, json_out: Path | None) -> int:
+    loaded = load_catalog(_before("catalog", catalog))
+    chart, json_out = _before("chart", chart), _before("json_out", json_out)
+    baseline, other = (cost_design(loaded.designs[name], loaded) for name in DESIGN_NAMES)
     saving = saving_percent(baseline, other)
-    checks = reported_checks(catalog.designs[baseline.design], baseline)
-    checks += reported_checks(catalog.designs[other.design], other)
-    if catalog.reported_saving_percent is not None:
-        checks.append(saving_check(saving, catalog.reported_saving_percent))
-    print(format_comparison(catalog, baseline, other, saving, checks))
-    if args.chart:
-        _draw(
-            args.chart, [baseline, other], f"Yearly TCO, {saving:.1f}% lower purpose-built ({catalog.name})"
-        )
-    if args.json:
+    checks = reported_checks(loaded.designs[baseline.design], baseline)
+    checks += reported_checks(loaded.designs[other.design], other)
+    if loaded.reported_saving_percent is not None:
+        checks.append(saving_check(saving, loaded.reported_saving_percent))
+    print(format_comparison(loaded, baseline, other, saving, checks))
+    if chart:
+        _draw(chart, [baseline, other], f"Yearly TCO, {saving:.1f}% lower purpose-built ({loaded.name})")
+    if json_out:
         document = {
             "designs": [breakdown_json(baseline), breakdown_json(other)],
             "saving_percent": saving,
             "paper_checks": checks_json(checks),
         }
-        _write_json(args.json, document)
+        _write_json(json_out, document)
     return 0 if all(check.matches for check in checks) else 1
 
 
-def run_capacity(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
-    calibration = _calibration(catalog, args.from_emulation)
+@tco_group.command(
+    short_help="storage capacity model vs the paper's Fig. 15, cell by cell",
+    help="Predict the highest stable AI acceleration from broker storage write demand and compare with every "
+         "configuration of the paper's Fig. 15 (drives per broker, broker count, face size), naming the cells the "
+         "model does not match. With --brokers, also predict one configuration's limit.")
+@options(_catalog(None), _json, _emulation)
+@click.option("--brokers", type=int, metavar="N", help="broker count of a configuration to predict")
+@click.option("--drives-per-broker", type=int, default=1, metavar="N", help="with --brokers (default: 1)")
+@click.option("--face-fraction", type=Parsed("F", _fraction), default=1.0, metavar="F",
+              help="with --brokers: face size, e.g. 1/4 (default: 1)")
+def capacity(catalog: str | None, json_out: Path | None, from_emulation: Path | None, brokers: int | None,
+             drives_per_broker: int, face_fraction: float) -> int:
+    loaded = load_catalog(_before("catalog", catalog))
+    json_out = _before("json_out", json_out)
+    calibration = _calibration(loaded, from_emulation)
     comparisons = compare_fig15(calibration.parameters)
     print(format_capacity(calibration, comparisons))
-    if args.brokers is not None:
-        if args.brokers < 1 or args.drives_per_broker < 1:
+    if brokers is not None:
+        if brokers < 1 or drives_per_broker < 1:
             raise UserError("--brokers and --drives-per-broker must be at least 1")
-        limit = max_stable_factor(
-            args.brokers, args.drives_per_broker, calibration.parameters, args.face_fraction
-        )
+        limit = max_stable_factor(brokers, drives_per_broker, calibration.parameters, face_fraction)
         verdict = "stable at any acceleration" if math.isinf(limit) else f"stable below {limit:.1f}x"
-        print(
-            f"\n{args.brokers} brokers x {args.drives_per_broker} drives per broker,"
-            f" face size {args.face_fraction:g}: {verdict}"
-        )
-    if args.json:
-        _write_json(args.json, capacity_json(calibration, comparisons))
+        print(f"\n{brokers} brokers x {drives_per_broker} drives per broker, face size {face_fraction:g}: {verdict}")
+    if json_out:
+        _write_json(json_out, capacity_json(calibration, comparisons))
     return 0
 
 
-def run_plan(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
-    calibration = _calibration(catalog, args.from_emulation)
-    result = plan(catalog, calibration, args.accel, args.streams, args.drives_per_broker, args.headroom)
+tco_group.add_command(schema_command("catalog", "docs/tco-catalog.schema.json", catalog_json_schema))
+
+
+@click.command(
+    "plan", context_settings=CONTEXT,
+    short_help="size and price a homogeneous and a purpose-built edge data center for an AI acceleration",
+    help="Size producers, consumers, brokers, drives, NICs and switch ports for STREAMS video streams at an AI "
+         "acceleration, for a homogeneous and a purpose-built design, and price both.")
+@click.option("--accel", type=float, required=True, metavar="FACTOR", help="AI acceleration factor, e.g. 32")
+@click.option("--streams", type=int, required=True, help="video streams (one producer process each)")
+@_emulation
+@_catalog("paper")
+@click.option("--drives-per-broker", type=int, metavar="N",
+              help="NVMe drives per purpose-built broker (default: the catalog's, 4)")
+@click.option("--headroom", type=float, metavar="X",
+              help="spare capacity factor on drives and NICs (default: the catalog's, 1)")
+@click.option("--json", "json_out", type=FILE, metavar="FILE", help="also write the plan as JSON")
+def plan_command(accel: float, streams: int, from_emulation: Path | None, catalog: str,
+                 drives_per_broker: int | None, headroom: float | None, json_out: Path | None) -> int:
+    loaded = load_catalog(catalog)
+    result = plan(loaded, _calibration(loaded, from_emulation), accel, streams, drives_per_broker, headroom)
     print(format_plan(result))
-    if args.json:
-        _write_json(args.json, plan_json(result))
+    if json_out:
+        _write_json(json_out, plan_json(result))
     return 0
 
 
@@ -251,13 +205,3 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
         path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as error:
         raise UserError(f"{path}: cannot write JSON: {error.strerror}") from error
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(Fraction(text))
-    except (ValueError, ZeroDivisionError) as error:
-        raise argparse.ArgumentTypeError(f"not a fraction: {text!r}") from error
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value

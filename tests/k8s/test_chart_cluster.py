@@ -278,26 +278,23 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path, control_plane) -> 
 
 
 def test_cli_names_the_pod_it_could_not_collect_from_and_restores(release, tmp_path: Path, capsys) -> None:
-    """`aitax experiment run` (the CLI module's own parser) on kwok's pods, which run nothing: the phase scales,
-    rolls out, then `aitax collect` cannot run in a consumer pod; once the rollout timeout has passed the command
-    fails with one line naming the group, the pod and the command, and the release is restored. (The whole path on
-    real pods: tests/cluster.)"""
-    import argparse
-
+    """`aitax experiment run` (the CLI module's own click group) on kwok's pods, which run nothing: the phase
+    scales, rolls out, then `aitax collect` cannot run in a consumer pod; once the rollout timeout has passed the
+    command fails with one line naming the group, the pod and the command, and the release is restored. (The whole
+    path on real pods: tests/cluster.)"""
     from aitax.commands import experiment as cli
 
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(
         f"name: cli\nrelease: {RELEASE}\nnamespace: {NAMESPACE}\nphases:\n"
         "  - {name: up, duration: 1s, replicas: {identify: 3}}\n")
-    parser = argparse.ArgumentParser()
-    cli.register(parser.add_subparsers())
-    args = parser.parse_args(["experiment", "run", str(spec_file), "--backend", "kubernetes", "--kubeconfig",
-                              str(release.kubeconfig), "--out", str(tmp_path), "--rollout-timeout", "20"])
+    argv = ["run", str(spec_file), "--backend", "kubernetes", "--kubeconfig", str(release.kubeconfig), "--out",
+            str(tmp_path), "--rollout-timeout", "20"]
     with pytest.raises(UserError, match=r"^deployment/exp-aitax-identify: group identify not ready after 20 s "
                                         r"\(`aitax collect --group identify` in pod/exp-aitax-identify-\S+ in "
                                         r"namespace aitax-test failed: .+"):
-        args.func(args)
+        # Not standalone: the UserError comes out as it is, not as click's exit.
+        cli.experiment_group.main(argv, prog_name="aitax experiment", standalone_mode=False)
     assert "restored deployment/exp-aitax-identify -> 2" in capsys.readouterr().out
     assert _replicas(release)["identify"] == (2, 2)
     assert _env(release, "exp-aitax-identify")["AITAX_RUN_ID"] == "helm"

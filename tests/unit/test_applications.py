@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from aitax.cli import build_parser
 from emulation.profile import BUILT_IN
 from load import local
 from load.local import LocalLoad
@@ -18,6 +17,7 @@ from pipeline.schema import Topics
 from telemetry import applications
 from telemetry.applications import APPLICATIONS, RUN_VALUES, Application, Emulated, Stage
 from telemetry.results import Driver, Workload
+from tests.command_line import find, parse
 
 TOPIC_FIELDS = {field.name for field in dataclasses.fields(Topics)}
 
@@ -28,9 +28,8 @@ def _stages(app: Application) -> list[Stage]:
 
 @pytest.mark.parametrize("app", APPLICATIONS.values(), ids=lambda app: app.name)
 def test_every_description_names_real_commands_topics_values_and_profiles(app: Application) -> None:
-    commands = build_parser()._subparsers._group_actions[0].choices
     for stage in _stages(app):
-        assert stage.command in commands, stage
+        assert find([stage.command]), stage
         assert stage.reads is None or stage.reads in TOPIC_FIELDS, stage
         assert (stage.reads is None) == (stage.group is None), stage  # a consumer has a group, a producer none
         named = {field for arg in stage.args for _, field, _, _ in string.Formatter().parse(arg) if field}
@@ -70,13 +69,14 @@ def test_a_third_application_runs_its_own_stages_from_its_description(toy: list[
     load.start_consumers()
     load.start_producers()
     assert [child.name for child in toy] == ["detect-1", "detect-2", "detect-3", "ingest-1", "ingest-2"]
-    parser = build_parser()
     for child in toy:  # every command line parses as the real CLI's
-        parser.parse_args(child.argv)
-    consumer = parser.parse_args(toy[0].argv)
-    assert (consumer.group, consumer.keying, consumer.run_id) == ("toy-counters", "stream", "run-1")
-    producer = parser.parse_args(toy[-1].argv)
-    assert (producer.stream_id, producer.video, producer.loop) == ("cam-2", "v.mp4", True)
+        parse(child.argv)
+    path, consumer = parse(toy[0].argv)
+    assert path == ("detect",)
+    assert (consumer["group"], consumer["keying"], consumer["run_id"]) == ("toy-counters", "stream", "run-1")
+    path, producer = parse(toy[-1].argv)
+    assert path == ("ingest",)
+    assert (producer["stream_id"], producer["video"], producer["loop"]) == ("cam-2", "v.mp4", True)
     assert load.frames_through_kafka and load.consumed_topic == "frames"
     assert load.readers() == [("frames", "detect processes", 3)]
     assert load.pids() == {"ingest": [8, 8], "detect": [8, 8, 8]}

@@ -30,7 +30,7 @@ def test_report_without_a_parent_writes_nothing(tmp_path: Path, monkeypatch: pyt
 
 def test_any_non_zero_exit_is_a_failure_unless_accepted(tmp_path: Path) -> None:
     ok = children.spawn("ok", ["--version"], tmp_path)
-    bad = children.spawn("bad", ["no-such-command"], tmp_path)  # argparse: exit 2
+    bad = children.spawn("bad", ["no-such-command"], tmp_path)  # an unknown command: exit 2
     interrupted = children.spawn("interrupted", ["--version"], tmp_path)
     for child in (ok, bad, interrupted):
         child.process.wait(60)

@@ -349,9 +349,8 @@ def test_a_bad_space_id_is_refused_before_any_request(space: str) -> None:
 
 
 def test_kibana_import_command(fake_kibana: FakeKibana, capsys: pytest.CaptureFixture[str]) -> None:
-    from aitax.cli import build_parser
+    from aitax.cli import main
 
-    args = build_parser().parse_args(["kibana", "import", "--url", fake_kibana.url, "--space", "lab"])
-    assert args.func(args) == 0
+    assert main(["kibana", "import", "--url", fake_kibana.url, "--space", "lab"]) == 0
     assert fake_kibana.requests[0]["path"].startswith("/s/lab/api/saved_objects/_import")
     assert f"{fake_kibana.url}/s/lab/app/dashboards#/view/aitax-dashboard" in capsys.readouterr().out

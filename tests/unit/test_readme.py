@@ -8,10 +8,11 @@ import io
 import re
 import shlex
 
+import click
 import pytest
 
-from aitax.cli import build_parser
 from common.paths import PROJECT_ROOT
+from tests.command_line import parse
 
 README = PROJECT_ROOT / "README.md"
 MAX_BYTES = 10_000
@@ -44,9 +45,10 @@ def test_every_command_in_the_readme_runs_as_written(command: str) -> None:
     elif program == ".venv/bin/python":
         assert (PROJECT_ROOT / args[0]).is_file(), f"{command}: no such script"
     else:
-        errors = io.StringIO()
-        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()):
             try:
-                build_parser().parse_args(args)
-            except SystemExit as exit_:
-                assert exit_.code == 0, f"{command}: {errors.getvalue().strip()}"
+                parse(args)
+            except click.exceptions.Exit as exit_:  # --help
+                assert exit_.exit_code == 0, command
+            except click.UsageError as error:
+                pytest.fail(f"{command}: {error.format_message()}")

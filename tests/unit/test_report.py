@@ -23,7 +23,6 @@ is made, deliver 0, unless a test says otherwise):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -32,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from aitax.commands.report import register_report
+from aitax.cli import main
+from aitax.commands.report import report as report_command
 from common.errors import UserError
 from telemetry.events import Event
 from telemetry.report import PAPER, Report, amdahl_speedup, build_report
@@ -361,18 +361,11 @@ def test_html_is_self_contained(report: Report) -> None:
     assert "<td>broker_wait</td><td>312.0</td>" in page
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aitax")
-    register_report(parser.add_subparsers(dest="command"))
-    return parser
-
-
 def test_cli_writes_json_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str], report: Report) -> None:
     folder = write_jsonl(tmp_path / "run", synthetic_documents())
     out = tmp_path / "out"
-    args = _parser().parse_args(["report", "--run", RUN, "--events", str(folder), "--json", str(out / "r.json"),
-                                 "--html", str(out / "r.html"), "--plots", str(out / "plots")])
-    assert args.func(args) == 0
+    assert main(["report", "--run", RUN, "--events", str(folder), "--json", str(out / "r.json"),
+                 "--html", str(out / "r.html"), "--plots", str(out / "plots")]) == 0
     assert "broker_wait" in capsys.readouterr().out
     assert Report.from_json((out / "r.json").read_text()) == report
     assert 'src="data:image/png;base64,' in (out / "r.html").read_text()
@@ -383,12 +376,5 @@ def test_cli_without_a_source_or_stack_is_a_user_error(monkeypatch: pytest.Monke
     from stack import stack
 
     monkeypatch.setattr(stack, "current_config", lambda: None)
-    args = _parser().parse_args(["report", "--run", RUN])
     with pytest.raises(UserError, match="no --events or --es given"):
-        args.func(args)
-
-
-def test_every_report_option_has_help() -> None:
-    (report_parser,) = [action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction)]
-    for action in report_parser.choices["report"]._actions:
-        assert action.help, action.dest
+        report_command.main(["--run", RUN], standalone_mode=False)

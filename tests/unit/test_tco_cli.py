@@ -1,8 +1,7 @@
-"""`aitax tco` and `aitax plan` through their argparse wiring."""
+"""`aitax tco` and `aitax plan` through `aitax.cli.main`, with only their module's commands."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -10,17 +9,19 @@ from pathlib import Path
 import pytest
 
 import aitax.cli
-from aitax.commands.tco import register
-from common.errors import UserError
 from tests.unit.results_builders import emulated_run, write_sweep
 
 
+@pytest.fixture(autouse=True)
+def only_tco_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root command with this module's commands alone (a fresh command table, restored afterwards)."""
+    monkeypatch.setattr(aitax.cli, "COMMAND_MODULES", ("aitax.commands.tco",))
+    monkeypatch.setattr(aitax.cli.cli, "commands", {})
+
+
 def run(argv: list[str]) -> int:
-    """The commands as `aitax` wires them, without the other packages' commands."""
-    parser = argparse.ArgumentParser(prog="aitax")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """The commands as `aitax` runs them."""
+    return aitax.cli.main(argv)
 
 
 def test_tco_prints_the_homogeneous_breakdown_and_paper_check(capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,34 +110,39 @@ def test_plan_from_emulation_uses_the_measured_rate(
     assert "emulation results.json: 2.00 faces/s per stream at 1x" in capsys.readouterr().out
 
 
-def test_bad_input_is_a_user_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"unknown catalog 'nope'"):
-        run(["tco", "compare", "--catalog", "nope"])
-    with pytest.raises(UserError, match=r"absent.json: cannot read results"):
-        run(["plan", "--accel", "8", "--streams", "10", "--from-emulation", str(tmp_path / "absent.json")])
+def test_bad_input_is_a_user_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["tco", "compare", "--catalog", "nope"]) == 2
+    assert re.fullmatch(r"aitax: unknown catalog 'nope'[^\n]*\n", capsys.readouterr().err)
+    absent = tmp_path / "absent.json"
+
+    assert run(["plan", "--accel", "8", "--streams", "10", "--from-emulation", str(absent)]) == 2
+    assert re.fullmatch(r"aitax: \S*absent.json: cannot read results[^\n]*\n", capsys.readouterr().err)
 
 
-def test_unknown_design_is_rejected_by_argparse(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        run(["tco", "--design", "hyperscale"])
+def test_unknown_design_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["tco", "--design", "hyperscale"]) == 2
 
-    assert "invalid choice: 'hyperscale'" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith("aitax tco: ") and "'hyperscale' is not one of" in error
+    assert error.count("\n") == 1
 
 
-def test_aitax_main_prints_user_errors_on_one_line_and_exits_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(aitax.cli, "COMMAND_MODULES", ("aitax.commands.tco",))
+def test_bad_face_fraction_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["tco", "capacity", "--face-fraction", "-1/4"]) == 2
 
+    assert "'--face-fraction': '-1/4': must be positive" in capsys.readouterr().err
+
+
+def test_aitax_main_prints_user_errors_on_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert aitax.cli.main(["plan", "--accel", "0", "--streams", "10"]) == 2
 
     assert capsys.readouterr().err == "aitax: --accel must be at least 1 (native speed), got 0\n"
 
 
-@pytest.mark.parametrize("argv", [["tco"], ["tco", "compare"], ["tco", "capacity"], ["plan"]])
+@pytest.mark.parametrize(
+    "argv", [["tco"], ["tco", "compare"], ["tco", "capacity"], ["tco", "schema"], ["plan"]]
+)
 def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        run([*argv, "--help"])
+    assert run([*argv, "--help"]) == 0
 
-    assert exit_info.value.code == 0
     assert len(capsys.readouterr().out.splitlines()) > 5
