@@ -39,7 +39,8 @@ class Context:
 
 def active_controller(config: StackConfig) -> int:
     output = kafka.run_tool("org.apache.kafka.tools.MetadataQuorumCommand",
-                            ["--bootstrap-server", config.bootstrap_servers, "describe", "--status"])
+                            ["--bootstrap-server", config.bootstrap_servers, *kafka.tool_client_args(config),
+                             "describe", "--status"])
     for line in output.splitlines():
         if line.startswith("LeaderId:"):
             return int(line.split(":")[1])

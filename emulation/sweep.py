@@ -147,7 +147,7 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
 def delete_topics(config: StackConfig, topics: Topics) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    admin = AdminClient(kafka.admin_settings(config))
     existing = admin.list_topics(timeout=30).topics
     names = [name for name in (topics.faces, topics.identities, topics.dlq, topics.frames) if name in existing]
     for future in (admin.delete_topics(names).values() if names else ()):

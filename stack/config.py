@@ -131,6 +131,7 @@ class StackConfig:
     @classmethod
     def load(cls, path: Path) -> StackConfig:
         try:
-            return cls(**json.loads(path.read_text()))
+            # a stack described before TLS existed runs plaintext listeners
+            return cls(**{"tls": False, **json.loads(path.read_text())})
         except (OSError, ValueError, TypeError) as error:
             raise UserError(f"{path}: unreadable stack description ({error}); run `make clean`") from error

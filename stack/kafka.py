@@ -159,13 +159,10 @@ class Broker:
     def _tls_properties(self) -> dict[str, str]:
         """Mutual TLS on every listener: a client is its certificate's CN (`User:identify`), and allowed only what
         the ACLs grant it (`stack.security`); the brokers and the admin are super users."""
-        from stack.security import ADMIN, BROKER, broker_keystore, identity
+        from stack.security import ADMIN, BROKER, java_client_properties
 
         return {
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(broker_keystore()),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(identity(BROKER).ca),
+            **{key: value for key, value in java_client_properties(BROKER).items() if key.startswith("ssl.")},
             "ssl.client.auth": "required",
             "ssl.principal.mapping.rules": "RULE:^CN=([a-zA-Z0-9._-]+),.*$/$1/,DEFAULT",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -242,8 +239,19 @@ def admin_settings(config: StackConfig) -> dict[str, str]:
         from pipeline.transport.security import KafkaTls
         from stack.security import ADMIN, identity
 
-        settings |= KafkaTls(identity(ADMIN).folder).confluent()
+        settings |= KafkaTls(identity(ADMIN)).confluent()
     return settings
+
+
+def tool_client_args(config: StackConfig) -> list[str]:
+    """`--command-config FILE` for one of Kafka's tools to connect as the admin, when TLS is on."""
+    if not config.tls:
+        return []
+    from stack.security import ADMIN, java_client_properties
+
+    path = stack_dir() / "kafka" / "admin-client.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in java_client_properties(ADMIN).items()))
+    return ["--command-config", str(path)]
 
 
 def cluster_id_file() -> Path:

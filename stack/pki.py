@@ -1,6 +1,6 @@
 """The local stack's certificates: one CA, and a key and certificate per principal (each broker-side and client-side
 identity), laid out as a Kubernetes TLS Secret is mounted (`ca.crt`, `tls.crt`, `tls.key` in a folder), so a
-process is handed its identity the same way locally and in a pod.
+process is handed its identity the same way locally and in a pod (`pipeline.transport.security`).
 
 Keys are PKCS#8 PEM without a passphrase (Kafka's PEM key stores refuse a store password) and 0600; the folders
 are 0700. Nothing here logs a key.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -19,28 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pipeline.transport.security import CA_FILE, CERTIFICATE_FILE, KEY_FILE
+
 CA_NAME = "aitax local CA"
 VALID_DAYS = 365
 RENEW_BEFORE_DAYS = 30  # `stack up` issues again when a certificate has less left
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Where one principal's files are: a folder as a mounted TLS Secret."""
-
-    folder: Path
-
-    @property
-    def ca(self) -> Path:
-        return self.folder / "ca.crt"
-
-    @property
-    def certificate(self) -> Path:
-        return self.folder / "tls.crt"
-
-    @property
-    def key(self) -> Path:
-        return self.folder / "tls.key"
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -97,7 +79,7 @@ def _ca(folder: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
 
 
 def _issue(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, principal: str, hosts: tuple[str, ...],
-           identity: Identity) -> None:
+           folder: Path) -> None:
     key = _new_key()
     now = datetime.datetime.now(datetime.UTC)
     names: list[x509.GeneralName] = []
@@ -120,25 +102,22 @@ def _issue(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, principal: 
     if names:  # a server's: clients check its name (both Kafka clients verify hostnames)
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     certificate = builder.sign(ca_key, hashes.SHA256())
-    identity.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_private(identity.key, _pem_key(key))
-    identity.certificate.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    identity.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_private(folder / KEY_FILE, _pem_key(key))
+    (folder / CERTIFICATE_FILE).write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / CA_FILE).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
 
 
-def ensure_identities(folder: Path, principals: dict[str, tuple[str, ...]]) -> dict[str, Identity]:
-    """A CA under `folder` and an identity per principal (its server names, or () for a client only), made once
-    and kept until they near expiry or the CA changes; `folder` is 0700."""
+def ensure_identities(folder: Path, principals: dict[str, tuple[str, ...]]) -> None:
+    """A CA under `folder` and an identity per principal in `folder/PRINCIPAL` (its server names, or () for a
+    client only), made once and kept until they near expiry or the CA changes; `folder` is 0700."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     folder.chmod(0o700)
     ca, ca_key = _ca(folder)
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    identities = {}
     for principal, hosts in principals.items():
-        identity = Identity(folder / principal)
-        current = (identity.key.exists() and identity.certificate.exists() and identity.ca.exists()
-                   and identity.ca.read_bytes() == ca_pem and not _expires_soon(identity.certificate))
+        own = folder / principal
+        current = (all((own / name).exists() for name in (CA_FILE, CERTIFICATE_FILE, KEY_FILE))
+                   and (own / CA_FILE).read_bytes() == ca_pem and not _expires_soon(own / CERTIFICATE_FILE))
         if not current:
-            _issue(ca, ca_key, principal, hosts, identity)
-        identities[principal] = identity
-    return identities
+            _issue(ca, ca_key, principal, hosts, own)

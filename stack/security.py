@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.paths import stack_dir
+from pipeline.transport.security import CA_FILE, CERTIFICATE_FILE, KEY_FILE
 from stack.config import HOST
-from stack.pki import Identity, ensure_identities
 
 BROKER = "broker"
 ADMIN = "admin"
@@ -29,14 +29,24 @@ class Principal:
 # One principal per stage, as the issue's table of least privilege: a stage reads what it consumes and writes what
 # it produces and its dead letters, nothing more.
 PRINCIPALS = (
-    Principal("ingest-detect", writes=("faces", "dlq")),
-    Principal("ingest", writes=("frames",)),
+    # ingest-detect, and its ingest half alone in three stages (frames)
+    Principal("ingest-detect", writes=("faces", "dlq", "frames")),
     Principal("detect", reads=("frames",), writes=("faces", "dlq"), groups=("detect",)),
     Principal("detect-objects", reads=("frames",), writes=("detections", "dlq"), groups=("detect-objects",)),
     Principal("identify", reads=("faces",), writes=("identities", "dlq"), groups=("identify",)),
     # read-back, audit and collect: every topic, nothing written
-    Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("aitax-",)),
+    Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-")),
 )
+
+# The principal each `aitax` command runs as on the local stack; any other command is the operator's (admin): it
+# creates topics, starts the stages and reads their results back.
+COMMAND_PRINCIPALS = {
+    "ingest-detect": "ingest-detect", "ingest": "ingest-detect", "emulate-producers": "ingest-detect",
+    "detect": "detect", "emulate-detectors": "detect",
+    "detect-objects": "detect-objects",
+    "identify": "identify", "emulate-consumers": "identify",
+    "audit": "reader", "collect": "reader",
+}
 
 
 def pki_dir() -> Path:
@@ -46,20 +56,31 @@ def pki_dir() -> Path:
 def issue_identities() -> None:
     """Every principal's certificate and key (made at the first `stack up`, renewed near expiry), and the brokers'
     PEM key store."""
-    made = ensure_identities(pki_dir(), {BROKER: (HOST, "localhost"), ADMIN: (), **{p.name: () for p in PRINCIPALS}})
-    broker = made[BROKER]
-    keystore = broker_keystore()
-    keystore.touch(mode=0o600)
-    keystore.write_bytes(broker.key.read_bytes() + broker.certificate.read_bytes())
+    from stack.pki import ensure_identities  # `cryptography`: only where certificates are made
+
+    ensure_identities(pki_dir(), {BROKER: (HOST, "localhost"), ADMIN: (), **{p.name: () for p in PRINCIPALS}})
+    for java_user in (BROKER, ADMIN):  # the brokers, and Kafka's own tools run as the admin
+        own = identity(java_user)
+        keystore = java_keystore(java_user)
+        keystore.touch(mode=0o600)
+        keystore.write_bytes((own / KEY_FILE).read_bytes() + (own / CERTIFICATE_FILE).read_bytes())
 
 
-def identity(principal: str) -> Identity:
-    return Identity(pki_dir() / principal)
+def identity(principal: str) -> Path:
+    """A principal's folder: its certificate, key and the CA's certificate, as a mounted TLS Secret."""
+    return pki_dir() / principal
 
 
-def broker_keystore() -> Path:
-    """Kafka's PEM key store: the brokers' key, then its certificate."""
-    return identity(BROKER).folder / "keystore.pem"
+def java_keystore(principal: str) -> Path:
+    """Kafka's PEM key store of a Java process: the principal's key, then its certificate."""
+    return identity(principal) / "keystore.pem"
+
+
+def java_client_properties(principal: str) -> dict[str, str]:
+    """A Java client's mutual TLS as `principal` (Kafka's tools: `--command-config`)."""
+    return {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(java_keystore(principal)), "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(identity(principal) / CA_FILE)}
 
 
 def acl_bindings(topics: list[tuple[str, str | None]]) -> list:

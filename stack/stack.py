@@ -25,6 +25,9 @@ def description_file() -> Path:
     return stack_dir() / "stack.json"
 
 
+LOCAL_IDENTITY_ENV = "AITAX_KAFKA_TLS_LOCAL"  # the local principal $AITAX_KAFKA_TLS was set to by default
+
+
 def current_config() -> StackConfig | None:
     """The configuration the running (or last started) stack was brought up with."""
     path = description_file()
@@ -277,6 +280,26 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
             f"kafka broker {node_id}",
             broker.process,
         )
+
+
+def use_local_kafka_identity(command: str | None) -> None:
+    """Connect this process, and the processes it starts, to the local stack's Kafka as `command`'s principal
+    (`security.COMMAND_PRINCIPALS`), unless it was given an identity ($AITAX_KAFKA_TLS: a pod's Secret, a user). A
+    child started here picks its own: the variable says the identity was only the local default."""
+    import os
+
+    from pipeline.transport.security import TLS_ENV
+
+    if os.environ.get(TLS_ENV) and not os.environ.get(LOCAL_IDENTITY_ENV):
+        return
+    os.environ.pop(TLS_ENV, None)
+    os.environ.pop(LOCAL_IDENTITY_ENV, None)
+    config = current_config()
+    principal = security.COMMAND_PRINCIPALS.get(command or "", security.ADMIN)
+    folder = security.identity(principal)
+    if config is not None and config.tls and folder.is_dir():
+        os.environ[TLS_ENV] = str(folder)
+        os.environ[LOCAL_IDENTITY_ENV] = principal
 
 
 def resolve_bootstrap(explicit: str | None) -> str:

@@ -22,6 +22,7 @@ def stack() -> Iterator[StackConfig]:
     running = local_stack.current_config()
     was_running = running is not None and all(p.is_running() for p in local_stack.processes(running))
     config = local_stack.up(running if was_running else StackConfig())
+    local_stack.use_local_kafka_identity(None)  # the tests are the operator: the admin principal
     yield config
     if not was_running:
         local_stack.down()
@@ -45,7 +46,9 @@ def _delete_topics_named(name: str) -> None:
         return
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, "log_level": 0})
+    from stack.kafka import admin_settings
+
+    admin = AdminClient(admin_settings(config))
     try:
         names = [topic for topic in admin.list_topics(timeout=10).topics if name in topic]
     except Exception:  # brokers a test stopped: nothing to tidy

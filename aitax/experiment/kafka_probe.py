@@ -12,6 +12,8 @@ import sys
 import time
 import uuid
 
+from pipeline.transport.security import librdkafka_settings
+
 
 def ensure_probe_topic(bootstrap: str, topic: str, replication_factor: int, min_insync: int, timeout_s: float) -> None:
     """Retried on transient errors, as the local stack's topics are: a release's brokers may have just started."""
@@ -25,7 +27,7 @@ def _create_probe_topic(bootstrap: str, topic: str, replication_factor: int, min
                         timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient(librdkafka_settings(bootstrap, {"log_level": 0}))
     if topic in admin.list_topics(timeout=timeout_s).topics:
         return
     futures = admin.create_topics(
@@ -45,8 +47,8 @@ def produce_probe(bootstrap: str, topic: str, key: bytes, payload: bytes, timeou
     """Send one record and wait for its acknowledgement by the in-sync replicas; return its offset."""
     from confluent_kafka import KafkaException, Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "log_level": 0, "message.timeout.ms": int(timeout_s * 1000)})
+    producer = Producer(librdkafka_settings(bootstrap, {"acks": "all", "enable.idempotence": True,
+                                                        "log_level": 0, "message.timeout.ms": int(timeout_s * 1000)}))
     delivered: list = []
     producer.produce(topic, value=payload, key=key, on_delivery=lambda err, msg: delivered.append((err, msg)))
     producer.flush(timeout_s)
@@ -62,8 +64,9 @@ def consume_probe(bootstrap: str, topic: str, key: bytes, offset: int, timeout_s
     """Read partition 0 from `offset` until the record with `key` appears; return its value."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"aitax-probe-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_committed"})
+    consumer = Consumer(librdkafka_settings(bootstrap, {"group.id": f"aitax-probe-{uuid.uuid4().hex[:8]}",
+                                                        "enable.auto.commit": False, "log_level": 0,
+                                                        "isolation.level": "read_committed"}))
     try:
         consumer.assign([TopicPartition(topic, 0, offset)])
         deadline = time.monotonic() + timeout_s

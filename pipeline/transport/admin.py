@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from common.errors import UserError
+from pipeline.transport.security import librdkafka_settings
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
 
     wait_s = float(os.environ.get("AITAX_KAFKA_WAIT_S", "0")) if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    admin = AdminClient(librdkafka_settings(bootstrap_servers, {"log_level": 0}))
     next_note = 0.0
     while True:
         try:
@@ -47,7 +48,7 @@ def partition_count(bootstrap_servers: str, topic: str, timeout_s: float = 10.0)
     """Partitions of `topic` (0 if it does not exist)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    admin = AdminClient(librdkafka_settings(bootstrap_servers, {"log_level": 0}))
     metadata = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
     return 0 if metadata is None or metadata.error is not None else len(metadata.partitions)
 
@@ -57,8 +58,8 @@ def group_lag(bootstrap_servers: str, group_id: str, topic: str, timeout_s: floa
     from confluent_kafka import Consumer, TopicPartition
 
     # log_level 0: while a broker is down (the fault experiments) librdkafka would log every refused connect
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False,
-                         "log_level": 0})
+    consumer = Consumer(librdkafka_settings(bootstrap_servers, {"group.id": group_id, "enable.auto.commit": False,
+                                                                "log_level": 0}))
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         partitions = [TopicPartition(topic, p) for p in metadata.partitions]

@@ -21,6 +21,7 @@ from pipeline.transport.base import (
     Record,
     RevokeHandler,
 )
+from pipeline.transport.security import librdkafka_settings
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ class ConfluentProducer:
     def __init__(self, bootstrap_servers: str, linger_ms: float = 5.0, idempotent: bool = False,
                  **settings: object) -> None:
         self._producer = _Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
+            librdkafka_settings(bootstrap_servers, {
                 "acks": "all",
                 "enable.idempotence": idempotent,
                 "max.in.flight.requests.per.connection": PRODUCER_MAX_IN_FLIGHT,
@@ -58,7 +58,7 @@ class ConfluentProducer:
                 "delivery.timeout.ms": 300_000,
                 "queue.buffering.max.kbytes": PRODUCER_QUEUE_KB,
                 **settings,
-            }
+            })
         )
 
     def send(
@@ -108,8 +108,7 @@ class ConfluentConsumer:
         self._revoke_handler: RevokeHandler | None = None
         self._next_missing_topic_warning = 0.0
         self._consumer = _Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
+            librdkafka_settings(bootstrap_servers, {
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -119,7 +118,7 @@ class ConfluentConsumer:
                 "queued.max.messages.kbytes": CONSUMER_QUEUE_KB,
                 "on_commit": self._committed,
                 **settings,
-            }
+            })
         )
         self._consumer.subscribe(list(topics), on_revoke=self._revoked, on_lost=self._revoked)
 

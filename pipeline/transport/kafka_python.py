@@ -27,6 +27,7 @@ from pipeline.transport.base import (
     Record,
     RevokeHandler,
 )
+from pipeline.transport.security import kafka_python_settings
 
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
@@ -48,6 +49,7 @@ class KafkaPythonProducer:
             batch_size=1024 * 1024,
             max_request_size=2 * 1024 * 1024,
             delivery_timeout_ms=300_000,
+            **kafka_python_settings(),
             **settings,
         )
         self._in_flight = 0
@@ -170,6 +172,7 @@ class KafkaPythonConsumer:
             auto_offset_reset="earliest",
             fetch_min_bytes=FETCH_MIN_BYTES,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            **kafka_python_settings(),
             **settings,
         )
         self._revocations.sleep = self._consumer._net.sleep  # kafka-python has no public handle on its loop

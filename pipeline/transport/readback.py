@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from common.errors import UserError
 from pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
+from pipeline.transport.security import librdkafka_settings
 
 COLLECTED_VERSION = 2  # 2: timelines carry the broker wait's edges, the delivery and the batch size
 READ_TIMEOUT_S = 300.0  # a long-lived `faces` topic can hold gigabytes of thumbnails
@@ -32,8 +33,9 @@ def read_to_end(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S,
     from confluent_kafka import Consumer, TopicPartition
 
     # earliest: once retention has deleted old segments, offset 0 is out of range and would jump to the end
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"readback-{time.time_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0})
+    consumer = Consumer(librdkafka_settings(bootstrap, {"group.id": f"readback-{time.time_ns()}",
+                                                        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                                        "log_level": 0}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {}
@@ -69,7 +71,7 @@ def count_records(bootstrap: str, topic: str) -> int:
     """Records ever appended to `topic` (its end offsets), read or not."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"readback-{time.time_ns()}", "log_level": 0})
+    consumer = Consumer(librdkafka_settings(bootstrap, {"group.id": f"readback-{time.time_ns()}", "log_level": 0}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
@@ -188,7 +190,7 @@ def group_state(bootstrap: str, group: str, topic: str, timeout_s: float = 10.0)
 
     from pipeline.transport.admin import group_lag, partition_count
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient(librdkafka_settings(bootstrap, {"log_level": 0}))
     description = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout_s)
     assigned = sum(any(tp.topic == topic for tp in (member.assignment.topic_partitions if member.assignment else []))
                    for member in description.members)

@@ -5,13 +5,16 @@ by the local stack for the principal a command runs as."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from common.errors import UserError
 
 TLS_ENV = "AITAX_KAFKA_TLS"
-FILES = ("ca.crt", "tls.crt", "tls.key")
+# A Kubernetes TLS Secret's keys, as files in the folder it is mounted at
+CA_FILE, CERTIFICATE_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 
 
 @dataclass(frozen=True)
@@ -19,21 +22,21 @@ class KafkaTls:
     folder: Path
 
     def __post_init__(self) -> None:
-        missing = [name for name in FILES if not (self.folder / name).is_file()]
+        missing = [name for name in (CA_FILE, CERTIFICATE_FILE, KEY_FILE) if not (self.folder / name).is_file()]
         if missing:
             raise UserError(f"Kafka TLS identity {self.folder}: no {', '.join(missing)} (a TLS Secret's files)")
 
     @property
     def ca(self) -> str:
-        return str(self.folder / "ca.crt")
+        return str(self.folder / CA_FILE)
 
     @property
     def certificate(self) -> str:
-        return str(self.folder / "tls.crt")
+        return str(self.folder / CERTIFICATE_FILE)
 
     @property
     def key(self) -> str:
-        return str(self.folder / "tls.key")
+        return str(self.folder / KEY_FILE)
 
     def confluent(self) -> dict[str, str]:
         """librdkafka's settings (confluent-kafka); it checks the broker's name against its certificate."""
@@ -48,3 +51,15 @@ class KafkaTls:
 def tls_from_environment() -> KafkaTls | None:
     folder = os.environ.get(TLS_ENV)
     return KafkaTls(Path(folder)) if folder else None
+
+
+def librdkafka_settings(bootstrap: str, settings: Mapping[str, object] = MappingProxyType({})) -> dict[str, object]:
+    """A confluent-kafka client's settings: the brokers, this process's identity ($AITAX_KAFKA_TLS), `settings`."""
+    tls = tls_from_environment()
+    return {"bootstrap.servers": bootstrap, **(tls.confluent() if tls else {}), **settings}
+
+
+def kafka_python_settings() -> dict[str, object]:
+    """kafka-python's settings of this process's identity ($AITAX_KAFKA_TLS)."""
+    tls = tls_from_environment()
+    return tls.kafka_python() if tls else {}

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def _admin(config: StackConfig) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    return AdminClient(kafka.admin_settings(config))
 
 
 def test_every_broker_is_in_the_metadata_with_complete_isr(stack: StackConfig) -> None:
