@@ -8,11 +8,12 @@ stall is the longest gap between consecutive broker append timestamps on the `fa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,21 @@ class Context:
     config: StackConfig
     load: LocalLoad
     notes: list[str]
+
+
+@contextlib.contextmanager
+def _stack_home(home: Path) -> Iterator[None]:
+    """This process works against the stack under `home` (its state, its certificates) until the block ends."""
+    before = os.environ.get("AITAX_HOME")
+    os.environ["AITAX_HOME"] = str(home)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("AITAX_HOME")
+        else:
+            os.environ["AITAX_HOME"] = before
+        local_stack.use_local_kafka_identity(None)
 
 
 def active_controller(config: StackConfig) -> int:
@@ -244,32 +260,34 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(log_dir)], check=True)
     notes: list[str] = []
     try:
-        started = aitax("stack", "up", "--no-elasticsearch", "--no-prometheus")
-        if started.returncode:
-            raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
-        spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
-        load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
-                             workdir, drain_s=180)
+        with _stack_home(home):
+            started = aitax("stack", "up", "--no-elasticsearch", "--no-prometheus")
+            if started.returncode:
+                raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
+            local_stack.use_local_kafka_identity(None)  # its admin, by its own CA
+            spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
+            load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
+                                 workdir, drain_s=180)
 
-        def fill_then_grow() -> None:
-            poll_until(lambda: any(shutil.disk_usage(d).free <= 1 << 20 for d in log_dirs), 60)
-            notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started")
-            time.sleep(5)
-            dead = [n for n in config.node_ids if not port_is_open(config.broker_port(n))]
-            for log_dir in log_dirs:
-                subprocess.run(["mount", "-o", f"remount,size={size_mb * 20}m", str(log_dir)], check=True)
-            notes.append(f"brokers down on full disks: {dead or 'none'}; space returned, brokers restarted")
-            restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
-                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in dead]
-            for restart in restarts:
-                restart.wait(300)
+            def fill_then_grow() -> None:
+                poll_until(lambda: any(shutil.disk_usage(d).free <= 1 << 20 for d in log_dirs), 60)
+                notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started")
+                time.sleep(5)
+                dead = [n for n in config.node_ids if not port_is_open(config.broker_port(n))]
+                for log_dir in log_dirs:
+                    subprocess.run(["mount", "-o", f"remount,size={size_mb * 20}m", str(log_dir)], check=True)
+                notes.append(f"brokers down on full disks: {dead or 'none'}; space returned, brokers restarted")
+                restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
+                                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in dead]
+                for restart in restarts:
+                    restart.wait(300)
 
-        # The disks fill from the start: the disruption begins at once rather than a quarter in.
-        run = run_load(load, disruption=fill_then_grow, disruption_after_s=0)
-        notes.extend(run.notes)
-        audit = audit_topics(config.bootstrap_servers, load.run_id, load.topics)
-        return _fault_result("broker-disk-full", 2 * 10 * factor, run, audit,
-                             kafka.cluster_health(config).healthy(config.node_ids), notes)
+            # The disks fill from the start: the disruption begins at once rather than a quarter in.
+            run = run_load(load, disruption=fill_then_grow, disruption_after_s=0)
+            notes.extend(run.notes)
+            audit = audit_topics(config.bootstrap_servers, load.run_id, load.topics)
+            return _fault_result("broker-disk-full", 2 * 10 * factor, run, audit,
+                                 kafka.cluster_health(config).healthy(config.node_ids), notes)
     finally:
         aitax("stack", "down")
         for log_dir in log_dirs:

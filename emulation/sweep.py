@@ -121,7 +121,7 @@ def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name:
     """An emulated run on topics of its own (fresh, partitions enough for every consumer instance)."""
     load = LocalLoad(spec.workload(factor, drain_s, in_flight), spec.driver(), run_name, config.bootstrap_servers,
                      workdir / run_name, events or spec.events, topic_prefix=f"emu-{run_name}-",
-                     group=f"emu-{run_name}")
+                     group=f"identify-emu-{run_name}")
     partitions = max(3, spec.consumers, spec.producers if spec.stages == 3 else 0)
     kafka.ensure_topics(config, replace(config, faces_partitions=partitions).topics(load.topics,
                                                                                    frames=spec.stages == 3))

@@ -48,7 +48,7 @@ class LocalLoad:
         self.group = f"{group}-{run_id}" if self.shares_topics else group
         # an emulated three-stage run's detect instances: a group of its own beside its topics (a real run's detect
         # processes use their stage's group, telemetry.applications)
-        self.detect_group = f"{group}-detect"
+        self.detect_group = f"detect-{group}"  # each group starts with its principal's name (stack.security)
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
         self.run_values = {"gallery": str(workload.gallery), "keying": driver.keying,

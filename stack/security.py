@@ -24,6 +24,7 @@ class Principal:
     reads: tuple[str, ...] = ()  # `pipeline.schema.Topics` fields it consumes
     writes: tuple[str, ...] = ()  # fields it produces to
     groups: tuple[str, ...] = ()  # consumer group name prefixes it may join
+    describes_groups: bool = False  # may read every group's committed offsets (a stage's lag)
 
 
 # One principal per stage, as the table of least privilege: a stage reads what it consumes and writes what
@@ -35,7 +36,8 @@ PRINCIPALS = (
     Principal("detect-objects", reads=("frames",), writes=("detections", "dlq"), groups=("detect-objects",)),
     Principal("identify", reads=("faces",), writes=("identities", "dlq"), groups=("identify",)),
     # read-back, audit and collect: every topic, nothing written
-    Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-")),
+    Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-"),
+              describes_groups=True),
 )
 
 # The principal each `aitax` command runs as on the local stack; any other command is the operator's (admin): it
@@ -103,4 +105,7 @@ def acl_bindings(topics: list[tuple[str, str | None]]) -> list:
     for principal in PRINCIPALS:
         bindings += [allow(ResourceType.GROUP, group, ResourcePatternType.PREFIXED, principal.name, AclOperation.READ)
                      for group in principal.groups]
+        if principal.describes_groups:
+            bindings.append(allow(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, principal.name,
+                                  AclOperation.DESCRIBE))
     return bindings

@@ -95,6 +95,9 @@ def up(config: StackConfig, progress=print) -> StackConfig:
                 f"a stack with {running.brokers} brokers x {running.log_dirs_per_broker} log dirs is running; "
                 f"`aitax stack down` first to change it to {config.brokers} x {config.log_dirs_per_broker}"
             )
+        if running.tls != config.tls:
+            running_kind, wanted = ("TLS", "plaintext") if running.tls else ("plaintext", "TLS")
+            raise UserError(f"a {running_kind} stack is running; `aitax stack down` first to start it {wanted}")
         # Keep what runs; a partial stack may gain components it lacked.
         config = replace(
             running,
@@ -223,9 +226,10 @@ def status(config: StackConfig) -> list[ComponentStatus]:
             )
         )
     isr_detail = "ISR complete" if not health.under_replicated else f"under-replicated: {health.under_replicated[:5]}"
-    rows.append(
-        ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids), isr_detail)
-    )
+    listeners = ("listeners TLS, clients by certificate (mutual TLS), ACLs per stage" if config.tls
+                 else "listeners PLAINTEXT: no encryption, no authentication")
+    rows.append(ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids),
+                                f"{isr_detail}; {listeners}"))
     if config.elasticsearch:
         colour = elasticsearch.health(config)
         process = elasticsearch.process()

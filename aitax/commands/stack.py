@@ -30,15 +30,18 @@ NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id,
               help="retention of the `faces` topic: thumbnails are personal data (1 h)")
 @click.option("--no-elasticsearch", is_flag=True, help="leave Elasticsearch out")
 @click.option("--no-prometheus", is_flag=True, help="leave Prometheus out")
+@click.option("--plaintext", is_flag=True,
+              help="Kafka without TLS, client certificates or ACLs: only to measure what security costs, or where "
+                   "something else terminates TLS")
 def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
-       no_prometheus: bool) -> int:
+       no_prometheus: bool, plaintext: bool) -> int:
     """Start the stack (idempotent) and wait until it is healthy."""
     from stack.config import StackConfig
     from stack.stack import status, up
 
     config = up(StackConfig(brokers=brokers, log_dirs_per_broker=log_dirs_per_broker,
                             faces_retention_ms=faces_retention_ms, elasticsearch=not no_elasticsearch,
-                            prometheus=not no_prometheus))
+                            prometheus=not no_prometheus, tls=not plaintext))
     return _print_status(status(config))
 
 
