@@ -41,9 +41,9 @@ def kafka_tools(config, topic: str, records: int) -> dict:
 
     producer_args = ["--topic", topic, "--num-records", str(records), "--record-size", str(FACE_BYTES),
                      "--throughput", "-1", "--producer-props", f"bootstrap.servers={config.bootstrap_servers}",
-                     "acks=all", "batch.size=1048576", "linger.ms=5"]
+                     "acks=all", "batch.size=1048576", "linger.ms=5", *kafka.tool_client_args(config)]
     consumer_args = ["--bootstrap-server", config.bootstrap_servers, "--topic", topic, "--num-records",
-                     str(records), "--timeout", "60000", "--group", f"{topic}-perf"]
+                     str(records), "--timeout", "60000", "--group", f"{topic}-perf", *kafka.tool_client_args(config)]
     before = broker_requests(config)
     with Sampler(config) as sampler:
         started = time.monotonic()
@@ -157,7 +157,9 @@ def end_to_end(config, seconds: float, instances: list[int], processes: list[int
 def _delete(config, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    from stack.kafka import admin_settings
+
+    admin = AdminClient(admin_settings(config))
     for future in admin.delete_topics([topic]).values():
         future.result(30)
 
@@ -298,9 +300,10 @@ def main() -> int:
 
     import os
 
-    from stack.stack import running_config
+    from stack.stack import running_config, use_local_kafka_identity
 
     config = running_config()
+    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
     print(f"load {os.getloadavg()[0]:.2f}; {config.brokers} brokers, RF {config.replication_factor}, "
           f"37.3 kB faces\n")
     if args.only in (None, "end-to-end"):

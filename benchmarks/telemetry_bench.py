@@ -29,12 +29,13 @@ def main() -> int:
 
     from elasticsearch import Elasticsearch
 
-    from stack.stack import current_config
+    from stack.stack import current_config, use_local_kafka_identity
     from telemetry.elastic import ElasticsearchSink
     from telemetry.events import INDEX_PREFIX, Event
     from telemetry.sinks import JsonlSink, NullSink
 
     config = current_config()
+    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
     if config is None or not config.elasticsearch:
         print("benchmark needs the local stack with Elasticsearch: `aitax stack up`", file=sys.stderr)
         return 2

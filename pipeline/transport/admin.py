@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from common.errors import UserError
-from pipeline.transport.security import librdkafka_settings
+from pipeline.transport.security import TLS_ENV, librdkafka_settings, tls_from_environment
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,9 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
 
     wait_s = float(os.environ.get("AITAX_KAFKA_WAIT_S", "0")) if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
-    admin = AdminClient(librdkafka_settings(bootstrap_servers, {"log_level": 0}))
+    refusal: dict[str, str] = {}  # a TLS handshake's failure, which librdkafka reports only to this callback
+    admin = AdminClient(librdkafka_settings(bootstrap_servers, {
+        "log_level": 0, "error_cb": lambda error: refusal.update(last=error.str()) if "SSL" in error.str() else None}))
     next_note = 0.0
     while True:
         try:
@@ -33,10 +35,17 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
             problem = f"topic(s) {', '.join(missing)} missing at {bootstrap_servers}" if missing else None
         except KafkaException:
             problem = f"Kafka brokers at {bootstrap_servers} unreachable"
+            admin.poll(0)  # serves error_cb
+            if refusal:
+                tls = tls_from_environment()
+                reason = refusal["last"].split("/bootstrap: ", 1)[-1].split(" (after ", 1)[0]
+                problem = (f"Kafka brokers at {bootstrap_servers} refused the TLS identity "
+                           f"{tls.folder if tls else f'(none: ${TLS_ENV} unset)'}: {reason}")
         if problem is None:
             return
         if time.monotonic() >= deadline:
-            hint = "" if wait_s else " (is `aitax stack up` running?)"
+            hint = "" if wait_s or refusal else " (is `aitax stack up` running?" + (
+                "" if tls_from_environment() else f" Do the brokers need a certificate, ${TLS_ENV}?") + ")"
             raise UserError(f"{problem}{hint}")
         if time.monotonic() >= next_note:
             log.info("waiting for Kafka: %s", problem)

@@ -3,18 +3,22 @@ plaintext; and each stage's principal may do its own work."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from pipeline.transport.security import KafkaTls
+from pipeline.transport.security import TLS_ENV, KafkaTls
 from stack import kafka
 from stack.config import HOST, StackConfig
 from stack.pki import ensure_identities
 from stack.security import identity
+from stack.stack import LOCAL_IDENTITY_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -92,3 +96,20 @@ def test_each_stage_may_do_its_own_work(stack: StackConfig) -> None:
     assert _consume(stack, "faces", "identify-security-test", _as("identify")) == "record"
     assert _produce(stack, "identities", _as("identify"))[0] == [None]
     assert _consume(stack, "faces", "other-group", _as("identify")).startswith("FindCoordinator")
+
+
+def _aitax(*args: str, tls: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aitax.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, TLS_ENV: tls, LOCAL_IDENTITY_ENV: ""})
+
+
+def test_a_missing_or_foreign_identity_is_one_line_naming_its_folder(stack: StackConfig, tmp_path: Path) -> None:
+    missing = _aitax("audit", "--run-id", "nothing", tls=str(tmp_path / "nowhere"))
+    assert missing.returncode != 0
+    assert missing.stderr.strip() == f"aitax: Kafka TLS identity {tmp_path / 'nowhere'}: no ca.crt, tls.crt, tls.key " \
+                                     "(a TLS Secret's files)"
+    ensure_identities(tmp_path / "other", {"reader": ()})
+    foreign = _aitax("audit", "--run-id", "nothing", tls=str(tmp_path / "other" / "reader"))
+    assert foreign.returncode != 0
+    assert len(foreign.stderr.strip().splitlines()) == 1, foreign.stderr
+    assert f"refused the TLS identity {tmp_path / 'other' / 'reader'}: SSL handshake failed" in foreign.stderr
