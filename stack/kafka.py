@@ -115,8 +115,8 @@ class Broker:
     def properties(self) -> dict[str, str]:
         config = self.config
         is_controller = self.node_id in config.controller_ids
-        protocol = "SSL" if config.tls else "PLAINTEXT"
-        listeners = [f"CLIENT://{HOST}:{self.port}"]
+        protocol = "SSL" if config.tls else "PLAINTEXT"  # also the client listener's name
+        listeners = [f"{protocol}://{HOST}:{self.port}"]
         if is_controller:
             listeners.append(f"CONTROLLER://{HOST}:{config.controller_port(self.node_id)}")
         voters = ",".join(f"{n}@{HOST}:{config.controller_port(n)}" for n in config.controller_ids)
@@ -126,12 +126,12 @@ class Broker:
             "node.id": str(self.node_id),
             "controller.quorum.voters": voters,
             "listeners": ",".join(listeners),
-            "advertised.listeners": f"CLIENT://{HOST}:{self.port}",
+            "advertised.listeners": f"{protocol}://{HOST}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             # One client listener, which the brokers replicate over too, and the controllers' own: no plaintext
             # port is left open when TLS is on.
-            "listener.security.protocol.map": f"CLIENT:{protocol},CONTROLLER:{protocol}",
-            "inter.broker.listener.name": "CLIENT",
+            "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:{protocol}",
+            "inter.broker.listener.name": protocol,
             **(self._tls_properties() if config.tls else {}),
             "log.dirs": ",".join(str(d) for d in self.log_dirs),
             "num.partitions": "6",

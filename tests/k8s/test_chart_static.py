@@ -200,10 +200,11 @@ def test_brokers_serve_metrics_to_prometheus() -> None:
 
 
 def test_broker_settings_are_the_local_stacks() -> None:
-    """The chart's broker properties are Broker.properties() minus what differs per pod (added by the image)."""
+    """The chart's broker properties are Broker.properties() minus what differs per pod (added by the image): the
+    local stack's with `--plaintext`, since the chart's listeners are not yet TLS (issue 35's next step)."""
     per_pod = {"process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
                "log.dirs"}
-    local = {k: v for k, v in Broker(1, StackConfig()).properties().items() if k not in per_pod}
+    local = {k: v for k, v in Broker(1, StackConfig(tls=False)).properties().items() if k not in per_pod}
     configmap = _named(render(CI_VALUES[0]), "ConfigMap", "-kafka")
     lines = configmap["data"]["server.properties"].strip().splitlines()
     chart = dict(line.split("=", 1) for line in lines)
