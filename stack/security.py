@@ -2,7 +2,8 @@
 
 A principal is the CN of its certificate (`stack.pki`); the brokers and the admin (topic creation, ACLs, the stack's
 own checks) are super users, every other principal holds only the ACLs below. A topic's ACLs are granted when it is
-created (`grant`), so an experiment's prefixed topics get the same rules as the pipeline's.
+created (`acl_bindings`, from `stack.kafka.ensure_topics`), so an experiment's prefixed topics get the same rules as
+the pipeline's.
 """
 
 from __future__ import annotations
