@@ -236,10 +236,11 @@ def admin_settings(config: StackConfig) -> dict[str, str]:
     """librdkafka settings of the stack's own admin client: the admin principal when TLS is on."""
     settings = {"bootstrap.servers": config.bootstrap_servers, "log_level": "0"}
     if config.tls:
-        from pipeline.transport.security import KafkaTls
+        from pipeline.transport.security import KafkaTls, tls_from_environment
         from stack.security import ADMIN, identity
 
-        settings |= KafkaTls(identity(ADMIN)).confluent()
+        # the operator's identity this process was given, else the admin's in this state folder (a first `up`)
+        settings |= (tls_from_environment() or KafkaTls(identity(ADMIN))).confluent()
     return settings
 
 

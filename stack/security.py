@@ -36,6 +36,8 @@ PRINCIPALS = (
     Principal("detect", reads=("frames",), writes=("faces", "dlq"), groups=("detect",)),
     Principal("detect-objects", reads=("frames",), writes=("detections", "dlq"), groups=("detect-objects",)),
     Principal("identify", reads=("faces",), writes=("identities", "dlq"), groups=("identify",)),
+    # the emulator's producers: ingest-detect's rights, and a closed loop's (--in-flight) read of the answers
+    Principal("load-generator", reads=("identities",), writes=("faces", "dlq", "frames"), groups=("closed-loop-",)),
     # read-back, audit and collect: every topic, nothing written
     Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-"),
               describes_groups=True),
@@ -44,7 +46,7 @@ PRINCIPALS = (
 # The principal each `aitax` command runs as on the local stack; any other command is the operator's (admin): it
 # creates topics, starts the stages and reads their results back.
 COMMAND_PRINCIPALS = {
-    "ingest-detect": "ingest-detect", "ingest": "ingest-detect", "emulate-producers": "ingest-detect",
+    "ingest-detect": "ingest-detect", "ingest": "ingest-detect", "emulate-producers": "load-generator",
     "detect": "detect", "emulate-detectors": "detect",
     "detect-objects": "detect-objects",
     "identify": "identify", "emulate-consumers": "identify",

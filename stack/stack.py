@@ -289,19 +289,26 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
 def use_local_kafka_identity(command: str | None) -> None:
     """Connect this process, and the processes it starts, to the local stack's Kafka as `command`'s principal
     (`security.COMMAND_PRINCIPALS`), unless it was given an identity ($AITAX_KAFKA_TLS: a pod's Secret, a user). A
-    child started here picks its own: the variable says the identity was only the local default."""
+    child started here picks its own: the variable says the identity was only the local default. A child whose
+    state folder has no stack (a test's or an experiment's own $AITAX_HOME) takes its principal's folder beside
+    the one it inherited: the same stack's."""
     import os
+    from pathlib import Path
 
     from pipeline.transport.security import TLS_ENV
 
-    if os.environ.get(TLS_ENV) and not os.environ.get(LOCAL_IDENTITY_ENV):
+    given = os.environ.get(TLS_ENV)
+    if given and not os.environ.get(LOCAL_IDENTITY_ENV):
         return
     os.environ.pop(TLS_ENV, None)
     os.environ.pop(LOCAL_IDENTITY_ENV, None)
-    config = current_config()
     principal = security.COMMAND_PRINCIPALS.get(command or "", security.ADMIN)
-    folder = security.identity(principal)
-    if config is not None and config.tls and folder.is_dir():
+    config = current_config()
+    if config is not None:
+        folder = security.identity(principal) if config.tls else None
+    else:
+        folder = Path(given).parent / principal if given else None
+    if folder is not None and folder.is_dir():
         os.environ[TLS_ENV] = str(folder)
         os.environ[LOCAL_IDENTITY_ENV] = principal
 

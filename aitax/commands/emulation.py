@@ -422,7 +422,7 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
     identities = (make_consumer(settings.kafka_client, settings.bootstrap,
-                                f"{run_id}-{stream_prefix}-closed-loop", [topics.identities])
+                                f"closed-loop-{run_id}-{stream_prefix}", [topics.identities])
                   if in_flight else None)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-producers-{os.getpid()}")
     stop = stop_flag()

@@ -86,3 +86,13 @@ def test_each_command_connects_as_its_principal_unless_given_one(monkeypatch: py
     monkeypatch.setenv(local_stack.LOCAL_IDENTITY_ENV, "identify")
     local_stack.use_local_kafka_identity("identify")  # a plaintext stack: no identity
     assert TLS_ENV not in os.environ
+
+
+def test_a_child_in_a_state_folder_without_a_stack_takes_its_principal_beside_the_inherited_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(local_stack, "current_config", lambda: None)  # a test's or an experiment's own $AITAX_HOME
+    (tmp_path / "pki" / "identify").mkdir(parents=True)
+    monkeypatch.setenv(TLS_ENV, str(tmp_path / "pki" / security.ADMIN))
+    monkeypatch.setenv(local_stack.LOCAL_IDENTITY_ENV, security.ADMIN)
+    local_stack.use_local_kafka_identity("identify")
+    assert os.environ[TLS_ENV] == str(tmp_path / "pki" / "identify")
