@@ -239,8 +239,10 @@ def admin_settings(config: StackConfig) -> dict[str, str]:
         from pipeline.transport.security import KafkaTls, tls_from_environment
         from stack.security import ADMIN, identity
 
-        # the operator's identity this process was given, else the admin's in this state folder (a first `up`)
-        settings |= (tls_from_environment() or KafkaTls(identity(ADMIN))).confluent()
+        # the admin's of this state folder, else (a state folder of its own, the stack elsewhere) the operator
+        # identity this process was given
+        own = identity(ADMIN)
+        settings |= (KafkaTls(own) if own.is_dir() else tls_from_environment() or KafkaTls(own)).confluent()
     return settings
 
 
