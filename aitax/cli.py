@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "aitax.commands.cluster",
 )
 
+
 @click.group(cls=Commands, context_settings=CONTEXT,
              help="Face Recognition on Kafka, and the AI tax it pays outside its AI kernels.")
 @click.version_option(__version__, "--version", prog_name="aitax", message="%(prog)s %(version)s")
