@@ -40,9 +40,9 @@ def cli(verbose: bool) -> None:
         # The Elasticsearch client logs every failed attempt (about 150 lines for one unreachable URL); the
         # command's own one-line error says what is missing.
         logging.getLogger("elastic_transport").setLevel(logging.CRITICAL)
-    from stack.stack import use_local_kafka_identity
+    from stack.stack import use_local_identity
 
-    use_local_kafka_identity(click.get_current_context().invoked_subcommand)
+    use_local_identity(click.get_current_context().invoked_subcommand)
 
 
 def build_cli() -> click.Group:

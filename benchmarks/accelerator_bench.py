@@ -101,14 +101,14 @@ def main() -> int:
     from emulation.calibrate import calibrate_identify
     from emulation.curves import load_curve
     from emulation.profile import derive_profile
-    from stack.stack import running_config, use_local_kafka_identity
+    from stack.stack import running_config, use_local_identity
     from telemetry.report_sources import load_events
 
     for path in (args.video, args.gallery):
         if not path.is_file():
             raise UserError(f"{path}: missing (`make demo` makes the demo's video and gallery)")
     config = running_config()
-    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     with tempfile.TemporaryDirectory(prefix="aitax-accelerator-bench-") as scratch:
         folder = Path(scratch)
         print("1. calibrating this CPU's identify curve ...", flush=True)

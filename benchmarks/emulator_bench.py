@@ -300,10 +300,10 @@ def main() -> int:
 
     import os
 
-    from stack.stack import running_config, use_local_kafka_identity
+    from stack.stack import running_config, use_local_identity
 
     config = running_config()
-    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     print(f"load {os.getloadavg()[0]:.2f}; {config.brokers} brokers, RF {config.replication_factor}, "
           f"37.3 kB faces\n")
     if args.only in (None, "end-to-end"):

@@ -24,10 +24,10 @@ def main() -> int:
     args = parser.parse_args()
 
     from emulation.faults import print_table, run_scenario
-    from stack.stack import current_config, use_local_kafka_identity
+    from stack.stack import current_config, use_local_identity
 
     config = current_config()
-    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     if config is None:
         print("needs the local stack: `aitax stack up`", file=sys.stderr)
         return 2

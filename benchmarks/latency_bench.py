@@ -122,10 +122,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write every RunResult here (JSON lines)")
     args = parser.parse_args()
 
-    from stack.stack import running_config, use_local_kafka_identity
+    from stack.stack import running_config, use_local_identity
 
     config = running_config()
-    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     print(HEADER, flush=True)
     results = []
     if args.skip != "real":

@@ -1,7 +1,9 @@
 """What securing Kafka costs: the sweep users run at a factor where every emulated sleep vanishes, on a plaintext
-stack and on the default one (mutual TLS on every listener, ACLs), side by side in one run.
+stack and on the default one (mutual TLS on every listener, ACLs), side by side in one run. With --demo: `aitax
+demo` (the real pipeline on the hard video) on each, its end-to-end and broker-wait latency side by side.
 
     .venv/bin/python benchmarks/security_bench.py [--seconds 20] [--instances 16] [--processes 2] [--repeat 2]
+    .venv/bin/python benchmarks/security_bench.py --demo [--repeat 1]
 
 The stack is restarted for each side (plaintext, TLS, plaintext, TLS, ...: alternating, so drift on a shared
 machine falls on both), without Elasticsearch; it is left running with TLS, as `aitax stack up` starts it. Prints
@@ -24,15 +26,56 @@ SIDES = ("plaintext", "tls")
 
 
 def restart_stack(tls: bool) -> object:
-    """The local stack, restarted with or without TLS; this process connects as its operator."""
-    from stack.stack import running_config, use_local_kafka_identity
+    """The local stack, restarted with or without TLS (Kafka; Elasticsearch is left out: neither measure uses it);
+    this process connects as its operator."""
+    from stack.stack import running_config, use_local_identity
 
     aitax = [sys.executable, "-m", "aitax.cli", "stack"]
     subprocess.run([*aitax, "down"], check=True, capture_output=True)
     subprocess.run([*aitax, "up", "--no-elasticsearch", *([] if tls else ["--plaintext"])], check=True,
                    capture_output=True)
-    use_local_kafka_identity(None)
+    use_local_identity(None)
     return running_config()
+
+
+DEMO_ROWS = ("broker_wait", "identify", "end_to_end")  # `aitax demo`'s latency rows compared
+
+
+def demo_latency(out: Path) -> dict[str, tuple[float, float]]:
+    """`aitax demo` into `out`; (p50, p99) ms of each of DEMO_ROWS from its printed breakdown."""
+    shown = subprocess.run([sys.executable, "-m", "aitax.cli", "demo", "--out", str(out)], capture_output=True,
+                           text=True, check=True).stdout
+    rows = {}
+    for line in shown.splitlines():
+        fields = line.split()
+        if fields and fields[0] in DEMO_ROWS and len(fields) >= 4:
+            rows[fields[0]] = (float(fields[2]), float(fields[3]))
+    missing = set(DEMO_ROWS) - rows.keys()
+    if missing:
+        raise SystemExit(f"aitax demo printed no {', '.join(sorted(missing))} row: {shown[-500:]}")
+    return rows
+
+
+def compare_demo(repeat: int) -> int:
+    import tempfile
+
+    from tqdm import tqdm
+
+    measured: dict[str, list[dict]] = {side: [] for side in SIDES}
+    with tempfile.TemporaryDirectory() as scratch:
+        for side in tqdm([side for _ in range(repeat) for side in SIDES], desc="plaintext / TLS demos", unit="demo"):
+            restart_stack(tls=side == "tls")
+            measured[side].append(demo_latency(Path(scratch) / side))
+            tqdm.write(f"   {side:<9} " + "; ".join(f"{row} p50 {p50:.0f} ms p99 {p99:.0f} ms"
+                                                    for row, (p50, p99) in measured[side][-1].items()))
+    print(f"\n`aitax demo` (1 ingest-detect, 2 identify, 60 s of the hard video), median of {repeat}:")
+    median = {side: {row: tuple(statistics.median(run[row][q] for run in runs) for q in (0, 1)) for row in DEMO_ROWS}
+              for side, runs in measured.items()}
+    for row in DEMO_ROWS:
+        plain, secured = median["plaintext"][row], median["tls"][row]
+        print(f"   {row:<12} p50 {plain[0]:6.1f} -> {secured[0]:6.1f} ms (TLS/plaintext "
+              f"{secured[0] / max(1e-9, plain[0]):.2f}); p99 {plain[1]:6.1f} -> {secured[1]:6.1f} ms")
+    return 0
 
 
 def main() -> int:
@@ -41,7 +84,10 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=16, help="emulated instances a side (default 16)")
     parser.add_argument("--processes", type=int, default=2, help="OS processes a side (default 2)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each side, alternating (default 2)")
+    parser.add_argument("--demo", action="store_true", help="compare `aitax demo`'s latency instead")
     args = parser.parse_args()
+    if args.demo:
+        return compare_demo(args.repeat)
 
     from emulator_bench import NO_SLEEP, sweep_point
     from tqdm import tqdm

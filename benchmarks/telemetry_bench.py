@@ -27,15 +27,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=50_000, help="events per sink (default 50000)")
     args = parser.parse_args()
 
-    from elasticsearch import Elasticsearch
-
-    from stack.stack import current_config, use_local_kafka_identity
+    from stack.stack import current_config, use_local_identity
     from telemetry.elastic import ElasticsearchSink
+    from telemetry.elastic_access import client
     from telemetry.events import INDEX_PREFIX, Event
     from telemetry.sinks import JsonlSink, NullSink
 
     config = current_config()
-    use_local_kafka_identity(None)  # the benchmark is the operator: the admin principal
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     if config is None or not config.elasticsearch:
         print("benchmark needs the local stack with Elasticsearch: `aitax stack up`", file=sys.stderr)
         return 2
@@ -61,7 +60,7 @@ def main() -> int:
         if name == "elasticsearch":
             shipped_at = started
         sink.close()
-    es = Elasticsearch(config.elasticsearch_url)
+    es = client(config.elasticsearch_url)
     es.indices.refresh(index=f"{INDEX_PREFIX}-*")
     indexed = es.count(index=f"{INDEX_PREFIX}-*", query={"term": {"run_id": run_id}})["count"]
     elapsed = time.perf_counter() - shipped_at

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
+
+from requests.adapters import HTTPAdapter
 
 from cluster import images
 from cluster.k8s import tool
 from cluster.node import RealCluster
 from common.errors import UserError
 from common.paths import PROJECT_ROOT
+from pipeline.transport.security import READER, READER_MOUNT, TLS_ENV
+from telemetry.elastic_access import CREDENTIALS_ENV
 
 CHART = PROJECT_ROOT / "charts" / "aitax"
 INSTALL_TIMEOUT = "20m"
@@ -85,21 +90,56 @@ def fullname(release: str) -> str:
 
 
 def identified_faces(cluster: RealCluster, namespace: str, release: str) -> int:
-    """Identify events of the demo run in the in-cluster Elasticsearch (0 while it is not answering)."""
+    """Identify events of the demo run in the in-cluster Elasticsearch (0 while it is not answering), read as the
+    release's reader when its Elasticsearch is secured."""
     # The host resolves no cluster names: ask through the Service's ClusterIP (kube-proxy routes it here too).
-    cluster_ip = cluster.kubectl("get", "service", f"{fullname(release)}-elasticsearch", "-n", namespace, "-o",
+    service = f"{fullname(release)}-elasticsearch"
+    cluster_ip = cluster.kubectl("get", "service", service, "-n", namespace, "-o",
                                  "jsonpath={.spec.clusterIP}", check=False).stdout.strip()
     if not cluster_ip:
         return 0
     import requests
 
+    query = {"query": {"bool": {"filter": [{"term": {"run_id": CHART_RUN_ID}}, {"term": {"stage": "identify"}}]}}}
+    reader = _reader_identity(cluster, namespace, release)
     try:
-        response = requests.post(f"http://{cluster_ip}:9200/aitax-events-*/_count", timeout=5,
-                                 json={"query": {"bool": {"filter": [{"term": {"run_id": CHART_RUN_ID}},
-                                                                     {"term": {"stage": "identify"}}]}}})
+        with requests.Session() as session:
+            if reader is None:
+                response = session.post(f"http://{cluster_ip}:9200/aitax-events-*/_count", timeout=5, json=query)
+            else:
+                session.mount("https://", _ServiceName(service))  # its certificate names the Service, not the IP
+                with tempfile.NamedTemporaryFile(suffix=".crt") as ca:
+                    ca.write(reader["ca.crt"])
+                    ca.flush()
+                    response = session.post(f"https://{cluster_ip}:9200/aitax-events-*/_count", timeout=5,
+                                            json=query, verify=ca.name,
+                                            auth=(reader["username"].decode().strip(),
+                                                  reader["password"].decode().strip()))
         return int(response.json().get("count", 0)) if response.ok else 0
     except (requests.RequestException, ValueError):
         return 0
+
+
+def _reader_identity(cluster: RealCluster, namespace: str, release: str) -> dict[str, bytes] | None:
+    """The release's reader Secret (`<fullname>-identity-reader`), or None when security is off."""
+    import base64
+
+    found = cluster.kubectl("get", "secret", f"{fullname(release)}-identity-{READER}", "-n", namespace, "-o",
+                            "jsonpath={.data}", check=False)
+    if found.returncode != 0 or not found.stdout.strip():
+        return None
+    return {key: base64.b64decode(value) for key, value in json.loads(found.stdout).items()}
+
+
+class _ServiceName(HTTPAdapter):
+    """Checks the server's certificate against a Service's name while connecting to its ClusterIP."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **{**kwargs, "assert_hostname": self.name})
 
 
 def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", log=print) -> int:
@@ -137,10 +177,13 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", l
         raise UserError(f"no identities after {max(seconds, 600):.0f} s: kubectl --kubeconfig {cluster.kubeconfig} "
                         f"logs -n {namespace} deploy/{fullname(release)}-identify")
     log("== 5/5 score against ground truth (in an identify pod: the in-cluster Kafka and Elasticsearch)")
+    # As the reader (its identity is mounted beside identify's when security is on): identify may not read results
+    secured = _reader_identity(cluster, namespace, release) is not None
+    reader = ["env", *(f"{variable}={READER_MOUNT}" for variable in (TLS_ENV, CREDENTIALS_ENV))] if secured else []
     evaluation = cluster.kubectl(
-        "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", "aitax", "evaluate", "--video",
-        DEMO_VIDEO, "--run-id", CHART_RUN_ID, "--events", f"http://{fullname(release)}-elasticsearch:9200",
-        timeout_s=600)
+        "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", *reader, "aitax", "evaluate",
+        "--video", DEMO_VIDEO, "--run-id", CHART_RUN_ID, "--events",
+        f"{'https' if secured else 'http'}://{fullname(release)}-elasticsearch:9200", timeout_s=600)
     log(evaluation.stdout.rstrip())
     log(f"k8s demo done in {time.monotonic() - started:.0f} s. The release keeps running; pods:")
     log(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip())

@@ -50,7 +50,7 @@ def _stack_home(home: Path) -> Iterator[None]:
             os.environ.pop("AITAX_HOME")
         else:
             os.environ["AITAX_HOME"] = before
-        local_stack.use_local_kafka_identity(None)
+        local_stack.use_local_identity(None)
 
 
 def active_controller(config: StackConfig) -> int:
@@ -197,9 +197,10 @@ def _fault_result(scenario: str, offered_faces_per_s: float, run: RunResult, aud
 
 def _events_in_elasticsearch(config: StackConfig, run_name: str, expected: dict[str, int]) -> dict[str, int]:
     """Events of the run per stage, once they add up to `expected` or after a minute."""
-    from elasticsearch import Elasticsearch
+    from stack.elasticsearch import admin_credentials
+    from telemetry.elastic_access import client
 
-    es = Elasticsearch(config.elasticsearch_url)
+    es = client(config.elasticsearch_url, admin_credentials(config))
     counts: dict[str, int] = {}
 
     def added_up() -> bool:
@@ -264,7 +265,7 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
             started = aitax("stack", "up", "--no-elasticsearch", "--no-prometheus")
             if started.returncode:
                 raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
-            local_stack.use_local_kafka_identity(None)  # its admin, by its own CA
+            local_stack.use_local_identity(None)  # its admin, by its own CA
             spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
             load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
                                  workdir, drain_s=180)

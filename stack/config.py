@@ -47,6 +47,8 @@ class StackConfig:
     # Mutual TLS and ACLs on every Kafka listener (stack.security); off only to measure what they cost, or where
     # something else terminates TLS
     tls: bool = True
+    # Elasticsearch over https, a user and role per principal (stack.security); off with `tls`
+    elasticsearch_tls: bool = True
 
     def __post_init__(self) -> None:
         if not MIN_BROKERS <= self.brokers <= MAX_BROKERS:
@@ -95,7 +97,7 @@ class StackConfig:
 
     @property
     def elasticsearch_url(self) -> str:
-        return f"http://{HOST}:{self.elasticsearch_port}"
+        return f"{'https' if self.elasticsearch_tls else 'http'}://{HOST}:{self.elasticsearch_port}"
 
     @property
     def prometheus_url(self) -> str:
@@ -132,6 +134,6 @@ class StackConfig:
     def load(cls, path: Path) -> StackConfig:
         try:
             # a stack described before TLS existed runs plaintext listeners
-            return cls(**{"tls": False, **json.loads(path.read_text())})
+            return cls(**{"tls": False, "elasticsearch_tls": False, **json.loads(path.read_text())})
         except (OSError, ValueError, TypeError) as error:
             raise UserError(f"{path}: unreadable stack description ({error}); run `make clean`") from error

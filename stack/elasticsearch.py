@@ -16,8 +16,10 @@ from pathlib import Path
 from common.daemons import ManagedProcess
 from common.errors import UserError
 from common.paths import PROJECT_ROOT, downloads_dir, stack_dir
+from pipeline.transport.security import CA_FILE, CERTIFICATE_FILE, KEY_FILE
 from stack.config import ELASTICSEARCH_VERSION, HOST, StackConfig
 from stack.kafka import require_java
+from telemetry.elastic_access import ElasticsearchCredentials, http_options
 
 ARTIFACT = f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{ELASTICSEARCH_VERSION}:zip"
 PLUGIN_SOURCE = PROJECT_ROOT / "stack" / "es_root_plugin"
@@ -101,7 +103,7 @@ def write_config(config: StackConfig) -> None:
         "http.port": config.elasticsearch_port,
         "transport.port": config.elasticsearch_transport_port,
         "discovery.type": "single-node",
-        "xpack.security.enabled": "false",
+        **_security_settings(config, config_dir),
         # A nearly full developer disk must not turn indices read-only in the middle of an experiment.
         "cluster.routing.allocation.disk.threshold_enabled": "false",
         # Tests and `make clean` delete indices by pattern.
@@ -114,6 +116,44 @@ def write_config(config: StackConfig) -> None:
     if os.geteuid() == 0 and not _user_namespaces_work():
         for path in [state_dir(), *state_dir().rglob("*")]:
             os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+
+
+def _security_settings(config: StackConfig, config_dir: Path) -> dict[str, str]:
+    """https with the stack CA's certificate, and a file-realm user and role per principal (`stack.security`). The
+    node reads its certificate and users only inside its config folder, so they are copied there."""
+    if not config.elasticsearch_tls:
+        return {"xpack.security.enabled": "false"}
+    from stack import security
+    from stack.pki import write_private
+
+    certificates = config_dir / "certs"
+    certificates.mkdir(mode=0o700)
+    server = security.identity(security.ELASTICSEARCH)
+    for name in (CA_FILE, CERTIFICATE_FILE, KEY_FILE):
+        write_private(certificates / name, (server / name).read_bytes())
+    for name, content in security.file_realm(security.pki_dir()).items():
+        write_private(config_dir / name, content)
+    return SECURITY_SETTINGS
+
+
+# Elasticsearch's security, locally and in the chart's bundled node (a test keeps the chart's equal): https with the
+# certificate in the config folder's certs/, and the file realm alone (every user is a principal of
+# `stack.security`, none made at run time).
+SECURITY_SETTINGS = {
+    "xpack.security.enabled": "true",
+    "xpack.security.http.ssl.enabled": "true",
+    "xpack.security.http.ssl.key": f"certs/{KEY_FILE}",
+    "xpack.security.http.ssl.certificate": f"certs/{CERTIFICATE_FILE}",
+    "xpack.security.http.ssl.certificate_authorities": f"certs/{CA_FILE}",
+    "xpack.security.authc.realms.file.file1.order": "0",
+}
+
+
+def admin_credentials(config: StackConfig) -> ElasticsearchCredentials | None:
+    """The stack's own checks and set-up run as its admin when Elasticsearch is secured."""
+    from stack.security import ADMIN, identity
+
+    return ElasticsearchCredentials(identity(ADMIN)) if config.elasticsearch_tls else None
 
 
 def start(config: StackConfig) -> None:
@@ -162,7 +202,8 @@ def health(config: StackConfig) -> str | None:
     import requests
 
     try:
-        response = requests.get(f"{config.elasticsearch_url}/_cluster/health", timeout=2)
+        response = requests.get(f"{config.elasticsearch_url}/_cluster/health", timeout=2,
+                                **http_options(admin_credentials(config)))
         return response.json().get("status") if response.ok else None
     except requests.RequestException:
         return None

@@ -315,6 +315,16 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
         raise UserError(f"creating topics {[s.name for s in specs]} failed: {exception.args[0]}") from exception
 
 
+def grant_acls(admin, topics: list[tuple[str, str | None]], timeout_s: float) -> None:
+    """Each principal's ACLs on (topic name, the `Topics` field it carries) pairs and on its groups, through an
+    admin client (`stack.security.acl_bindings`): the local stack's topic creation and the chart's topics Job."""
+    from stack.security import acl_bindings
+
+    # librdkafka times the request out itself: a timeout is a KafkaException that `retry_transient` retries
+    for future in admin.create_acls(acl_bindings(topics), request_timeout=timeout_s).values():
+        future.result()  # creating an ACL that exists is a no-op
+
+
 def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -337,10 +347,7 @@ def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: 
             if exception is not None and exception.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise exception  # a race with another creator is fine; anything else is the caller's to judge
     if config.tls:
-        from stack.security import acl_bindings
-
-        for future in admin.create_acls(acl_bindings([(s.name, s.carries) for s in specs])).values():
-            future.result(timeout=timeout_s)  # creating an ACL that exists is a no-op
+        grant_acls(admin, [(s.name, s.carries) for s in specs], timeout_s)
     for spec in specs:
         if spec.name in existing and spec.config:
             resource = ConfigResource(

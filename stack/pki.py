@@ -25,7 +25,7 @@ VALID_DAYS = 365
 RENEW_BEFORE_DAYS = 30  # `stack up` issues again when a certificate has less left
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
@@ -73,7 +73,7 @@ def _ca(folder: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_private(key_file, _pem_key(key))
+    write_private(key_file, _pem_key(key))
     certificate_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return certificate, key
 
@@ -103,7 +103,7 @@ def _issue(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, principal: 
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     certificate = builder.sign(ca_key, hashes.SHA256())
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_private(folder / KEY_FILE, _pem_key(key))
+    write_private(folder / KEY_FILE, _pem_key(key))
     (folder / CERTIFICATE_FILE).write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     (folder / CA_FILE).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
 

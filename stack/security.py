@@ -1,22 +1,30 @@
-"""Who may do what on the local stack's Kafka: a principal per stage, each allowed only what its stage needs.
+"""Who may do what on the local stack's Kafka and Elasticsearch: a principal per stage, each allowed only what its
+stage needs.
 
-A principal is the CN of its certificate (`stack.pki`); the brokers and the admin (topic creation, ACLs, the stack's
-own checks) are super users, every other principal holds only the ACLs below. A topic's ACLs are granted when it is
-created (`acl_bindings`, from `stack.kafka.ensure_topics`), so an experiment's prefixed topics get the same rules as
-the pipeline's.
+On Kafka a principal is the CN of its certificate (`stack.pki`); the brokers and the admin (topic creation, ACLs, the
+stack's own checks) are super users, every other principal holds only the ACLs below. A topic's ACLs are granted when
+it is created (`acl_bindings`, from `stack.kafka.ensure_topics`), so an experiment's prefixed topics get the same
+rules as the pipeline's. On Elasticsearch the same principal is a user of the file realm with one role: a stage may
+write events and nothing else, the reader may read them, the admin is a superuser (index template, clean-up).
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.paths import stack_dir
-from pipeline.transport.security import CA_FILE, CERTIFICATE_FILE, KEY_FILE
+from pipeline.transport.security import CA_FILE, CERTIFICATE_FILE, KEY_FILE, READER, READER_MOUNT
 from stack.config import HOST
+from telemetry.elastic_access import PASSWORD_FILE, USERNAME_FILE
 
+KEYSTORE_FILE = "keystore.pem"  # a Java process's key and certificate in one file, as Kafka's PEM key store reads it
 BROKER = "broker"
+ELASTICSEARCH = "elasticsearch"  # the Elasticsearch server's own certificate
 ADMIN = "admin"
+# Elasticsearch roles (`elasticsearch_roles`), by what a principal does with events
+EVENTS_WRITER, EVENTS_READER, SUPERUSER = "aitax_events_writer", "aitax_events_reader", "superuser"
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class Principal:
     writes: tuple[str, ...] = ()  # fields it produces to
     groups: tuple[str, ...] = ()  # consumer group name prefixes it may join
     describes_groups: bool = False  # may read every group's committed offsets (a stage's lag)
+    events_role: str = EVENTS_WRITER  # its Elasticsearch role: every stage logs events, the reader reads them
 
 
 # One principal per stage, as the issue's table of least privilege: a stage reads what it consumes and writes what
@@ -39,8 +48,8 @@ PRINCIPALS = (
     # the emulator's producers: ingest-detect's rights, and a closed loop's (--in-flight) read of the answers
     Principal("load-generator", reads=("identities",), writes=("faces", "dlq", "frames"), groups=("closed-loop-",)),
     # read-back, audit and collect: every topic, nothing written
-    Principal("reader", reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-"),
-              describes_groups=True),
+    Principal(READER, reads=("faces", "identities", "dlq", "frames", "detections"), groups=("readback-", "aitax-"),
+              describes_groups=True, events_role=EVENTS_READER),
 )
 
 # The principal each `aitax` command runs as on the local stack; any other command is the operator's (admin): it
@@ -50,25 +59,56 @@ COMMAND_PRINCIPALS = {
     "detect": "detect", "emulate-detectors": "detect",
     "detect-objects": "detect-objects",
     "identify": "identify", "emulate-consumers": "identify",
-    "audit": "reader", "collect": "reader",
+    "audit": READER, "collect": READER, "report": READER,
 }
+
+
+def chart_view() -> dict[str, object]:
+    """What the Helm chart reads of this table (charts/aitax/files/security.json, which a test keeps equal to
+    this): the principal each stage command runs as, and the Java and server identities it mounts."""
+    return {"commands": dict(sorted(COMMAND_PRINCIPALS.items())), "admin": ADMIN, "broker": BROKER,
+            "elasticsearch": ELASTICSEARCH, "reader": READER, "readerMount": READER_MOUNT}
 
 
 def pki_dir() -> Path:
     return stack_dir() / "pki"
 
 
-def issue_identities() -> None:
-    """Every principal's certificate and key (made at the first `stack up`, renewed near expiry), and the brokers'
-    PEM key store."""
-    from stack.pki import ensure_identities  # `cryptography`: only where certificates are made
+def issue_identities(folder: Path | None = None, servers: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Every principal's certificate and key (made once, renewed near expiry), Elasticsearch password (made once)
+    and, for the Java processes, PEM key store, under `folder` (the local stack's `pki_dir()`, or a release's
+    Secrets copied out by `cluster.secrets`). `servers`: the brokers' and Elasticsearch's host names."""
+    from stack.pki import ensure_identities, write_private  # `cryptography`: only where certificates are made
 
-    ensure_identities(pki_dir(), {BROKER: (HOST, "localhost"), ADMIN: (), **{p.name: () for p in PRINCIPALS}})
+    folder = folder or pki_dir()
+    servers = servers or {BROKER: (HOST, "localhost"), ELASTICSEARCH: (HOST, "localhost")}
+    ensure_identities(folder, {**servers, ADMIN: (), **{p.name: () for p in PRINCIPALS}})
     for java_user in (BROKER, ADMIN):  # the brokers, and Kafka's own tools run as the admin
-        own = identity(java_user)
-        keystore = java_keystore(java_user)
-        keystore.touch(mode=0o600)
-        keystore.write_bytes((own / KEY_FILE).read_bytes() + (own / CERTIFICATE_FILE).read_bytes())
+        own = folder / java_user
+        write_private(own / KEYSTORE_FILE, (own / KEY_FILE).read_bytes() + (own / CERTIFICATE_FILE).read_bytes())
+    for user in elasticsearch_users():
+        own = folder / user
+        (own / USERNAME_FILE).write_text(user + "\n")
+        if not (own / PASSWORD_FILE).exists():
+            write_private(own / PASSWORD_FILE, (secrets.token_urlsafe(32) + "\n").encode())
+
+
+def file_realm(folder: Path) -> dict[str, bytes]:
+    """Elasticsearch's file realm for the passwords under `folder`: `users` (bcrypt hashes only), `users_roles`
+    and `roles.yml`, as files of its config folder."""
+    import bcrypt
+    import yaml
+
+    from telemetry.events import INDEX_PREFIX
+
+    users, members = [], {}
+    for user, role in elasticsearch_users().items():
+        password = (folder / user / PASSWORD_FILE).read_bytes().strip()
+        users.append(f"{user}:{bcrypt.hashpw(password, bcrypt.gensalt(rounds=10)).decode()}\n")
+        members.setdefault(role, []).append(user)
+    return {"users": "".join(users).encode(),
+            "users_roles": "".join(f"{role}:{','.join(names)}\n" for role, names in members.items()).encode(),
+            "roles.yml": yaml.safe_dump(elasticsearch_roles(f"{INDEX_PREFIX}-*")).encode()}
 
 
 def identity(principal: str) -> Path:
@@ -78,7 +118,7 @@ def identity(principal: str) -> Path:
 
 def java_keystore(principal: str) -> Path:
     """Kafka's PEM key store of a Java process: the principal's key, then its certificate."""
-    return identity(principal) / "keystore.pem"
+    return identity(principal) / KEYSTORE_FILE
 
 
 def java_client_properties(principal: str) -> dict[str, str]:
@@ -86,6 +126,23 @@ def java_client_properties(principal: str) -> dict[str, str]:
     return {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(java_keystore(principal)), "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(identity(principal) / CA_FILE)}
+
+
+def elasticsearch_users() -> dict[str, str]:
+    """Each principal's Elasticsearch role, by user name (the principal's)."""
+    return {ADMIN: SUPERUSER, **{p.name: p.events_role for p in PRINCIPALS}}
+
+
+def elasticsearch_roles(index_pattern: str) -> dict[str, dict]:
+    """The file realm's roles (`roles.yml`) over the event indices. A writer may create the daily index and
+    index events into it (ids from content, so a replay overwrites: `index`, not just `create_doc`); `monitor` is
+    the health probe a sink uses to notice Elasticsearch is back. It may not read, delete or change templates."""
+    return {
+        EVENTS_WRITER: {"cluster": ["monitor"],
+                        "indices": [{"names": [index_pattern], "privileges": ["create_index", "index"]}]},
+        EVENTS_READER: {"cluster": ["monitor"],
+                        "indices": [{"names": [index_pattern], "privileges": ["read", "view_index_metadata"]}]},
+    }
 
 
 def acl_bindings(topics: list[tuple[str, str | None]]) -> list:

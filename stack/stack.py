@@ -25,7 +25,9 @@ def description_file() -> Path:
     return stack_dir() / "stack.json"
 
 
-LOCAL_IDENTITY_ENV = "AITAX_KAFKA_TLS_LOCAL"  # the local principal $AITAX_KAFKA_TLS was set to by default
+def local_marker(variable: str) -> str:
+    """The variable saying `variable` holds only the local stack's default identity (the principal's name)."""
+    return f"{variable}_LOCAL"
 
 
 def current_config() -> StackConfig | None:
@@ -95,8 +97,10 @@ def up(config: StackConfig, progress=print) -> StackConfig:
                 f"a stack with {running.brokers} brokers x {running.log_dirs_per_broker} log dirs is running; "
                 f"`aitax stack down` first to change it to {config.brokers} x {config.log_dirs_per_broker}"
             )
-        if running.tls != config.tls:
-            running_kind, wanted = ("TLS", "plaintext") if running.tls else ("plaintext", "TLS")
+        if (running.tls, running.elasticsearch_tls) != (config.tls, config.elasticsearch_tls):
+            running_kind = ("TLS" if running.elasticsearch_tls else "TLS Kafka, plaintext Elasticsearch") \
+                if running.tls else "plaintext"
+            wanted = "TLS" if config.tls else "plaintext"
             raise UserError(f"a {running_kind} stack is running; `aitax stack down` first to start it {wanted}")
         # Keep what runs; a partial stack may gain components it lacked.
         config = replace(
@@ -133,7 +137,7 @@ def up(config: StackConfig, progress=print) -> StackConfig:
         )
         from telemetry.elastic import install_event_template
 
-        install_event_template(config.elasticsearch_url)
+        install_event_template(config.elasticsearch_url, elasticsearch.admin_credentials(config))
     if config.prometheus:
         wait_until(lambda: prometheus.ready(config), PROMETHEUS_START_TIMEOUT_S, "Prometheus", prometheus.process())
     progress(f"stack up in {time.monotonic() - started:.1f} s")
@@ -146,7 +150,7 @@ def _start_kafka(config: StackConfig, progress) -> None:
     for broker in to_start:
         broker.require_free_ports()
     cluster_id = kafka.cluster_id()
-    if config.tls:
+    if config.tls or config.elasticsearch_tls:
         security.issue_identities()
     for broker in to_start:
         broker.write_config()
@@ -239,7 +243,9 @@ def status(config: StackConfig) -> list[ComponentStatus]:
                 process.pid(),
                 config.elasticsearch_port,
                 colour in ("green", "yellow"),
-                f"cluster health {colour or 'unreachable'}",
+                f"cluster health {colour or 'unreachable'}; "
+                + ("https, a user and role per principal" if config.elasticsearch_tls
+                   else "http: no encryption, no authentication"),
                 process.rss_bytes(),
             )
         )
@@ -286,31 +292,34 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
         )
 
 
-def use_local_kafka_identity(command: str | None) -> None:
-    """Connect this process, and the processes it starts, to the local stack's Kafka as `command`'s principal
-    (`security.COMMAND_PRINCIPALS`), unless it was given an identity ($AITAX_KAFKA_TLS: a pod's Secret, a user). A
-    child started here picks its own: the variable says the identity was only the local default. A child whose
-    state folder has no stack (a test's or an experiment's own $AITAX_HOME) takes its principal's folder beside
-    the one it inherited: the same stack's."""
+def use_local_identity(command: str | None) -> None:
+    """Connect this process, and the processes it starts, to the local stack's Kafka and Elasticsearch as
+    `command`'s principal (`security.COMMAND_PRINCIPALS`), unless it was given an identity ($AITAX_KAFKA_TLS,
+    $AITAX_ELASTICSEARCH_CREDENTIALS: a pod's Secrets, a user's). A child started here picks its own: a variable
+    says the identity was only the local default. A child whose state folder has no stack (a test's or an
+    experiment's own $AITAX_HOME) takes its principal's folder beside the one it inherited: the same stack's."""
     import os
     from pathlib import Path
 
     from pipeline.transport.security import TLS_ENV
+    from telemetry.elastic_access import CREDENTIALS_ENV
 
-    given = os.environ.get(TLS_ENV)
-    if given and not os.environ.get(LOCAL_IDENTITY_ENV):
-        return
-    os.environ.pop(TLS_ENV, None)
-    os.environ.pop(LOCAL_IDENTITY_ENV, None)
     principal = security.COMMAND_PRINCIPALS.get(command or "", security.ADMIN)
     config = current_config()
-    if config is not None:
-        folder = security.identity(principal) if config.tls else None
-    else:
-        folder = Path(given).parent / principal if given else None
-    if folder is not None and folder.is_dir():
-        os.environ[TLS_ENV] = str(folder)
-        os.environ[LOCAL_IDENTITY_ENV] = principal
+    for variable, secured in ((TLS_ENV, config is not None and config.tls),
+                              (CREDENTIALS_ENV, config is not None and config.elasticsearch_tls)):
+        given = os.environ.get(variable)
+        if given and not os.environ.get(local_marker(variable)):
+            continue
+        os.environ.pop(variable, None)
+        os.environ.pop(local_marker(variable), None)
+        if config is not None:
+            folder = security.identity(principal) if secured else None
+        else:
+            folder = Path(given).parent / principal if given else None
+        if folder is not None and folder.is_dir():
+            os.environ[variable] = str(folder)
+            os.environ[local_marker(variable)] = principal
 
 
 def resolve_bootstrap(explicit: str | None) -> str:

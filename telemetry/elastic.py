@@ -23,10 +23,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from telemetry.elastic_access import ElasticsearchCredentials, client, http_options, refusal
 from telemetry.events import INDEX_PREFIX, Event
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 2.0
+RETRIED_STATUSES = (401, 403, 429)  # a refused credential, a full write queue: the same event may pass later
 ADOPT_INTERVAL_S = 5.0
 
 
@@ -42,23 +44,29 @@ def index_for(document: dict[str, Any]) -> str:
     return f"{INDEX_PREFIX}-{time.strftime('%Y.%m.%d', time.gmtime(document['wall_start_ns'] / 1e9))}"
 
 
-def install_event_template(url: str) -> None:
+def install_event_template(url: str, credentials: ElasticsearchCredentials | None = None) -> bool:
     """The `aitax-events-*` template (and new fields on existing indices). Idempotent. Both the local stack's `up`
-    and every sink's first shipment run it: an Elasticsearch in a cluster gets it before its first event."""
+    (as its admin) and every sink's first shipment run it: an Elasticsearch in a cluster gets it before its first
+    event. False when this identity may not (a stage's writer on a secured Elasticsearch: its admin installs it)."""
     import requests
 
     from common.errors import UserError
     from telemetry.events import INDEX_MAPPING, TEMPLATE_NAME, index_template
 
-    response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10)
+    access = http_options(credentials)
+    response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10, **access)
+    if response.status_code == 403:
+        return False
     if not response.ok:
-        raise UserError(f"installing the event index template failed: {response.status_code} {response.text[:200]}")
+        raise UserError(refusal(url, response.status_code) or
+                        f"installing the event index template failed: {response.status_code} {response.text[:200]}")
     # Indices made before a field was added keep their old strict mapping and would reject new events: extend
     # them (adding fields is always allowed; a changed type would need a new schema version and index).
     response = requests.put(f"{url}/{INDEX_PREFIX}-*/_mapping", json=INDEX_MAPPING,
-                            params={"allow_no_indices": "true"}, timeout=30)
+                            params={"allow_no_indices": "true"}, timeout=30, **access)
     if not response.ok:
         raise UserError(f"updating event index mappings failed: {response.status_code} {response.text[:200]}")
+    return True
 
 
 class ElasticsearchSink:
@@ -66,8 +74,6 @@ class ElasticsearchSink:
 
     def __init__(self, url: str, spool: Path, batch_size: int = 500, flush_interval_s: float = 1.0,
                  buffer_limit: int = 50_000) -> None:
-        from elasticsearch import Elasticsearch
-
         self.url = url
         self.spool = spool
         self.batch_size = batch_size
@@ -77,7 +83,7 @@ class ElasticsearchSink:
         self.spooled = 0
         self.replayed = 0
         self.malformed_spool_lines = 0
-        self._client = Elasticsearch(url, request_timeout=10, max_retries=0)
+        self._client = client(url, request_timeout=10, max_retries=0)
         self._buffer: deque[dict[str, Any]] = deque()
         self._spool_lock = threading.Lock()
         self._wake = threading.Event()
@@ -152,7 +158,7 @@ class ElasticsearchSink:
         if not self._template_installed:
             try:
                 install_event_template(self.url)
-                self._template_installed = True
+                self._template_installed = True  # or left to the admin: asking again would not change that
             except Exception as error:  # unreachable, or an unexpected answer: the bulk below decides what to do
                 log.warning("event index template not installed at %s: %s", self.url, error)
         for start in range(0, len(documents), self.batch_size):
@@ -168,10 +174,19 @@ class ElasticsearchSink:
         actions = ({"_index": index_for(d), "_id": document_id(d), "_source": d} for d in documents)
         try:
             _, errors = helpers.bulk(self._client, actions, raise_on_error=False, stats_only=False)
-        except Exception as error:  # connection refused, timeout, node gone: spool and probe later
+        except Exception as error:  # connection refused, timeout, node gone, credentials refused: spool, probe later
             if self._available:
-                log.warning("Elasticsearch at %s unreachable (%s): spooling events to %s", self.url,
-                            type(error).__name__, self.spool)
+                status = getattr(getattr(error, "meta", None), "status", None)
+                log.warning("%s: spooling events to %s", refusal(self.url, status) or
+                            f"Elasticsearch at {self.url} unreachable ({type(error).__name__})", self.spool)
+            self._available = False
+            return False
+        refused = [e for e in errors if next(iter(e.values())).get("status") in RETRIED_STATUSES]
+        if refused:  # a credential or a full queue may change: the whole batch is spooled, ids dedupe its replay
+            if self._available:
+                status = next(iter(refused[0].values())).get("status")
+                log.warning("%s: spooling events to %s", refusal(self.url, status) or "Elasticsearch busy (429)",
+                            self.spool)
             self._available = False
             return False
         if errors:

@@ -67,21 +67,29 @@ def _from_jsonl(run_id: str, path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _from_elasticsearch(run_id: str, url: str) -> list[dict[str, Any]]:
-    from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError, helpers
+    from elasticsearch import ApiError, ConnectionError, TransportError, helpers
 
-    client = Elasticsearch(url, request_timeout=60)
+    from telemetry.elastic_access import client as elasticsearch_client
+    from telemetry.elastic_access import refusal
+
+    client = elasticsearch_client(url, request_timeout=60)
     try:
         client.info()  # one quick question first: an unreachable URL is one line, not a scroll's retries
     except ConnectionError:
         client.close()
         raise UserError(f"run {run_id!r}: Elasticsearch at {url} unreachable (the local stack's starts with "
                         "`aitax stack up`; or pass --events DIR)") from None
+    except ApiError as error:
+        client.close()
+        raise UserError(f"run {run_id!r}: {refusal(url, error.meta.status) or error}") from None
     try:
         # A scroll over every matching document; sorted locally, since a sorted scroll costs the cluster more.
         hits = helpers.scan(client, index=f"{INDEX_PREFIX}-*", query={"query": {"term": {"run_id": run_id}}},
                             size=SCROLL_PAGE, scroll="2m")
         return [hit["_source"] for hit in hits]
     except (ApiError, TransportError) as error:
-        raise UserError(f"run {run_id!r}: cannot read events from Elasticsearch at {url}: {error}") from error
+        status = error.meta.status if isinstance(error, ApiError) else None
+        reason = refusal(url, status) or f"cannot read events from Elasticsearch at {url}: {error}"
+        raise UserError(f"run {run_id!r}: {reason}") from error
     finally:
         client.close()

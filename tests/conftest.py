@@ -22,7 +22,7 @@ def stack() -> Iterator[StackConfig]:
     running = local_stack.current_config()
     was_running = running is not None and all(p.is_running() for p in local_stack.processes(running))
     config = local_stack.up(running if was_running else StackConfig())
-    local_stack.use_local_kafka_identity(None)  # the tests are the operator: the admin principal
+    local_stack.use_local_identity(None)  # the tests are the operator: the admin principal
     yield config
     if not was_running:
         local_stack.down()

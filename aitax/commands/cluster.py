@@ -8,6 +8,7 @@ import time
 import click
 
 from aitax.commands.options import group
+from common.errors import UserError
 
 
 def register(root: click.Group) -> None:
@@ -68,6 +69,66 @@ def cluster_demo(seconds: float, namespace: str) -> int:
     from cluster.demo import run_demo
 
     return run_demo(seconds, namespace=namespace)
+
+
+@cluster_group.command(
+    "issue-secrets", short_help="a release's CA, certificates and passwords as Secrets (the chart's Job runs it)",
+    help="In the chart's pre-install/pre-upgrade Job: make each principal's Secret PREFIX-PRINCIPAL (ca.crt, "
+         "tls.crt, tls.key, username, password), the CA's (PREFIX-ca) and the bundled Elasticsearch's file realm "
+         "(PREFIX-elasticsearch-realm) where they are missing or near expiry; existing ones are kept. Talks to the "
+         "API server as the pod's service account.")
+@click.option("--prefix", required=True, help="the release's full name: Secrets are PREFIX-<principal>")
+@click.option("--broker-host", "broker_hosts", multiple=True, required=True,
+              help="a name the brokers' certificate holds (repeatable; `*.` wildcards allowed)")
+@click.option("--elasticsearch-host", "elasticsearch_hosts", multiple=True,
+              help="a name the bundled Elasticsearch's certificate holds (repeatable)")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="a label on every Secret made")
+def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsearch_hosts: tuple[str, ...],
+                          labels: tuple[str, ...]) -> int:
+    from stack.release_secrets import SecretsApi, ensure_release_secrets, namespace
+    from stack.security import BROKER, ELASTICSEARCH
+
+    pairs = dict(label.split("=", 1) for label in labels if "=" in label)
+    if len(pairs) != len(labels):
+        raise click.BadParameter("give KEY=VALUE", param_hint="--label")
+    servers = {BROKER: broker_hosts, ELASTICSEARCH: elasticsearch_hosts or ("localhost",)}
+    ensure_release_secrets(SecretsApi(namespace()), prefix, servers, pairs)
+    return 0
+
+
+@cluster_group.command(
+    "grant-acls", short_help="each principal's ACLs on a release's topics (the chart's topics Job runs it)",
+    help="In the chart's topics Job, as the admin ($AITAX_KAFKA_TLS): grant each stage's principal what it needs on "
+         "the topics (stack/security.py's table), waiting up to --timeout for the brokers. Granting an ACL that "
+         "exists changes nothing.")
+@click.option("--bootstrap", required=True, help="the brokers, HOST:PORT[,...]")
+@click.option("--topic", "topics", multiple=True, required=True, metavar="NAME=ROLE",
+              help="a topic and the `Topics` field it is (faces, identities, dlq, frames, detections); repeatable")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="seconds to wait for the brokers")
+def cluster_grant_acls(bootstrap: str, topics: tuple[str, ...], timeout_s: float) -> int:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from pipeline.schema import Topics
+    from pipeline.transport.admin import retry_transient
+    from pipeline.transport.security import librdkafka_settings
+    from stack.kafka import grant_acls
+
+    pairs = [tuple(topic.split("=", 1)) for topic in topics]
+    roles = set(Topics.__dataclass_fields__)
+    bad = next((topic for topic, pair in zip(topics, pairs, strict=True) if len(pair) != 2 or pair[1] not in roles),
+               None)
+    if bad is not None:
+        raise click.BadParameter(f"{bad!r}: give NAME=ROLE, ROLE one of {', '.join(sorted(roles))}",
+                                 param_hint="--topic")
+    try:
+        retry_transient(lambda: grant_acls(AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})),
+                                           pairs, 30.0), timeout_s)
+    except KafkaException as exception:
+        raise UserError(f"granting ACLs at {bootstrap} failed: {exception.args[0]}") from exception
+    print(f"ACLs granted on {', '.join(name for name, _ in pairs)}")
+    return 0
 
 
 @cluster_group.command("down", short_help="stop every pod and process; remove the bridge, mounts and iptables rules")

@@ -31,8 +31,8 @@ NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id,
 @click.option("--no-elasticsearch", is_flag=True, help="leave Elasticsearch out")
 @click.option("--no-prometheus", is_flag=True, help="leave Prometheus out")
 @click.option("--plaintext", is_flag=True,
-              help="Kafka without TLS, client certificates or ACLs: only to measure what security costs, or where "
-                   "something else terminates TLS")
+              help="Kafka without TLS, client certificates or ACLs, and Elasticsearch over http without users: "
+                   "only to measure what security costs, or where something else terminates TLS")
 def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
        no_prometheus: bool, plaintext: bool) -> int:
     """Start the stack (idempotent) and wait until it is healthy."""
@@ -41,7 +41,8 @@ def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elast
 
     config = up(StackConfig(brokers=brokers, log_dirs_per_broker=log_dirs_per_broker,
                             faces_retention_ms=faces_retention_ms, elasticsearch=not no_elasticsearch,
-                            prometheus=not no_prometheus, tls=not plaintext))
+                            prometheus=not no_prometheus, tls=not plaintext,
+                            elasticsearch_tls=not plaintext))
     return _print_status(status(config))
 
 

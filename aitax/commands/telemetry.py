@@ -8,6 +8,7 @@ import click
 
 from aitax.commands.options import group
 from aitax.commands.report import report
+from common.errors import UserError
 from telemetry.kibana import API_KEY_ENV, DEFAULT_NDJSON
 
 
@@ -37,7 +38,36 @@ def kibana_import(url: str, space: str | None, ndjson: Path) -> int:
     return 0
 
 
-events = group("events", "event spools: replay what ended processes left behind")
+events = group("events", "the event indices' template; spools ended processes left behind")
+
+
+@events.command(short_help="install the aitax-events index template (the chart's topics Job runs it, as the admin)",
+                help="Install the `aitax-events-*` index template and extend older indices' mappings, as "
+                     "$AITAX_ELASTICSEARCH_CREDENTIALS: on a secured Elasticsearch only the admin may (a stage's "
+                     "writer may not change templates). Idempotent.")
+@click.option("--es", required=True, envvar="AITAX_ELASTICSEARCH_URL", help="Elasticsearch URL")
+@click.option("--wait", "wait_s", type=float, default=0.0, show_default=True,
+              help="seconds to wait for Elasticsearch to answer (a release's node may be starting)")
+def template(es: str, wait_s: float) -> int:
+    import requests
+
+    from common.daemons import poll_until
+    from telemetry.elastic import install_event_template
+    from telemetry.elastic_access import CREDENTIALS_ENV, http_options
+
+    def answers() -> bool:
+        try:
+            return requests.get(es, timeout=5, **http_options()).status_code < 500
+        except requests.RequestException:
+            return False
+
+    if wait_s and not poll_until(answers, wait_s, 5):
+        raise UserError(f"Elasticsearch at {es}: no answer within {wait_s:.0f} s")
+    if not install_event_template(es):
+        raise UserError(f"Elasticsearch at {es} refused the index template to this identity (${CREDENTIALS_ENV}): "
+                        "installing it takes the admin's")
+    print(f"event index template installed at {es}")
+    return 0
 
 
 @events.command(short_help="index every spool left by processes that ended during an outage")

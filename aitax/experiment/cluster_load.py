@@ -26,6 +26,7 @@ from aitax.experiment.kubernetes_api import (
 from common.daemons import poll_until
 from common.errors import UserError
 from pipeline.transport.readback import Collected, GroupState, RunReadback
+from pipeline.transport.security import READER_MOUNT, TLS_ENV
 from telemetry.results import Driver, Workload
 
 PRODUCERS_GONE_S = 120.0  # the pods' grace period (60 s) and some
@@ -196,8 +197,12 @@ class ClusterLoad:
         if not ready:
             raise UserError(f"no ready pod of {self.pods.consumers} to run aitax collect in")
         timeout_s = READBACK_TIMEOUT_S if "--run-id" in args else GROUP_TIMEOUT_S
+        # As the reader where the chart mounted its identity (security on): a consumer's own may not read results
+        reader = [f"{TLS_ENV}={READER_MOUNT}"] if any(
+            mount.mount_path == READER_MOUNT for container in ready[0].spec.containers
+            for mount in container.volume_mounts or []) else []
         output = self.cluster.exec(ready[0].metadata.name, self.pods.consumers.container,
-                                   ["aitax", "collect", *args], timeout_s)
+                                   ["env", *reader, "aitax", "collect", *args], timeout_s)
         line = next((line for line in reversed(output.splitlines()) if line.startswith("{")), "")
         try:
             return Collected.model_validate_json(line)

@@ -81,9 +81,31 @@ def consume_probe(bootstrap: str, topic: str, key: bytes, offset: int, timeout_s
         consumer.close()
 
 
+def listener_security(bootstrap: str, timeout_s: float) -> str:
+    """What one broker says of its listeners' security, e.g. `listeners SSL:SSL,CONTROLLER:SSL, client
+    certificates required, authorizer StandardAuthorizer`."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(librdkafka_settings(bootstrap, {"log_level": 0}))
+    broker = min(admin.list_topics(timeout=timeout_s).brokers)
+    future = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))],
+                                    request_timeout=timeout_s)
+    configs = next(iter(future.values())).result()
+
+    def value(name: str) -> str:
+        entry = configs.get(name)
+        return entry.value if entry is not None and entry.value else ""
+
+    authorizer = value("authorizer.class.name").rsplit(".", 1)[-1] or "none"
+    client_auth = value("ssl.client.auth") or "none"
+    return (f"listeners {value('listener.security.protocol.map')}, client certificates {client_auth}, "
+            f"authorizer {authorizer}")
+
+
 def run_probe(bootstrap: str, topic: str, replication_factor: int = 3, min_insync: int = 2,
               timeout_s: float = 60.0) -> str:
-    """Produce and consume one probe record; returns a one-line summary, raises on any failure."""
+    """Produce and consume one probe record, and read the listeners' security; returns a one-line summary, raises
+    on any failure."""
     key = f"probe-{uuid.uuid4().hex}".encode()
     payload = f"aitax probe {time.time_ns()}".encode()
     started = time.monotonic()
@@ -92,7 +114,9 @@ def run_probe(bootstrap: str, topic: str, replication_factor: int = 3, min_insyn
     echoed = consume_probe(bootstrap, topic, key, offset, timeout_s)
     if echoed != payload:
         raise ValueError(f"read back {echoed!r}, expected {payload!r}")
-    return f"probe ok: {topic}@{offset} produced (acks=all) and consumed in {time.monotonic() - started:.2f} s"
+    elapsed_s = time.monotonic() - started
+    return (f"probe ok: {topic}@{offset} produced (acks=all) and consumed in {elapsed_s:.2f} s; "
+            f"{listener_security(bootstrap, timeout_s)}")
 
 
 def main(argv: list[str] | None = None) -> int:

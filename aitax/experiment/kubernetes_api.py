@@ -19,6 +19,7 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"  # the chart's labels: a workload 
 COMPONENT_LABEL = "app.kubernetes.io/component"
 REBALANCE_COMPONENT = "kafka-rebalance"
 REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"
+ADMIN_MOUNT = "/etc/aitax/identity"  # the admin identity in the rebalance Job (KAFKA_TLS_DIR)
 RUN_ID_ENV = "AITAX_RUN_ID"
 FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -47,6 +48,17 @@ class Scaled:
 
     def __str__(self) -> str:
         return f"{self.kind.lower()}/{self.name}"
+
+
+def _admin_secret(pod: Any) -> str | None:
+    """With TLS on, the brokers mount their identity Secret `<prefix>-broker` as volume `tls`; Kafka's tools
+    connect as `<prefix>-admin` beside it (the chart's identities, stack/security.py)."""
+    from stack.security import ADMIN, BROKER
+
+    broker = next((v.secret.secret_name for v in pod.volumes or [] if v.name == "tls" and v.secret), None)
+    if broker is None or not broker.endswith(f"-{BROKER}"):
+        return None
+    return broker.removesuffix(BROKER) + ADMIN
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,7 @@ class KubernetesCluster:
         if not pattern:
             raise UserError(f"{kafka} has no KAFKA_HOST_PATTERN: not the aitax chart's Kafka, cannot rebalance")
         staying = min(brokers, statefulset.spec.replicas or brokers)
+        admin = _admin_secret(pod)
         bootstrap = ",".join(f"{pattern.replace('{ordinal}', str(o))}:{port}" for o in range(staying))
         serialize = self.api_client.sanitize_for_serialization
         labels = {INSTANCE_LABEL: release, COMPONENT_LABEL: REBALANCE_COMPONENT,
@@ -206,14 +219,19 @@ class KubernetesCluster:
                             "command": [REBALANCE_COMMAND, str(brokers)],
                             "env": [{"name": "KAFKA_BOOTSTRAP", "value": bootstrap},
                                     {"name": "KAFKA_WAIT_TIMEOUT_S", "value": str(int(timeout_s))},
-                                    {"name": "KAFKA_HEAP_OPTS", "value": "-Xmx256m"}],
+                                    {"name": "KAFKA_HEAP_OPTS", "value": "-Xmx256m"},
+                                    *([{"name": "KAFKA_TLS_DIR", "value": ADMIN_MOUNT}] if admin else [])],
                             "securityContext": serialize(broker.security_context),
                             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
                                           "limits": {"cpu": "1", "memory": "512Mi"}},
                             # The root filesystem is read-only: the reassignment plan goes to /tmp.
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                             *([{"name": "identity", "mountPath": ADMIN_MOUNT, "readOnly": True}]
+                                               if admin else [])],
                         }],
-                        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                                    *([{"name": "identity", "secret": {"secretName": admin, "defaultMode": 0o440}}]
+                                      if admin else [])],
                     },
                 },
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from common.errors import UserError
+from telemetry.elastic_access import http_options, refusal
 from telemetry.events import INDEX_PREFIX
 from telemetry.results import StageSummary
 
@@ -20,11 +21,12 @@ def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:
     import requests
 
     try:
-        response = requests.get(f"{url.rstrip('/')}/_cluster/health", timeout=timeout_s)
+        response = requests.get(f"{url.rstrip('/')}/_cluster/health", timeout=timeout_s, **http_options())
     except requests.RequestException as error:
         raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
     if not response.ok:
-        raise UserError(f"Elasticsearch at {url} answered {response.status_code} to /_cluster/health")
+        raise UserError(refusal(url, response.status_code) or
+                        f"Elasticsearch at {url} answered {response.status_code} to /_cluster/health")
 
 
 def stage_summaries(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str, StageSummary]:
@@ -48,12 +50,13 @@ def stage_summaries(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str,
     try:
         response = requests.post(endpoint, data=json.dumps(query), timeout=timeout_s,
                                  headers={"Content-Type": "application/json"},
-                                 params={"ignore_unavailable": "true", "allow_no_indices": "true"})
+                                 params={"ignore_unavailable": "true", "allow_no_indices": "true"}, **http_options())
     except requests.RequestException as error:
         raise UserError(f"Elasticsearch at {url} unreachable while collecting {run_id}: "
                         f"{type(error).__name__}") from None
     if not response.ok:
-        raise UserError(f"Elasticsearch refused the results query ({response.status_code}): {response.text[:200]}")
+        raise UserError(refusal(url, response.status_code) or
+                        f"Elasticsearch refused the results query ({response.status_code}): {response.text[:200]}")
     summaries = {}
     for bucket in response.json().get("aggregations", {}).get("stages", {}).get("buckets", []):
         values = bucket["compute"]["values"]

@@ -13,6 +13,9 @@ from types import MappingProxyType
 from common.errors import UserError
 
 TLS_ENV = "AITAX_KAFKA_TLS"
+# The principal that reads results back (read-back, audit, collect, the report), and where the chart's consumer pods
+# hold its identity beside their own: an experiment's read-back runs there as the reader (stack/security.py)
+READER, READER_MOUNT = "reader", "/etc/aitax/reader"
 # A Kubernetes TLS Secret's keys, as files in the folder it is mounted at
 CA_FILE, CERTIFICATE_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 

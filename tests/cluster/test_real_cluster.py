@@ -47,8 +47,9 @@ def _wait_for(condition, timeout_s: float, what: str, poll_s: float = 3.0):
 
 
 def _kafka_tool(cluster: RealCluster, release: str, *args: str) -> str:
-    return _exec(cluster, f"{release}-aitax-kafka-0", "/opt/kafka/bin/kafka-tool", *args,
-                 "--bootstrap-server", "localhost:9092")
+    """One of Kafka's tools in broker 0's pod, over mutual TLS as the broker (its own identity, a super user)."""
+    return _exec(cluster, f"{release}-aitax-kafka-0", "env", "KAFKA_TLS_DIR=/etc/kafka/tls",
+                 "/opt/kafka/bin/kafka-admin-tool", *args, "--bootstrap-server", "localhost:9092")
 
 
 def _under_replicated(cluster: RealCluster, release: str) -> str:

@@ -6,6 +6,7 @@ import pytest
 from elasticsearch import Elasticsearch, helpers
 
 from stack.config import StackConfig
+from telemetry.elastic_access import client as elasticsearch_client
 from telemetry.events import EVENT_SCHEMA_VERSION, INDEX_PREFIX, Event
 
 pytestmark = pytest.mark.integration
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def es(stack: StackConfig) -> Elasticsearch:
-    return Elasticsearch(stack.elasticsearch_url, request_timeout=30)
+    return elasticsearch_client(stack.elasticsearch_url, request_timeout=30)
 
 
 def test_official_client_info_and_ping(es: Elasticsearch) -> None:

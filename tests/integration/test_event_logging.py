@@ -13,6 +13,7 @@ from stack import elasticsearch as es_component
 from stack import stack as local_stack
 from stack.config import StackConfig
 from telemetry.elastic import ElasticsearchSink
+from telemetry.elastic_access import client as elasticsearch_client
 from telemetry.events import INDEX_PREFIX, Event
 from telemetry.metrics import StageMetrics
 
@@ -47,7 +48,7 @@ def test_events_round_trip_with_mapping(stack: StackConfig, unique_name: str, tm
     for event in _events(unique_name, 0, 50):
         sink.emit(event)
     sink.close()
-    es = Elasticsearch(stack.elasticsearch_url)
+    es = elasticsearch_client(stack.elasticsearch_url)
     assert _count(es, unique_name) == (50, set(range(50)))
     hit = es.search(index=f"{INDEX_PREFIX}-*", query={"term": {"run_id": unique_name}}, size=1)["hits"]["hits"][0]
     mapping = es.indices.get_mapping(index=hit["_index"])[hit["_index"]]["mappings"]["properties"]
@@ -59,7 +60,7 @@ def test_events_round_trip_with_mapping(stack: StackConfig, unique_name: str, tm
 def test_outage_is_spooled_and_replayed_without_loss(stack: StackConfig, unique_name: str, tmp_path: Path) -> None:
     spool = tmp_path / "spool.jsonl"
     sink = ElasticsearchSink(stack.elasticsearch_url, spool, flush_interval_s=0.2)
-    es = Elasticsearch(stack.elasticsearch_url)
+    es = elasticsearch_client(stack.elasticsearch_url)
     for event in _events(unique_name, 0, 100):
         sink.emit(event)
     assert _wait_for(lambda: _count(es, unique_name)[0] == 100, 30)
@@ -88,7 +89,7 @@ def test_a_dead_processs_spool_is_adopted(stack: StackConfig, unique_name: str, 
     orphan = tmp_path / "identify-12345.jsonl"
     orphan.write_text("".join(json.dumps(e.to_document()) + "\n" for e in _events(unique_name, 0, 25)))
     sink = ElasticsearchSink(stack.elasticsearch_url, tmp_path / "detect-999.jsonl", flush_interval_s=0.2)
-    es = Elasticsearch(stack.elasticsearch_url)
+    es = elasticsearch_client(stack.elasticsearch_url)
     try:
         assert _wait_for(lambda: sink.adopted == 25, 30), sink.adopted
     finally:

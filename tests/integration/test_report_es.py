@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import helpers
 
 from common.errors import UserError
 from stack.config import StackConfig
+from telemetry.elastic_access import client as elasticsearch_client
 from telemetry.events import INDEX_PREFIX
 from telemetry.report import build_report
 from telemetry.report_sources import load_events
@@ -22,7 +23,7 @@ def test_report_from_elasticsearch_equals_report_from_jsonl(stack: StackConfig, 
     run_id = unique_name  # unique across indices too: load_events searches every aitax-events-* index
     documents = synthetic_documents(run_id=run_id)
     index = f"{INDEX_PREFIX}-{unique_name}"
-    es = Elasticsearch(stack.elasticsearch_url, request_timeout=30)
+    es = elasticsearch_client(stack.elasticsearch_url, request_timeout=30)
     try:
         indexed, errors = helpers.bulk(es, ({"_index": index, "_source": d} for d in documents), refresh="wait_for")
         assert (indexed, errors) == (len(documents), [])

@@ -18,7 +18,7 @@ from stack import kafka
 from stack.config import HOST, StackConfig
 from stack.pki import ensure_identities
 from stack.security import identity
-from stack.stack import LOCAL_IDENTITY_ENV
+from stack.stack import local_marker
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ def test_each_stage_may_do_its_own_work(stack: StackConfig) -> None:
 
 def _aitax(*args: str, tls: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "aitax.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, TLS_ENV: tls, LOCAL_IDENTITY_ENV: ""})
+                          env={**os.environ, TLS_ENV: tls, local_marker(TLS_ENV): ""})
 
 
 def test_a_missing_or_foreign_identity_is_one_line_naming_its_folder(stack: StackConfig, tmp_path: Path) -> None:

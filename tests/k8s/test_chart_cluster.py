@@ -291,7 +291,8 @@ def test_cli_names_the_pod_it_could_not_collect_from_and_restores(release, tmp_p
     argv = ["run", str(spec_file), "--backend", "kubernetes", "--kubeconfig", str(release.kubeconfig), "--out",
             str(tmp_path), "--rollout-timeout", "20"]
     with pytest.raises(UserError, match=r"^deployment/exp-aitax-identify: group identify not ready after 20 s "
-                                        r"\(`aitax collect --group identify` in pod/exp-aitax-identify-\S+ in "
+                                        r"\(`env AITAX_KAFKA_TLS=/etc/aitax/reader aitax collect --group identify` in "
+                                        r"pod/exp-aitax-identify-\S+ in "
                                         r"namespace aitax-test failed: .+"):
         # Not standalone: the UserError comes out as it is, not as click's exit.
         cli.experiment_group.main(argv, prog_name="aitax experiment", standalone_mode=False)

@@ -201,14 +201,18 @@ def test_brokers_serve_metrics_to_prometheus() -> None:
 
 def test_broker_settings_are_the_local_stacks() -> None:
     """The chart's broker properties are Broker.properties() minus what differs per pod (added by the image): the
-    local stack's with `--plaintext`, since the chart's listeners are not yet TLS (issue 35's next step)."""
+    local stack's, TLS on by default with the broker's Secret at /etc/kafka/tls, and `--plaintext`'s with
+    security.enabled=false."""
     per_pod = {"process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
                "log.dirs"}
-    local = {k: v for k, v in Broker(1, StackConfig(tls=False)).properties().items() if k not in per_pod}
-    configmap = _named(render(CI_VALUES[0]), "ConfigMap", "-kafka")
-    lines = configmap["data"]["server.properties"].strip().splitlines()
-    chart = dict(line.split("=", 1) for line in lines)
-    assert chart == local
+    mounted = {"ssl.keystore.location": "/etc/kafka/tls/keystore.pem",
+               "ssl.truststore.location": "/etc/kafka/tls/ca.crt"}
+    for sets, config in (((), StackConfig()), (("security.enabled=false",), StackConfig(tls=False))):
+        local = {k: mounted.get(k, v) for k, v in Broker(1, config).properties().items() if k not in per_pod}
+        configmap = _named(render(CI_VALUES[0], sets=sets), "ConfigMap", "-kafka")
+        lines = configmap["data"]["server.properties"].strip().splitlines()
+        chart = dict(line.split("=", 1) for line in lines)
+        assert chart == local, sets
 
 
 def test_topics_are_the_local_stacks() -> None:
@@ -242,7 +246,8 @@ def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
             else:
                 assert spec["securityContext"]["runAsNonRoot"] is True, values.name
                 assert spec["securityContext"]["runAsUser"] != 0
-            assert spec["automountServiceAccountToken"] is False
+            # only the secrets Job talks to the API server (its Role: Secrets in the namespace)
+            assert spec.get("automountServiceAccountToken") is (spec["serviceAccountName"] == "t-aitax-issue-secrets")
             for container in spec.get("initContainers", []) + spec["containers"]:
                 context = container["securityContext"]
                 assert context["readOnlyRootFilesystem"] is True, (values.name, container["name"])
@@ -358,9 +363,10 @@ def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:
     assert client_label in sources
     assert [p["port"] for p in policy["spec"]["ingress"][1]["ports"]] == ["controller"]
     clients = [spec for spec in _pod_specs(docs) if spec["containers"][0]["name"] != "kafka"]
-    labelled = [d for d in docs if d["kind"] in ("Deployment", "Job")
-                and d["spec"]["template"]["metadata"]["labels"].items() >= client_label.items()]
-    assert len(labelled) == len([d for d in docs if d["kind"] in ("Deployment", "Job")]) and clients
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "Job") and not d["metadata"]["name"].endswith(
+        "-issue-secrets")]  # it talks to the API server only
+    labelled = [d for d in workloads if d["spec"]["template"]["metadata"]["labels"].items() >= client_label.items()]
+    assert len(labelled) == len(workloads) and clients
     test_pod = _by_kind(docs, "Pod")[0]
     assert test_pod["metadata"]["labels"].items() >= client_label.items()
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
@@ -378,7 +384,7 @@ def test_kibana_job_and_bundled_elasticsearch() -> None:
     elasticsearch = _named(lab, "StatefulSet", "-elasticsearch")
     assert elasticsearch["spec"]["replicas"] == 1
     identify = _named(lab, "Deployment", "-identify")["spec"]["template"]["spec"]["containers"][0]
-    assert {"name": "AITAX_ELASTICSEARCH_URL", "value": "http://t-aitax-elasticsearch:9200"} in identify["env"]
+    assert {"name": "AITAX_ELASTICSEARCH_URL", "value": "https://t-aitax-elasticsearch:9200"} in identify["env"]
 
 
 
@@ -395,7 +401,7 @@ def test_defaults_run_the_demo_from_the_image() -> None:
     args = identify["containers"][0]["args"]
     assert args[args.index("--gallery") + 1] == "/opt/aitax/demo/gallery.npz"
     assert "gallery" not in {v["name"] for v in identify["volumes"]}
-    assert {"name": "AITAX_ELASTICSEARCH_URL", "value": "http://t-aitax-elasticsearch:9200"} in \
+    assert {"name": "AITAX_ELASTICSEARCH_URL", "value": "https://t-aitax-elasticsearch:9200"} in \
         identify["containers"][0]["env"]
     # Given a gallery, it is mounted instead.
     given = _named(render(sets=("identify.gallery.existingSecret=g",)), "Deployment", "-identify")["spec"]

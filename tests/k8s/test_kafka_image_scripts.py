@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -19,6 +20,9 @@ import pytest
 
 from aitax.experiment.kafka_probe import run_probe
 from common.paths import PROJECT_ROOT
+from pipeline.transport.security import TLS_ENV, KafkaTls, librdkafka_settings
+from stack.security import ADMIN, BROKER, ELASTICSEARCH, issue_identities
+from stack.stack import local_marker
 from tests.k8s.conftest import CI_VALUES, render
 
 pytestmark = pytest.mark.k8s
@@ -51,8 +55,11 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     shutil.copy(METRICS_CONFIG, home / "config" / "kafka-metrics.yaml")
     docs = render(CI_VALUES[0], release="img", namespace="ns")
     configmap = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "img-aitax-kafka")
+    # The identities the chart's secrets Job makes, for these brokers' names; the broker's Secret "mounted" here.
+    pki = root / "pki"
+    issue_identities(pki, {BROKER: tuple(_host(o) for o in range(BROKERS)), ELASTICSEARCH: ("localhost",)})
     base = root / "base-server.properties"
-    base.write_text(configmap["data"]["server.properties"])
+    base.write_text(configmap["data"]["server.properties"].replace("/etc/kafka/tls/", f"{pki / BROKER}/"))
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-kafka"))
     chart_env = {e["name"]: e["value"] for e in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
                  if "value" in e}
@@ -81,9 +88,13 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         log = open(node / "broker.log", "wb")  # noqa: SIM115 - closed at teardown
         processes.append((subprocess.Popen([str(BIN / "kafka-broker")], env=env, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True), log))
+    given = os.environ.get(TLS_ENV)
+    os.environ[TLS_ENV] = str(pki / ADMIN)  # the probe and the test's own clients: the admin, as the helm test
+    os.environ.pop(local_marker(TLS_ENV), None)  # given, not the local stack's default
     try:
-        yield {"root": root, "home": home, "bootstrap": bootstrap, "job": job}
+        yield {"root": root, "home": home, "bootstrap": bootstrap, "job": job, "pki": pki}
     finally:
+        os.environ.pop(TLS_ENV) if given is None else os.environ.update({TLS_ENV: given})
         for process, _ in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -106,22 +117,25 @@ def test_entrypoint_generates_per_pod_settings(image_cluster: dict) -> None:
                  if "=" in line and not line.startswith("#"))
     assert props["node.id"] == "1" and props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == ",".join(f"{o}@{_host(o)}:{CONTROLLER_PORT}" for o in range(3))
-    assert props["advertised.listeners"] == f"PLAINTEXT://{_host(1)}:{PORT}"
+    assert props["advertised.listeners"] == f"SSL://{_host(1)}:{PORT}"
+    assert props["listeners"] == f"SSL://{_host(1)}:{PORT},CONTROLLER://{_host(1)}:{CONTROLLER_PORT}"
     assert props["broker.session.timeout.ms"] == "3000" and props["min.insync.replicas"] == "2"
 
 
 def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: dict) -> None:
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    container = image_cluster["job"]["spec"]["template"]["spec"]["containers"][0]
+    container, acls = image_cluster["job"]["spec"]["template"]["spec"]["containers"][:2]
     env = {**os.environ, "KAFKA_HOME": str(image_cluster["home"]), "KAFKA_BOOTSTRAP": image_cluster["bootstrap"],
-           "KAFKA_REPLICATION_FACTOR": "3", "KAFKA_WAIT_TIMEOUT_S": "120", "KAFKA_HEAP_OPTS": "-Xmx256m"}
+           "KAFKA_REPLICATION_FACTOR": "3", "KAFKA_WAIT_TIMEOUT_S": "120", "KAFKA_HEAP_OPTS": "-Xmx256m",
+           "KAFKA_TLS_DIR": str(image_cluster["pki"] / ADMIN)}
     started = time.monotonic()
     result = subprocess.run([str(BIN / "kafka-ensure-topics"), *container["args"]], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
     print(f"cluster formed and topics created in {time.monotonic() - started:.1f} s")
-    admin = AdminClient({"bootstrap.servers": image_cluster["bootstrap"], "log_level": 0})
+    admin = AdminClient(librdkafka_settings(image_cluster["bootstrap"], {"log_level": 0}))
     metadata = admin.list_topics(timeout=10)
     assert sorted(metadata.brokers) == [0, 1, 2, 3]
     faces = metadata.topics["faces"]
@@ -137,6 +151,19 @@ def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: di
     summary = run_probe(image_cluster["bootstrap"], "aitax.probe", replication_factor=3, min_insync=2,
                         timeout_s=60)
     assert summary.startswith("probe ok: aitax.probe@")
+    assert summary.endswith("listeners SSL:SSL,CONTROLLER:SSL, client certificates required, "
+                            "authorizer StandardAuthorizer")
+    # The Job's second container grants the stages their ACLs: identify may then read faces, never write them.
+    granted = subprocess.run([sys.executable, "-m", "aitax.cli", *acls["args"][:3], image_cluster["bootstrap"],
+                              *acls["args"][4:]], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert granted.returncode == 0, granted.stderr[-1500:]
+    identify = KafkaTls(image_cluster["pki"] / "identify").confluent()
+    producer = Producer({"bootstrap.servers": image_cluster["bootstrap"], "log_level": 0,
+                         "message.timeout.ms": 10_000, **identify})
+    delivered: list = []
+    producer.produce("faces", b"x", on_delivery=lambda error, _: delivered.append(error and error.str()))
+    producer.flush(15)
+    assert delivered == ["Broker: Topic authorization failed"]
 
 
 def test_every_broker_serves_its_metrics(image_cluster: dict) -> None:
@@ -171,7 +198,7 @@ def _replica_brokers(bootstrap: str) -> dict[str, set[int]]:
     """The brokers holding replicas of each topic, and every partition's replica count (must stay 3)."""
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    metadata = AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})).list_topics(timeout=10)
     holders = {}
     for name, topic in metadata.topics.items():
         assert {len(p.replicas) for p in topic.partitions.values()} == {3}, name
@@ -181,7 +208,7 @@ def _replica_brokers(bootstrap: str) -> dict[str, set[int]]:
 
 def test_rebalance_moves_replicas_off_a_leaving_broker_and_onto_a_new_one(image_cluster: dict) -> None:
     env = {**os.environ, "KAFKA_HOME": str(image_cluster["home"]), "KAFKA_BOOTSTRAP": image_cluster["bootstrap"],
-           "KAFKA_WAIT_TIMEOUT_S": "120"}
+           "KAFKA_WAIT_TIMEOUT_S": "120", "KAFKA_TLS_DIR": str(image_cluster["pki"] / ADMIN)}
 
     def rebalance(brokers: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "kafka-rebalance-topics"), brokers], env=env, capture_output=True,

@@ -22,7 +22,7 @@ COMMANDS = {
     "faults": (["faults", "--scenarios", "broker-kill"], "`aitax stack up`"),
     "emulate-producers": (["emulate-producers", "--duration", "1"], "unreachable"),
     "emulate-consumers": (["emulate-consumers"], "unreachable"),
-    "report": (["report", "--run", "r1"], "Elasticsearch at http://127.0.0.1:31900 unreachable"),
+    "report": (["report", "--run", "r1"], "Elasticsearch at https://127.0.0.1:31900 unreachable"),
     "report --es": (["report", "--run", "r1", "--es", "http://127.0.0.1:31901"], "http://127.0.0.1:31901 unreachable"),
     "profile": (["profile", "--run", "r1", "--out", "p.yaml"], "unreachable"),
     "audit": (["audit", "--run-id", "r1"], "unreachable"),

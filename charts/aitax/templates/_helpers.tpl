@@ -144,13 +144,42 @@ topics). */}}
   value: {{ $es.external.url | quote }}
 {{- else if $es.bundled.enabled }}
 - name: AITAX_ELASTICSEARCH_URL
-  value: {{ printf "http://%s:9200" (include "aitax.componentName" (dict "root" . "component" "elasticsearch")) | quote }}
+  value: {{ printf "%s://%s:9200" (ternary "https" "http" .Values.security.enabled) (include "aitax.componentName" (dict "root" . "component" "elasticsearch")) | quote }}
 {{- end }}
 {{- end }}
 
 {{- define "aitax.elasticsearch.enabled" -}}
 {{- $es := .Values.elasticsearch }}
 {{- if or $es.external.existingSecret $es.external.url $es.bundled.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Identities (security.enabled): one Secret per principal, "<fullname>-identity-<principal>", laid out as the
+local stack's principal folders (ca.crt, tls.crt, tls.key, username, password; keystore.pem for the Java ones),
+made by the secrets Job (templates/secrets-job.yaml) or supplied. files/security.json is stack/security.py's table,
+which a test keeps equal to it. */}}
+{{- define "aitax.identity.prefix" -}}
+{{- include "aitax.componentName" (dict "root" . "component" "identity") }}
+{{- end }}
+
+{{- define "aitax.identity.secret" -}}
+{{- printf "%s-%s" (include "aitax.identity.prefix" .root) .principal }}
+{{- end }}
+
+{{- define "aitax.security" -}}
+{{- .Files.Get "files/security.json" }}
+{{- end }}
+
+{{/* A principal's Secret as a pod volume: readable by the pod's group only (fsGroup). */}}
+{{- define "aitax.identity.volume" -}}
+- name: {{ .name }}
+  secret:
+    secretName: {{ include "aitax.identity.secret" . }}
+    defaultMode: 0440
+{{- end }}
+
+{{/* "true" when the bundled Elasticsearch is secured: its clients get their principal's user from the Secret. */}}
+{{- define "aitax.elasticsearch.secured" -}}
+{{- and .Values.security.enabled .Values.elasticsearch.bundled.enabled }}
 {{- end }}
 
 {{/* The environment contract of every stage process (see aitax/commands/options.py): brokers, events, metrics, state. */}}
@@ -249,9 +278,15 @@ metadata:
 {{- end }}
 
 {{/* The Deployment of one stage. Arguments: root, component, image (pipeline|emulator), replicas, args (list),
-stage (values block with resources/nodeSelector/tolerations/affinity), extraEnv/extraMounts/extraVolumes (YAML). */}}
+stage (values block with resources/nodeSelector/tolerations/affinity), extraEnv/extraMounts/extraVolumes (YAML).
+With security on, the stage runs as its command's principal (files/security.json), its Secret at /etc/aitax/identity
+for Kafka and the bundled Elasticsearch. A consumer stage also holds the reader's, at /etc/aitax/reader: an
+experiment's read-back (`aitax collect`) runs in one of its pods as the reader. */}}
 {{- define "aitax.stageDeployment" -}}
 {{- $root := .root }}
+{{- $security := include "aitax.security" $root | fromJson }}
+{{- $secured := $root.Values.security.enabled }}
+{{- $consumer := has .component (list "identify" "emulate-consumers" "detect-objects") }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -282,6 +317,14 @@ spec:
             {{- toYaml .args | nindent 12 }}
           env:
             {{- include "aitax.stageEnv" $root | nindent 12 }}
+            {{- if $secured }}
+            - name: AITAX_KAFKA_TLS
+              value: /etc/aitax/identity
+            {{- if eq (include "aitax.elasticsearch.secured" $root) "true" }}
+            - name: AITAX_ELASTICSEARCH_CREDENTIALS
+              value: /etc/aitax/identity
+            {{- end }}
+            {{- end }}
             {{- with .extraEnv }}
             {{- . | nindent 12 }}
             {{- end }}
@@ -294,11 +337,27 @@ spec:
             {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
           volumeMounts:
             {{- include "aitax.stageVolumeMounts" $root | nindent 12 }}
+            {{- if $secured }}
+            - name: identity
+              mountPath: /etc/aitax/identity
+              readOnly: true
+            {{- if $consumer }}
+            - name: reader
+              mountPath: {{ $security.readerMount }}
+              readOnly: true
+            {{- end }}
+            {{- end }}
             {{- with .extraMounts }}
             {{- . | nindent 12 }}
             {{- end }}
       volumes:
         {{- include "aitax.stageVolumes" $root | nindent 8 }}
+        {{- if $secured }}
+        {{- include "aitax.identity.volume" (dict "root" $root "name" "identity" "principal" (get $security.commands .component)) | nindent 8 }}
+        {{- if $consumer }}
+        {{- include "aitax.identity.volume" (dict "root" $root "name" "reader" "principal" $security.reader) | nindent 8 }}
+        {{- end }}
+        {{- end }}
         {{- with .extraVolumes }}
         {{- . | nindent 8 }}
         {{- end }}

@@ -1,0 +1,76 @@
+"""An Elasticsearch client's credential: a user and password from a folder laid out as a mounted Kubernetes
+basic-auth Secret (`username`, `password`), with the CA that signed the server's certificate (`ca.crt`) beside them.
+The folder is named by $AITAX_ELASTICSEARCH_CREDENTIALS in a pod, or by the local stack for the principal a command
+runs as. Every Elasticsearch request in aitax (the event sinks, the report, experiment results, the stack's checks)
+goes through `client` or `http_options`, so none of them sends events anywhere without it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.errors import UserError
+
+CREDENTIALS_ENV = "AITAX_ELASTICSEARCH_CREDENTIALS"
+# A basic-auth Secret's keys, and a TLS Secret's CA, as files in the folder they are mounted at
+USERNAME_FILE, PASSWORD_FILE, CA_FILE = "username", "password", "ca.crt"
+
+
+@dataclass(frozen=True)
+class ElasticsearchCredentials:
+    folder: Path
+
+    def __post_init__(self) -> None:
+        missing = [name for name in (USERNAME_FILE, PASSWORD_FILE) if not (self.folder / name).is_file()]
+        if missing:
+            raise UserError(f"Elasticsearch credentials {self.folder}: no {', '.join(missing)} "
+                            "(a basic-auth Secret's files)")
+
+    @property
+    def username(self) -> str:
+        return (self.folder / USERNAME_FILE).read_text().strip()
+
+    def basic_auth(self) -> tuple[str, str]:
+        return self.username, (self.folder / PASSWORD_FILE).read_text().strip()
+
+    @property
+    def ca(self) -> str | None:
+        """The CA to check an https server against; without one, the system's trust store."""
+        ca = self.folder / CA_FILE
+        return str(ca) if ca.is_file() else None
+
+
+def credentials_from_environment() -> ElasticsearchCredentials | None:
+    folder = os.environ.get(CREDENTIALS_ENV)
+    return ElasticsearchCredentials(Path(folder)) if folder else None
+
+
+def client(url: str, credentials: ElasticsearchCredentials | None = None, **options: Any):
+    """The official client for `url`, as `credentials` (default: this process's, $AITAX_ELASTICSEARCH_CREDENTIALS)."""
+    from elasticsearch import Elasticsearch
+
+    credentials = credentials or credentials_from_environment()
+    if credentials is not None:
+        options = {"basic_auth": credentials.basic_auth(), **({"ca_certs": credentials.ca} if credentials.ca else {}),
+                   **options}
+    return Elasticsearch(url, **options)
+
+
+def http_options(credentials: ElasticsearchCredentials | None = None) -> dict[str, Any]:
+    """`requests` keyword arguments for the same identity: the user, and the CA to verify the server with."""
+    credentials = credentials or credentials_from_environment()
+    if credentials is None:
+        return {}
+    return {"auth": credentials.basic_auth(), **({"verify": credentials.ca} if credentials.ca else {})}
+
+
+def refusal(url: str, status: int) -> str | None:
+    """A one-line reason for an authentication (401) or authorization (403) refusal, naming the credential."""
+    if status not in (401, 403):
+        return None
+    credentials = credentials_from_environment()
+    who = f"the credentials in {credentials.folder}" if credentials else f"no credentials (${CREDENTIALS_ENV} unset)"
+    verdict = "refused" if status == 401 else "does not allow this request for"
+    return f"Elasticsearch at {url} {verdict} {who} ({status})"

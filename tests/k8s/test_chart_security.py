@@ -1,0 +1,124 @@
+"""The chart's security, rendered: every stage pod runs as its command's principal (stack/security.py's table), the
+brokers, Kafka's tools and the helm test carry the identities the local stack gives them, the bundled Elasticsearch
+has the local stack's security settings, and one hook Job, alone allowed to touch Secrets, makes the identities."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.transport.security import READER, READER_MOUNT
+from stack.elasticsearch import SECURITY_SETTINGS
+from stack.security import ADMIN, BROKER, COMMAND_PRINCIPALS, ELASTICSEARCH
+from tests.k8s.conftest import CHART, CI_VALUES, render
+
+pytestmark = pytest.mark.k8s
+
+CONSUMERS = {"identify", "emulate-consumers", "detect-objects"}
+
+
+def _named(docs: list[dict], kind: str, suffix: str) -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
+
+
+def _secrets(spec: dict) -> dict[str, str]:
+    return {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+
+
+def _env(container: dict) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
+def test_each_stage_pod_runs_as_its_commands_principal(values) -> None:
+    docs = render(values)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployments
+    bundled = any(d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-elasticsearch") for d in docs)
+    for deployment in deployments:
+        spec = deployment["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        principal = COMMAND_PRINCIPALS[container["args"][0]]
+        secrets = _secrets(spec)
+        assert secrets["identity"] == f"t-aitax-identity-{principal}", deployment["metadata"]["name"]
+        env = _env(container)
+        assert env["AITAX_KAFKA_TLS"] == "/etc/aitax/identity"
+        assert env.get("AITAX_ELASTICSEARCH_CREDENTIALS") == ("/etc/aitax/identity" if bundled else None)
+        assert env["AITAX_EVENTS"] == "none" or not bundled or "https://" in env["AITAX_ELASTICSEARCH_URL"]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert mounts["/etc/aitax/identity"]["readOnly"] is True
+        if container["name"] in CONSUMERS:  # an experiment's read-back runs here, as the reader
+            assert secrets["reader"] == f"t-aitax-identity-{READER}" and READER_MOUNT in mounts
+        else:
+            assert "reader" not in secrets
+        volume = next(v for v in spec["volumes"] if v["name"] == "identity")
+        assert volume["secret"]["defaultMode"] == 0o440  # the pod's group (fsGroup) reads it, nobody else
+
+
+def test_kafka_and_its_tools_carry_the_broker_and_admin_identities() -> None:
+    docs = render(CI_VALUES[0])
+    brokers = _named(docs, "StatefulSet", "-kafka")["spec"]["template"]["spec"]
+    assert _secrets(brokers)["tls"] == f"t-aitax-identity-{BROKER}"
+    assert "/etc/kafka/tls" in {m["mountPath"] for m in brokers["containers"][0]["volumeMounts"]}
+    job = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]
+    assert _secrets(job)["identity"] == f"t-aitax-identity-{ADMIN}"
+    topics, acls, template = job["containers"]
+    assert _env(topics)["KAFKA_TLS_DIR"] == "/etc/aitax/identity"
+    assert acls["args"][:2] == ["cluster", "grant-acls"] and _env(acls)["AITAX_KAFKA_TLS"] == "/etc/aitax/identity"
+    granted = [acls["args"][i + 1] for i, arg in enumerate(acls["args"]) if arg == "--topic"]
+    created = [arg.split(":", 1)[0] for arg in topics["args"]]
+    assert [g.split("=")[0] for g in granted] == created
+    assert granted == ["faces=faces", "identities=identities", "faces.dlq=dlq"]
+    assert template["args"][:2] == ["events", "template"]
+    assert _env(template)["AITAX_ELASTICSEARCH_CREDENTIALS"] == "/etc/aitax/identity"
+    probe = next(d for d in docs if d["kind"] == "Pod")["spec"]
+    assert _secrets(probe)["identity"] == f"t-aitax-identity-{ADMIN}"
+    assert _env(probe["containers"][0])["AITAX_KAFKA_TLS"] == "/etc/aitax/identity"
+
+
+def test_the_bundled_elasticsearch_has_the_local_stacks_security() -> None:
+    docs = render(CI_VALUES[0])
+    spec = _named(docs, "StatefulSet", "-elasticsearch")["spec"]["template"]["spec"]
+    env = _env(spec["containers"][0])
+    assert {key: value for key, value in env.items() if key.startswith("xpack.")} == SECURITY_SETTINGS
+    assert _secrets(spec) == {"identity": f"t-aitax-identity-{ELASTICSEARCH}",
+                              "realm": "t-aitax-identity-elasticsearch-realm"}
+    assert "tcpSocket" in spec["containers"][0]["readinessProbe"]  # every request needs a user
+    copy = spec["initContainers"][0]["command"][-1]
+    assert "/identity/tls.key /config/certs/" in copy and "/realm/users " in copy
+
+
+def test_one_hook_job_alone_may_touch_secrets_and_runs_first() -> None:
+    docs = render(CI_VALUES[0])
+    role = _named(docs, "Role", "-issue-secrets")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}]
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    job = _named(docs, "Job", "-issue-secrets")
+    hooks = {d["metadata"]["name"] + "/" + d["kind"]: d["metadata"].get("annotations", {}) for d in docs
+             if "helm.sh/hook" in d["metadata"].get("annotations", {})}
+    mine = {name: a for name, a in hooks.items() if "-issue-secrets/" in name}
+    assert all(a["helm.sh/hook"] == "pre-install,pre-upgrade" for a in mine.values()) and len(mine) == 4
+    others = [int(a.get("helm.sh/hook-weight", "0")) for name, a in hooks.items() if name not in mine]
+    assert int(job["metadata"]["annotations"]["helm.sh/hook-weight"]) < min(others, default=0)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:4] == ["cluster", "issue-secrets", "--prefix", "t-aitax-identity"]
+    assert "*.t-aitax-kafka-headless.aitax.svc.cluster.local" in args  # every broker's name
+    assert "t-aitax-elasticsearch" in args
+
+
+def test_security_off_renders_the_plaintext_chart() -> None:
+    docs = render(CI_VALUES[0], sets=("security.enabled=false",))
+    assert not [d for d in docs if "issue-secrets" in d["metadata"]["name"]]
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet", "Job", "Pod"):
+            spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+            assert not _secrets(spec), doc["metadata"]["name"]
+    identify = _named(docs, "Deployment", "-identify")["spec"]["template"]["spec"]["containers"][0]
+    assert _env(identify)["AITAX_ELASTICSEARCH_URL"] == "http://t-aitax-elasticsearch:9200"
+    assert "AITAX_KAFKA_TLS" not in _env(identify)
+
+
+def test_supplied_secrets_need_no_job() -> None:
+    docs = render(CHART / "ci" / "production-values.yaml", sets=("security.generateSecrets=false",))
+    assert not [d for d in docs if "issue-secrets" in d["metadata"]["name"]]
+    identify = _named(docs, "Deployment", "-identify")["spec"]["template"]["spec"]
+    assert _secrets(identify)["identity"] == "t-aitax-identity-identify"
