@@ -471,20 +471,25 @@ def emulate_detectors_command(instances: int, factor: float, profile: str, run_i
     from emulation.workers import run_detector_instances
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.frames])
-                 for _ in range(instances)]
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-detectors-{os.getpid()}")
-    stop = stop_flag()
     try:
-        stats = run_detector_instances(consumers, producer, loaded, factor, sink, run_id, topics,
-                                       lambda: stop[0], keying=keying, on_ready=lambda: report(READY),
-                                       batching=batching, curves=curves, on_cpu=compute == "cpu")
+        # As detect: its topics (existing, its ACLs granted), after the metrics server is up.
+        require_brokers(settings.bootstrap, topics=[topics.frames, topics.faces])
+        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.frames])
+                     for _ in range(instances)]
+        producer = make_producer(settings.kafka_client, settings.bootstrap)
+        stop = stop_flag()
+        try:
+            stats = run_detector_instances(consumers, producer, loaded, factor, sink, run_id, topics,
+                                           lambda: stop[0], keying=keying, on_ready=lambda: report(READY),
+                                           batching=batching, curves=curves, on_cpu=compute == "cpu")
+        finally:
+            for client in (*consumers, producer):
+                client.close()
     finally:
-        for client in (*consumers, producer):
-            client.close()
         sink.close()
         metrics.close()
     return _report_produced("emulate-detectors", stats)
@@ -507,24 +512,30 @@ def emulate_consumers_command(instances: int, factor: float, profile: str, run_i
     from emulation.workers import run_consumer_instances
     from pipeline.runtime import open_telemetry, stop_flag
     from pipeline.transport import make_consumer, make_producer
+    from pipeline.transport.admin import require_brokers
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.faces])
-                 for _ in range(instances)]
-    # One producer shared by the instances.
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
-                             idempotent=True)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
-    stop = stop_flag()
     try:
-        # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
-        stats = run_consumer_instances(consumers, producer, loaded, factor, sink, topics, lambda: stop[0],
-                                       batching=batching, on_ready=lambda: report(READY),
-                                       only_run=run_id if skip_other_runs else None, curves=curves,
-                                       on_cpu=compute == "cpu")
+        # As identify: its topics (existing, its ACLs granted) before the idempotent producer (a refused producer
+        # id is fatal to it), after the metrics server (a fresh release's topics Job waits for every pod's).
+        require_brokers(settings.bootstrap, topics=[topics.faces, topics.identities])
+        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.faces])
+                     for _ in range(instances)]
+        # One producer shared by the instances.
+        producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
+                                 idempotent=True)
+        stop = stop_flag()
+        try:
+            # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
+            stats = run_consumer_instances(consumers, producer, loaded, factor, sink, topics, lambda: stop[0],
+                                           batching=batching, on_ready=lambda: report(READY),
+                                           only_run=run_id if skip_other_runs else None, curves=curves,
+                                           on_cpu=compute == "cpu")
+        finally:
+            producer.close()  # the identities first: what the group commits must be durable
+            stuck = close_within(consumers, CONSUMER_CLOSE_S)
     finally:
-        producer.close()  # the identities first: what the group commits must be durable
-        stuck = close_within(consumers, CONSUMER_CLOSE_S)
         sink.close()
         metrics.close()
     summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}

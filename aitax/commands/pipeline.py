@@ -304,23 +304,27 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
     from pipeline.transport.admin import require_brokers
 
     stop = stop_flag()
-    consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FRAMES_TOPIC])
-    # detections are results: never published twice
-    producer = make_producer(settings.kafka_client, settings.bootstrap, idempotent=out_topic == DETECTIONS_TOPIC)
     sink, metrics = open_telemetry(settings, "detect", f"{process}-{os.getpid()}")
     received = ReceivedFrames()
     try:
-        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
+        # After the metrics server is up (in a fresh release the topics Job runs once every pod is ready): its
+        # topics, seen once they exist and its ACLs are granted; before the idempotent producer, which librdkafka
+        # gives up on for good when its producer id is refused.
         require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, out_topic])
-        # `aitax run` starts ingestion once every detect process has its partitions.
-        # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
-        frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
-                                   received=received, run_id=run_id, batching=batching)
-        stats = detect_loop(frames, find, producer, sink, run_id or new_run_id(), publication=publication,
-                            ingest_events=False)
+        consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FRAMES_TOPIC])
+        # detections are results: never published twice
+        producer = make_producer(settings.kafka_client, settings.bootstrap, idempotent=out_topic == DETECTIONS_TOPIC)
+        try:
+            # `aitax run` starts ingestion once every detect process has its partitions.
+            # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
+            frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
+                                       received=received, run_id=run_id, batching=batching)
+            stats = detect_loop(frames, find, producer, sink, run_id or new_run_id(), publication=publication,
+                                ingest_events=False)
+        finally:
+            consumer.close()
+            producer.close()
     finally:
-        consumer.close()
-        producer.close()
         sink.close()
         metrics.close()
     report(SUMMARY, frames=stats.frames, **{found: stats.faces}, acknowledged=stats.acknowledged,
@@ -364,22 +368,29 @@ def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolic
     require_brokers(settings.bootstrap)
     from pipeline.facenet import FaceEmbedder
     from pipeline.identify import FaceNetIdentifier, identify_loop
-    from pipeline.schema import FACES_TOPIC
+    from pipeline.schema import FACES_TOPIC, IDENTITIES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=threads, precision=precision,
                             runtime=runtime)
     print(f"identify: FaceNet in {embedder.precision} through {embedder.runtime}", flush=True)
     stop = stop_flag()
-    consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FACES_TOPIC])
-    producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms, idempotent=True)
     sink, metrics = open_telemetry(settings, "identify", f"identify-{os.getpid()}")
     try:
-        # `aitax run` starts the producers once every identify process has its partitions.
-        stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, enrolled), sink, lambda: stop[0],
-                              batching=batching, metrics=metrics, on_ready=lambda: report(READY), run_id=run_id)
+        # After the metrics server is up (in a fresh release the topics Job runs once every pod is ready): its
+        # topics, which it sees only once they exist and its ACLs are granted. The results producer is idempotent,
+        # and librdkafka gives up for good on a producer id it was refused.
+        require_brokers(settings.bootstrap, topics=[FACES_TOPIC, IDENTITIES_TOPIC])
+        consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FACES_TOPIC])
+        producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
+                                 idempotent=True)
+        try:
+            # `aitax run` starts the producers once every identify process has its partitions.
+            stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, enrolled), sink, lambda: stop[0],
+                                  batching=batching, metrics=metrics, on_ready=lambda: report(READY), run_id=run_id)
+        finally:
+            consumer.close()
+            producer.close()
     finally:
-        consumer.close()
-        producer.close()
         sink.close()
         metrics.close()
     print(f"identify: {stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "

@@ -32,7 +32,10 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
         try:
             existing = admin.list_topics(timeout=timeout_s).topics
             missing = [t for t in topics if t not in existing]
-            problem = f"topic(s) {', '.join(missing)} missing at {bootstrap_servers}" if missing else None
+            # A principal sees only the topics its ACLs name: a topic it may not use looks missing.
+            tls = tls_from_environment()
+            unseen = f"missing or not allowed to {tls.folder}" if tls else "missing"
+            problem = f"topic(s) {', '.join(missing)} {unseen} at {bootstrap_servers}" if missing else None
         except KafkaException:
             problem = f"Kafka brokers at {bootstrap_servers} unreachable"
             admin.poll(0)  # serves error_cb
