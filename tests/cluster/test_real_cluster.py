@@ -25,6 +25,7 @@ from cluster.demo import CHART, helm, identified_faces
 from cluster.node import NODE_NAME, RealCluster
 from common.daemons import poll_until
 from pipeline.schema import SCHEMA_VERSION
+from pipeline.transport.security import READER_MOUNT, TLS_ENV
 from tests.cluster.conftest import NAMESPACE
 from tests.verdicts import assert_held
 
@@ -135,6 +136,39 @@ def test_network_policies_are_enforced(cluster: RealCluster, release: str) -> No
                         "--force", "--wait=false", check=False)
 
 
+REFUSALS = """\
+import json, os
+import requests
+from confluent_kafka import Producer
+from pipeline.transport.security import librdkafka_settings
+
+def produce(topic, settings):
+    delivered = []
+    producer = Producer({**settings, "log_level": 0, "message.timeout.ms": 8000})
+    producer.produce(topic, b"x", on_delivery=lambda error, _: delivered.append(error and error.str()))
+    producer.flush(12)
+    return delivered
+
+bootstrap = os.environ["AITAX_BOOTSTRAP"]
+print(json.dumps({
+    "identify_writes_faces": produce("faces", librdkafka_settings(bootstrap)),
+    "no_certificate": produce("identities", {"bootstrap.servers": bootstrap}),
+    "elasticsearch_without_user": requests.get(os.environ["AITAX_ELASTICSEARCH_URL"] + "/_cluster/health",
+                                               verify="/etc/aitax/identity/ca.crt", timeout=10).status_code,
+}))
+"""
+
+
+def test_the_release_refuses_what_the_local_stack_refuses(cluster: RealCluster, release: str) -> None:
+    """From inside an identify pod, on the release's own brokers and Elasticsearch: identify's certificate may not
+    write `faces`, a client without a certificate gets nothing through, and Elasticsearch refuses a request
+    without a user."""
+    refused = json.loads(_exec(cluster, f"deploy/{release}-aitax-identify", "python", "-c", REFUSALS))
+    assert refused["identify_writes_faces"] == ["Broker: Topic authorization failed"]
+    assert refused["no_certificate"] == ["Local: Message timed out"]
+    assert refused["elasticsearch_without_user"] == 401
+
+
 def test_faces_flow_with_the_defaults_and_helm_test_passes(cluster: RealCluster, release: str) -> None:
     deadline = time.monotonic() + 600
     while (faces := identified_faces(cluster, NAMESPACE, release)) < 20 and time.monotonic() < deadline:
@@ -212,8 +246,10 @@ def test_identify_pods_killed_and_deleted_under_load_lose_no_face(cluster: RealC
                   "ingest-detect stopping (it flushes its producer)")
 
         def audit() -> dict | None:
-            result = cluster.kubectl("exec", "-n", NAMESPACE, f"deploy/{release}-aitax-identify", "--", "aitax",
-                                     "audit", "--run-id", "helm", check=False, timeout_s=300)
+            # as the reader, whose identity the chart mounts in identify's pods: identify may not read identities
+            result = cluster.kubectl("exec", "-n", NAMESPACE, f"deploy/{release}-aitax-identify", "--", "env",
+                                     f"{TLS_ENV}={READER_MOUNT}", "aitax", "audit", "--run-id", "helm", check=False,
+                                     timeout_s=300)
             return json.loads(result.stdout) if result.returncode == 0 else None
 
         # The consumers drain what the video left in `faces`; until then some faces have no identity yet.
