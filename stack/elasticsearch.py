@@ -118,6 +118,19 @@ def write_config(config: StackConfig) -> None:
             os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
 
 
+# Elasticsearch's security, locally and in the chart's bundled node (a test keeps the chart's equal): https with the
+# certificate in the config folder's certs/, and the file realm alone (every user is a principal of
+# `stack.security`, none made at run time).
+SECURITY_SETTINGS = {
+    "xpack.security.enabled": "true",
+    "xpack.security.http.ssl.enabled": "true",
+    "xpack.security.http.ssl.key": f"certs/{KEY_FILE}",
+    "xpack.security.http.ssl.certificate": f"certs/{CERTIFICATE_FILE}",
+    "xpack.security.http.ssl.certificate_authorities": f"certs/{CA_FILE}",
+    "xpack.security.authc.realms.file.file1.order": "0",
+}
+
+
 def _security_settings(config: StackConfig, config_dir: Path) -> dict[str, str]:
     """https with the stack CA's certificate, and a file-realm user and role per principal (`stack.security`). The
     node reads its certificate and users only inside its config folder, so they are copied there."""
@@ -134,19 +147,6 @@ def _security_settings(config: StackConfig, config_dir: Path) -> dict[str, str]:
     for name, content in security.file_realm(security.pki_dir()).items():
         write_private(config_dir / name, content)
     return SECURITY_SETTINGS
-
-
-# Elasticsearch's security, locally and in the chart's bundled node (a test keeps the chart's equal): https with the
-# certificate in the config folder's certs/, and the file realm alone (every user is a principal of
-# `stack.security`, none made at run time).
-SECURITY_SETTINGS = {
-    "xpack.security.enabled": "true",
-    "xpack.security.http.ssl.enabled": "true",
-    "xpack.security.http.ssl.key": f"certs/{KEY_FILE}",
-    "xpack.security.http.ssl.certificate": f"certs/{CERTIFICATE_FILE}",
-    "xpack.security.http.ssl.certificate_authorities": f"certs/{CA_FILE}",
-    "xpack.security.authc.realms.file.file1.order": "0",
-}
 
 
 def admin_credentials(config: StackConfig) -> ElasticsearchCredentials | None:

@@ -11,7 +11,6 @@ the API server with its service account's token: no client library, three REST c
 from __future__ import annotations
 
 import base64
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,10 @@ class SecretsApi:
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
                 "data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
-        self._request("PUT", f"/{name}", body) if exists else self._request("POST", "", body)
+        if exists:
+            self._request("PUT", f"/{name}", body)
+        else:
+            self._request("POST", "", body)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -124,4 +126,4 @@ def namespace() -> str:
     path = SERVICE_ACCOUNT / "namespace"
     if not path.exists():
         raise UserError(f"{path}: not in a pod with a service account token (this runs as the chart's Job)")
-    return os.environ.get("POD_NAMESPACE") or path.read_text().strip()
+    return path.read_text().strip()

@@ -77,7 +77,7 @@ def pki_dir() -> Path:
 def issue_identities(folder: Path | None = None, servers: dict[str, tuple[str, ...]] | None = None) -> None:
     """Every principal's certificate and key (made once, renewed near expiry), Elasticsearch password (made once)
     and, for the Java processes, PEM key store, under `folder` (the local stack's `pki_dir()`, or a release's
-    Secrets copied out by `cluster.secrets`). `servers`: the brokers' and Elasticsearch's host names."""
+    Secrets copied out by `stack.release_secrets`). `servers`: the brokers' and Elasticsearch's host names."""
     from stack.pki import ensure_identities, write_private  # `cryptography`: only where certificates are made
 
     folder = folder or pki_dir()

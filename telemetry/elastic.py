@@ -58,7 +58,7 @@ def install_event_template(url: str, credentials: ElasticsearchCredentials | Non
     if response.status_code == 403:
         return False
     if not response.ok:
-        raise UserError(refusal(url, response.status_code) or
+        raise UserError(refusal(url, response.status_code, credentials) or
                         f"installing the event index template failed: {response.status_code} {response.text[:200]}")
     # Indices made before a field was added keep their old strict mapping and would reject new events: extend
     # them (adding fields is always allowed; a changed type would need a new schema version and index).

@@ -66,11 +66,12 @@ def http_options(credentials: ElasticsearchCredentials | None = None) -> dict[st
     return {"auth": credentials.basic_auth(), **({"verify": credentials.ca} if credentials.ca else {})}
 
 
-def refusal(url: str, status: int) -> str | None:
-    """A one-line reason for an authentication (401) or authorization (403) refusal, naming the credential."""
+def refusal(url: str, status: int | None, credentials: ElasticsearchCredentials | None = None) -> str | None:
+    """A one-line reason for an authentication (401) or authorization (403) refusal, naming the credential sent
+    (default: this process's)."""
     if status not in (401, 403):
         return None
-    credentials = credentials_from_environment()
+    credentials = credentials or credentials_from_environment()
     who = f"the credentials in {credentials.folder}" if credentials else f"no credentials (${CREDENTIALS_ENV} unset)"
     verdict = "refused" if status == 401 else "does not allow this request for"
     return f"Elasticsearch at {url} {verdict} {who} ({status})"
