@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup setup-k8s setup-cluster cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup setup-k8s setup-cluster setup-browser cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -49,7 +49,10 @@ images: setup-cluster  ## build the images without a registry (Debian bases, bui
 k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
 	@$(AITAX) cluster demo
 
-test: setup-cluster lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
+setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and report tests
+	@bash scripts/install-system-packages.sh browser
+
+test: setup-cluster setup-browser lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
 	@# The chart and experiment driver (a real kube-apiserver + kwok), the chart's defaults on a real cluster (images
 	@# built here), then everything on the local stack.
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/cluster tests/unit/test_experiment_spec.py; \

@@ -6,6 +6,7 @@
 #   node:            a real Kubernetes node and its images (`aitax cluster`, `aitax images`): containerd, runc, the
 #                    CNI plugins, iptables/ipset/conntrack (kube-proxy), mmdebstrap + buildah (images without a
 #                    registry), gcc (the pause binary).
+#   browser:         Chromium, headless, for the tests that look at the dashboard and the report as a person does.
 set -euo pipefail
 
 group="${1:-stack}"
@@ -24,7 +25,11 @@ case "$group" in
             [containernetworking-plugins]="1.1.1+ds1-3+b5" [mmdebstrap]="1.3.5-7"
             [buildah]="1.28.2+ds1-3+deb12u1+b3" [iptables]="1.8.9-2")
     ;;
-  *) echo "install-system-packages: unknown group '$group' (stack or node)" >&2; exit 2 ;;
+  browser)
+    wanted=([chromium]="chromium")
+    pinned=([chromium]="156.0.8078.108-1~deb12u1")
+    ;;
+  *) echo "install-system-packages: unknown group '$group' (stack, node or browser)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -84,6 +84,10 @@ class StackConfig:
         return self.port_base + 90
 
     @property
+    def dashboard_port(self) -> int:
+        return self.port_base + 80
+
+    @property
     def node_ids(self) -> list[int]:
         return list(range(1, self.brokers + 1))
 

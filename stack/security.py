@@ -23,6 +23,9 @@ KEYSTORE_FILE = "keystore.pem"  # a Java process's key and certificate in one fi
 BROKER = "broker"
 ELASTICSEARCH = "elasticsearch"  # the Elasticsearch server's own certificate
 ADMIN = "admin"
+# The live dashboard's server certificate and its viewer's login (`aitax dashboard`); it reads events as the reader.
+DASHBOARD = "dashboard"
+VIEWER = "viewer"
 # Elasticsearch roles (`elasticsearch_roles`), by what a principal does with events
 EVENTS_WRITER, EVENTS_READER, SUPERUSER = "aitax_events_writer", "aitax_events_reader", "superuser"
 
@@ -59,7 +62,7 @@ COMMAND_PRINCIPALS = {
     "detect": "detect", "emulate-detectors": "detect",
     "detect-objects": "detect-objects",
     "identify": "identify", "emulate-consumers": "identify",
-    "audit": READER, "collect": READER, "report": READER,
+    "audit": READER, "collect": READER, "report": READER, "dashboard": READER,
 }
 
 
@@ -81,13 +84,17 @@ def issue_identities(folder: Path | None = None, servers: dict[str, tuple[str, .
     from stack.pki import ensure_identities, write_private  # `cryptography`: only where certificates are made
 
     folder = folder or pki_dir()
-    servers = servers or {BROKER: (HOST, "localhost"), ELASTICSEARCH: (HOST, "localhost")}
+    servers = servers or {BROKER: (HOST, "localhost"), ELASTICSEARCH: (HOST, "localhost"),
+                          DASHBOARD: (HOST, "localhost")}
     ensure_identities(folder, {**servers, ADMIN: (), **{p.name: () for p in PRINCIPALS}})
     for java_user in (BROKER, ADMIN):  # the brokers, and Kafka's own tools run as the admin
         own = folder / java_user
         write_private(own / KEYSTORE_FILE, (own / KEY_FILE).read_bytes() + (own / CERTIFICATE_FILE).read_bytes())
-    for user in elasticsearch_users():
-        own = folder / user
+    logins = {user: user for user in elasticsearch_users()}
+    if DASHBOARD in servers:
+        logins[DASHBOARD] = VIEWER  # the person watching the dashboard: a login to it alone
+    for principal, user in logins.items():
+        own = folder / principal
         (own / USERNAME_FILE).write_text(user + "\n")
         if not (own / PASSWORD_FILE).exists():
             write_private(own / PASSWORD_FILE, (secrets.token_urlsafe(32) + "\n").encode())

@@ -76,6 +76,11 @@ class LoadBucket:
     faces_finished: int
     mean_e2e_ms: float | None  # of the faces identified in this bucket
     faces_in_system: float  # detected but not yet identified, averaged over the bucket
+    frames_detected: int = 0  # frames whose detection ended in this bucket
+    faces_detected: int = 0  # ... and their faces: what the cameras offered the brokers
+    p50_e2e_ms: float | None = None  # of the faces identified in this bucket
+    p99_e2e_ms: float | None = None
+    stages_ms: dict[str, float] = field(default_factory=dict)  # their mean per BREAKDOWN_STAGES (Fig. 6 over time)
 
 
 @dataclass(frozen=True)
@@ -342,12 +347,19 @@ def _broker_owners(faces: list[_Face]) -> BrokerWaitOwners | None:
 
 def _load_over_time(run: _RunEvents, faces: list[_Face], start_ns: int, end_ns: int) -> LoadOverTime:
     count = max(1, math.ceil((end_ns - start_ns) / BUCKET_NS))
-    finished: list[list[float]] = [[] for _ in range(count)]
+
+    def bucket_of(ns: int) -> int:
+        return max(0, min(count - 1, (ns - start_ns) // BUCKET_NS))
+
+    finished: list[list[_Face]] = [[] for _ in range(count)]
     for face in faces:
-        finished[min(count - 1, (face.delivered_ns - start_ns) // BUCKET_NS)].append(face.e2e_ms)
+        finished[bucket_of(face.delivered_ns)].append(face)
+    frames, detected = [0] * count, [0] * count
     # Each detected face is in the system from its frame's detection end until identified (or the run's end).
     in_system_ns = [0] * count
     for (stream_id, frame_index), detect in run.detect.items():
+        frames[bucket_of(detect["wall_end_ns"])] += 1
+        detected[bucket_of(detect["wall_end_ns"])] += detect.get("face_count") or 0
         for face_index in range(detect.get("face_count") or 0):
             identify = run.identify.get((stream_id, frame_index, face_index))
             entered, left = detect["wall_end_ns"], _delivered_ns(identify) if identify else end_ns
@@ -358,10 +370,16 @@ def _load_over_time(run: _RunEvents, faces: list[_Face], start_ns: int, end_ns: 
     for bucket in range(count):
         bucket_start = start_ns + bucket * BUCKET_NS
         width_ns = min(end_ns, bucket_start + BUCKET_NS) - bucket_start  # the last bucket may be partial
-        latencies = finished[bucket]
-        buckets.append(LoadBucket(start_s=bucket * BUCKET_NS / NS_PER_S, faces_finished=len(latencies),
-                                  mean_e2e_ms=_mean(latencies) if latencies else None,
-                                  faces_in_system=in_system_ns[bucket] / width_ns if width_ns > 0 else 0.0))
+        done = finished[bucket]
+        e2e = distribution([face.e2e_ms for face in done])
+        buckets.append(LoadBucket(
+            start_s=bucket * BUCKET_NS / NS_PER_S, faces_finished=len(done),
+            mean_e2e_ms=e2e.mean_ms if e2e else None,
+            faces_in_system=in_system_ns[bucket] / width_ns if width_ns > 0 else 0.0,
+            frames_detected=frames[bucket], faces_detected=detected[bucket],
+            p50_e2e_ms=e2e.p50_ms if e2e else None, p99_e2e_ms=e2e.p99_ms if e2e else None,
+            stages_ms={stage: _mean([face.stages_ms[stage] for face in done]) for stage in BREAKDOWN_STAGES}
+            if done else {}))
     return LoadOverTime(BUCKET_NS / NS_PER_S, buckets, _correlation(buckets))
 
 

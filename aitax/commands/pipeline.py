@@ -505,10 +505,14 @@ def _exit_status(result) -> int:
 @click.option("--producers", type=int, default=1, show_default=True, help="ingest-detect processes")
 @click.option("--consumers", type=int, default=2, show_default=True, help="identify processes")
 @click.option("--out", type=DIR, help="folder for the gallery, video and events (default .aitax/demo)")
+@click.option("--keep-dashboard", is_flag=True,
+              help="keep serving the live dashboard after the score, until Ctrl-C (default: it stops with the demo)")
 @keying
 @driver_timing
-def demo(seconds: float, producers: int, consumers: int, out: Path | None, keying: str,
+def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_dashboard: bool, keying: str,
          timing: dict[str, float]) -> int:
+    from aitax.commands.telemetry import dashboard_alongside
+    from common import children
     from common.paths import aitax_home
     from load.engine import run_local_pipeline
     from pipeline.evaluate import evaluate_run, print_evaluation
@@ -525,9 +529,23 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keyin
     events_dir = out / "runs" / run_id
     bootstrap = resolve_bootstrap(None)
     workload = _real_workload(video, gallery, producers, consumers, seconds, "native")
-    status = _exit_status(run_local_pipeline(workload, driver(timing, keying=keying), run_id, bootstrap, events_dir))
-    print("== 4/4 score against ground truth")
-    print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
+    dashboard = dashboard_alongside(run_id, events_dir.parent, out / "logs")
+    try:
+        if dashboard is not None:
+            url = dashboard.statuses(children.READY)[0]["url"]
+            print(f"live dashboard: {url} (login viewer, password in .aitax/stack/pki/dashboard/password)")
+        status = _exit_status(run_local_pipeline(workload, driver(timing, keying=keying), run_id, bootstrap,
+                                                 events_dir))
+        print("== 4/4 score against ground truth")
+        print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
+        if dashboard is not None and keep_dashboard:
+            print(f"the dashboard keeps serving the run's result at {url}; Ctrl-C ends it")
+            dashboard.process.wait()
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        if dashboard is not None:
+            children.stop([dashboard], 5)
     return status
 
 

@@ -1,7 +1,9 @@
-"""Telemetry commands: the AI-tax report, the Kibana saved-objects import, and the event spools' replay."""
+"""Telemetry commands: the AI-tax report, the live dashboard, the Kibana saved-objects import, and the event spools'
+replay."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -13,8 +15,77 @@ from telemetry.kibana import API_KEY_ENV, DEFAULT_NDJSON
 
 
 def register(root: click.Group) -> None:
-    for command in (report, kibana, events):
+    for command in (report, dashboard, kibana, events):
         root.add_command(command)
+
+
+@click.command(short_help="a live dashboard of a run, served over https while it runs (and after)",
+               help="Serves the latency breakdown over time, offered against achieved throughput, the batcher's batch "
+                    "sizes, the brokers' network and saturation, per-camera health and the verdict, refreshed every "
+                    "2 s from the run's events (Elasticsearch, as the reader), Prometheus and, once the run ends, its "
+                    "RunResult. On the local stack it serves https with the stack's CA and asks for the `viewer` "
+                    "login in .aitax/stack/pki/dashboard/. GET /api/view gives the same view as JSON.")
+@click.option("--run-id", help="the run to show (default: follow the newest run)")
+@click.option("--events", help="Elasticsearch URL or JSONL folder (default: the local stack's Elasticsearch)")
+@click.option("--prometheus", help="Prometheus URL (default: the local stack's; 'none' for no metrics panels)")
+@click.option("--runs", "runs_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="folder of run folders holding result.json (repeatable; default .aitax/runs and .aitax/demo/runs)")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=int, help="port (default: the local stack's port base + 80)")
+@click.option("--tls-dir", type=click.Path(file_okay=False, path_type=Path), envvar="AITAX_DASHBOARD_TLS",
+              help="folder with tls.crt, tls.key, username and password (default: the local stack's "
+                   "pki/dashboard); 'none' serves plain http with no login, for a trusted loopback only")
+def dashboard(run_id: str | None, events: str | None, prometheus: str | None, runs_dirs: tuple[Path, ...],
+              host: str, port: int | None, tls_dir: Path | None) -> int:
+    from common import children
+    from common.paths import aitax_home
+    from stack.config import StackConfig
+    from stack.stack import current_config
+    from telemetry.dashboard import DashboardServer, ViewerLogin, make_app
+    from telemetry.live_sources import LiveSources
+
+    config = current_config()
+    if events is None:
+        from stack.stack import local_elasticsearch_url
+
+        events = local_elasticsearch_url("--events")
+    if prometheus is None and config is not None and config.prometheus:
+        prometheus = config.prometheus_url
+    if tls_dir is None and config is not None:
+        from stack import security
+
+        security.issue_identities()  # made once: a stack started before the dashboard existed lacks its identity
+        tls_dir = security.identity(security.DASHBOARD)
+    serve_tls = tls_dir is not None and str(tls_dir) != "none"
+    if serve_tls:
+        missing = [name for name in ("tls.crt", "tls.key", "username", "password") if not (tls_dir / name).is_file()]
+        if missing:
+            raise UserError(f"--tls-dir {tls_dir}: no {', '.join(missing)}")
+    sources = LiveSources(events, None if prometheus == "none" else prometheus,
+                          list(runs_dirs) or [aitax_home() / "runs", aitax_home() / "demo" / "runs"], run_id)
+    login = ViewerLogin.from_folder(tls_dir) if serve_tls else None
+    server = DashboardServer(make_app(sources, login), host, port or (config or StackConfig()).dashboard_port,
+                             (tls_dir / "tls.crt", tls_dir / "tls.key") if serve_tls else None)
+    print(f"dashboard: {server.url}" + (f" (login {login.username}, password in {tls_dir / 'password'})"
+                                        if login else ""), flush=True)
+    children.report(children.READY, url=server.url)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    return 0
+
+
+def dashboard_alongside(run_id: str, runs_dir: Path, logs: Path):
+    """`aitax dashboard` on the run as a child process (its own principal: the reader), once it serves; None when
+    the local stack has no Elasticsearch to read."""
+    from common import children
+    from stack.stack import current_config
+
+    config = current_config()
+    if config is None or not config.elasticsearch:
+        return None
+    child = children.spawn("dashboard", ["dashboard", "--run-id", run_id, "--runs", str(runs_dir)], logs)
+    children.wait_reported([child], children.READY, 60, "the dashboard")
+    return child
 
 
 kibana = group("kibana", "ship the aitax dashboard to Kibana",

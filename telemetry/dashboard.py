@@ -1,0 +1,195 @@
+"""`aitax dashboard`: the live dashboard, a Dash app (Plotly's) that draws `telemetry.live.DashboardView`.
+
+Dash, because the view is built in Python from the same code as the report and the RunResult (no second
+implementation in JavaScript), its charts are plotly.js (what the field's notebooks and reports use), and it serves
+from one process: locally beside the stack, in the cluster as one pod. The browser never holds a credential of
+Elasticsearch's or Kafka's: the server reads as the reader and the viewer logs in to the server alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+from dash import Dash, Input, Output, dcc, html
+from flask import Response, jsonify, request
+
+from telemetry.live import DashboardView, Series
+from telemetry.live_sources import LiveSources
+
+REFRESH_MS = 2000
+REALM = "aitax dashboard"
+# The panels, in the order a person reads them: where the time went, whether the pipeline kept up, the batcher,
+# the brokers. Each is a dcc.Graph of this id.
+GRAPHS = {
+    "latency": "Latency by stage over time (mean per second), end to end p50 and p99 (ms)",
+    "throughput": "Offered against achieved (per second)",
+    "batches": "Identify's batch sizes (the dynamic batcher)",
+    "brokers-network": "Brokers: bytes in, replication in, bytes out (per second)",
+    "brokers-busy": "Brokers: request handlers and network threads busy (share)",
+}
+BROKER_NETWORK = ("bytes_in", "replication_in", "bytes_out")
+BROKER_BUSY = ("handler_busy", "network_busy")
+
+
+@dataclass(frozen=True)
+class ViewerLogin:
+    """The one login the dashboard accepts (HTTP basic auth over TLS), from a basic-auth Secret's files."""
+
+    username: str
+    password: str
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> ViewerLogin:
+        return cls((folder / "username").read_text().strip(), (folder / "password").read_text().strip())
+
+    def admits(self, header: str | None) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            given = base64.b64decode(header[6:], validate=True).decode()
+        except ValueError:
+            return False
+        expected = f"{self.username}:{self.password}"
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _figure(series: list[Series], title: str, y_title: str, stacked: bool = False) -> go.Figure:
+    figure = go.Figure()
+    for s in series:
+        line = s.name.startswith("end to end")
+        figure.add_trace(go.Scatter(
+            x=s.x_s, y=s.y, name=s.name, mode="lines",
+            stackgroup="stages" if stacked and not line else None,
+            line={"width": 2.5, "dash": "dot" if s.name.endswith("p99") else "solid"} if line else None))
+    if not series:
+        figure.add_annotation(text="no data yet", showarrow=False, font={"size": 16})
+    figure.update_layout(title=title, xaxis_title="seconds since the run's first event", yaxis_title=y_title,
+                         margin={"l": 60, "r": 20, "t": 50, "b": 40}, height=380,
+                         legend={"orientation": "h", "y": -0.22, "font": {"size": 10}})
+    return figure
+
+
+def _batch_figure(view: DashboardView) -> go.Figure:
+    figure = _figure(view.batch_sizes, GRAPHS["batches"], "faces per batch")
+    if view.batch_histogram:
+        sizes = sorted(view.batch_histogram)
+        figure.add_trace(go.Bar(x=[str(s) for s in sizes], y=[view.batch_histogram[s] for s in sizes],
+                                name="faces by batch size (the run's result)", xaxis="x2", yaxis="y2", opacity=0.6))
+        figure.update_layout(xaxis2={"overlaying": "x", "side": "top", "type": "category", "title": "batch size"},
+                             yaxis2={"overlaying": "y", "side": "right", "title": "faces"})
+        figure.layout.annotations = ()
+    return figure
+
+
+TILE_STYLE = {"border": "1px solid #ccd", "borderRadius": "6px", "padding": "8px 12px", "minWidth": "130px"}
+GRID_STYLE = {"display": "grid", "gridTemplateColumns": "repeat(auto-fit, minmax(560px, 1fr))", "gap": "8px"}
+
+
+def _tiles(view: DashboardView) -> list:
+    return [html.Div([html.Div(t.label, style={"fontSize": "12px", "color": "#556"}),
+                      html.Div(t.text, className="tile-value", style={"fontSize": "24px", "fontWeight": "bold"}),
+                      html.Div("run result" if t.source == "result" else "so far, from events",
+                               style={"fontSize": "11px", "color": "#889"})],
+                     className="tile", id=f"tile-{t.key}", style=TILE_STYLE,
+                     **{"data-value": "" if t.value is None else repr(t.value)})
+            for t in view.tiles]
+
+
+def _cameras(view: DashboardView) -> html.Table:
+    head = html.Tr([html.Th(h) for h in ("stream", "frames detected", "faces identified", "frames/s")])
+    rows = [html.Tr([html.Td(c.stream_id), html.Td(c.frames), html.Td(c.faces),
+                     html.Td("-" if c.frames_per_s is None else f"{c.frames_per_s:.1f}")]) for c in view.cameras]
+    return html.Table([head, *rows], id="cameras-table")
+
+
+def _verdict(view: DashboardView) -> list:
+    if not view.verdict:
+        return [html.P("the verdict comes when the run ends (its RunResult)")]
+    held = all(c.held for c in view.verdict)
+    items = [html.Li(f"[{'held' if c.held else 'FAILED'}] {c.name}: {c.measured} (required: {c.required})",
+                     className="held" if c.held else "failed") for c in view.verdict]
+    saturated = [html.P(f"saturated: {view.saturated}", id="saturated")] if view.saturated else []
+    return [html.H3("stable" if held else "not stable", id="verdict-word"), html.Ul(items), *saturated]
+
+
+def make_app(sources: LiveSources, login: ViewerLogin | None) -> Dash:
+    app = Dash(__name__, title="aitax dashboard", update_title=None, serve_locally=True)
+    server = app.server
+
+    @server.before_request
+    def authenticate():  # every route, Dash's own included
+        if login is not None and not login.admits(request.headers.get("Authorization")):
+            return Response("login required", 401, {"WWW-Authenticate": f'Basic realm="{REALM}"'})
+        return None
+
+    @server.route("/api/view")
+    def view_json():  # the same view as JSON, for scripts and tests
+        return jsonify(asdict(sources.view()))
+
+    app.layout = html.Div([
+        html.H2(id="heading"),
+        html.Div(id="tiles", style={"display": "flex", "flexWrap": "wrap", "gap": "8px"}),
+        html.Div([dcc.Graph(id=key, config={"displaylogo": False}) for key in GRAPHS], style=GRID_STYLE),
+        html.Div([html.Div([html.H3("Cameras (streams)"), html.Div(id="cameras")]),
+                  html.Div([html.H3("Verdict"), html.Div(id="verdict")])], style=GRID_STYLE),
+        html.Div(id="notes", style={"color": "#a33"}),
+        dcc.Interval(id="tick", interval=REFRESH_MS),
+    ], style={"fontFamily": "sans-serif", "maxWidth": "1600px", "margin": "auto", "padding": "0 12px"})
+
+    @app.callback(
+        [Output("heading", "children"), Output("tiles", "children"), *[Output(k, "figure") for k in GRAPHS],
+         Output("cameras", "children"), Output("verdict", "children"), Output("notes", "children")],
+        Input("tick", "n_intervals"))
+    def refresh(_: int | None):
+        view = sources.view()
+        return (f"aitax · {view.run_id or 'no run yet'} · {view.state}",
+                _tiles(view),
+                _figure(view.latency, GRAPHS["latency"], "ms", stacked=True),
+                _figure(view.throughput, GRAPHS["throughput"], "per second"),
+                _batch_figure(view),
+                _figure([s for k in BROKER_NETWORK for s in _named(view, k)], GRAPHS["brokers-network"], "bytes/s"),
+                _figure([s for k in BROKER_BUSY for s in _named(view, k)], GRAPHS["brokers-busy"], "share"),
+                _cameras(view), _verdict(view), [html.P(n) for n in view.notes])
+
+    return app
+
+
+def _named(view: DashboardView, key: str) -> list[Series]:
+    return [Series(f"{s.name} {key.replace('_', ' ')}", s.x_s, s.y) for s in view.brokers.get(key, [])]
+
+
+class DashboardServer:
+    """The app on a threaded WSGI server, https when given a certificate: `serve_forever`, or `start` in a
+    background thread (the demo) and `stop`."""
+
+    def __init__(self, app: Dash, host: str, port: int, tls: tuple[Path, Path] | None) -> None:
+        from werkzeug.serving import make_server
+
+        ssl_context = None
+        if tls is not None:
+            import ssl
+
+            ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+            ssl_context.load_cert_chain(str(tls[0]), str(tls[1]))
+        self._server = make_server(host, port, app.server, threaded=True, ssl_context=ssl_context)
+        self.url = f"{'https' if tls else 'http'}://{host}:{self._server.server_port}/"
+        self._thread: threading.Thread | None = None
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def start(self) -> DashboardServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        if self._thread is not None:
+            self._thread.join(5)
