@@ -16,6 +16,7 @@ from typing import Any
 from common.errors import UserError
 
 DEFAULT_NDJSON = Path(__file__).parent / "dashboards" / "kibana.ndjson"
+DEFAULT_GRAFANA = Path(__file__).parent / "dashboards" / "grafana.json"
 DASHBOARD_ID = "aitax-dashboard"
 API_KEY_ENV = "KIBANA_API_KEY"
 # Lens's pseudo-field for "count of records": not an index field.

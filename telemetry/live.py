@@ -37,8 +37,9 @@ BROKER_QUERIES = (
     *(Query(key, f'sum by (broker) (rate(kafka_server_brokertopicmetrics_{meter}_total{{topic=""}}[{RATE_WINDOW}]))',
             "broker")
       for key, meter in (("bytes_in", "bytesin"), ("replication_in", "replicationbytesin"), ("bytes_out", "bytesout"))),
-    Query("handler_busy", "1 - max by (broker) (kafka_server_request_handler_idle_ratio)", "broker"),
-    Query("network_busy", "1 - max by (broker) (kafka_network_processor_idle_ratio)", "broker"),
+    # An idle ratio a little over 1 (the meter's rounding) is no negative busyness.
+    Query("handler_busy", "clamp_min(1 - max by (broker) (kafka_server_request_handler_idle_ratio), 0)", "broker"),
+    Query("network_busy", "clamp_min(1 - max by (broker) (kafka_network_processor_idle_ratio), 0)", "broker"),
 )
 # The consuming stages' dynamic batcher: the size of the batches it formed (telemetry.metrics).
 BATCH_QUERIES = (

@@ -11,11 +11,11 @@ import click
 from aitax.commands.options import group
 from aitax.commands.report import report
 from common.errors import UserError
-from telemetry.kibana import API_KEY_ENV, DEFAULT_NDJSON
+from telemetry.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
 
 
 def register(root: click.Group) -> None:
-    for command in (report, dashboard, kibana, events):
+    for command in (report, dashboard, grafana, kibana, events):
         root.add_command(command)
 
 
@@ -107,6 +107,57 @@ def kibana_import(url: str, space: str | None, ndjson: Path) -> int:
     dashboard = f"{kibana_base(url, space)}/app/dashboards#/view/{DASHBOARD_ID}"
     print(f"imported {imported} saved objects; dashboard: {dashboard}")
     return 0
+
+
+@kibana.command("check", short_help="check saved objects against what Kibana 8.19's import enforces",
+                help="Each object's shape, attributes, migration versions, references and dashboard panels against "
+                     "the rules Kibana 8.19's saved-objects import applies (telemetry/dashboard_schemas.py names the "
+                     "Kibana source of each). Prints every departure, naming the object and field; exit 1 if any.")
+@click.option("--file", "ndjson", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=DEFAULT_NDJSON, help="saved objects NDJSON (default: the shipped dashboard)")
+def kibana_check(ndjson: Path) -> int:
+    from telemetry.dashboard_schemas import check_kibana
+    from telemetry.kibana import read_saved_objects
+
+    try:
+        objects = read_saved_objects(ndjson)
+    except (ValueError, KeyError) as error:
+        raise UserError(f"{ndjson}: not a saved objects export ({error})") from None
+    return _print_check(ndjson, check_kibana(objects), f"{len(objects)} saved objects pass Kibana 8.19's import rules")
+
+
+grafana = group("grafana", "the Grafana dashboard file")
+
+
+@grafana.command("check", short_help="check a dashboard against Grafana's published schema",
+                 help="The dashboard against Grafana's Dashboard kind and each panel's options against its plugin's "
+                      "published types (npm @grafana/schema, as JSON Schema made by `make setup-schemas`). Prints "
+                      "every departure with its path; exit 1 if any.")
+@click.option("--file", "dashboard_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=DEFAULT_GRAFANA, help="dashboard JSON (default: the shipped one)")
+def grafana_check(dashboard_file: Path) -> int:
+    import json
+
+    from telemetry.dashboard_schemas import check_grafana, grafana_schema_dir
+
+    try:
+        document = json.loads(dashboard_file.read_text())
+    except ValueError as error:
+        raise UserError(f"{dashboard_file}: not JSON ({error})") from None
+    try:
+        errors = check_grafana(document)
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from None
+    version = (grafana_schema_dir() / "VERSION").read_text().strip()
+    return _print_check(dashboard_file, errors, f"{len(document.get('panels') or [])} panels pass Grafana's schema "
+                                                f"(@grafana/schema {version})")
+
+
+def _print_check(file: Path, errors: list[str], passed: str) -> int:
+    for error in errors:
+        print(f"{file}: {error}")
+    print(f"{file}: {len(errors)} error(s)" if errors else f"{file}: {passed}")
+    return 1 if errors else 0
 
 
 events = group("events", "the event indices' template; spools ended processes left behind")

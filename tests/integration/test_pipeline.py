@@ -27,25 +27,6 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pipeline")
 
 
-@pytest.fixture(scope="module")
-def gallery(workdir: Path) -> Path:
-    path = workdir / "gallery.npz"
-    result = subprocess.run([*AITAX, "enroll", "--out", str(path)], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "enrolled" in result.stdout
-    assert "calibrated: threshold" in result.stdout  # on the packaged calibration strangers, by default
-    return path
-
-
-@pytest.fixture(scope="module")
-def video(workdir: Path) -> Path:
-    path = workdir / "video.mp4"
-    result = subprocess.run([*AITAX, "make-video", "--out", str(path), "--seconds", "12", "--seed", "3"],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return path
-
-
 def test_enrolled_gallery_holds_every_identity(gallery: Path) -> None:
     assert load_gallery(gallery).identities == ["ben_afflek", "elton_john", "jerry_seinfeld", "madonna",
                                                 "mindy_kaling"]
