@@ -82,16 +82,20 @@ def cluster_demo(seconds: float, namespace: str) -> int:
               help="a name the brokers' certificate holds (repeatable; `*.` wildcards allowed)")
 @click.option("--elasticsearch-host", "elasticsearch_hosts", multiple=True,
               help="a name the bundled Elasticsearch's certificate holds (repeatable)")
+@click.option("--dashboard-host", "dashboard_hosts", multiple=True,
+              help="a name the dashboard's certificate holds (repeatable); none: no dashboard identity")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="a label on every Secret made")
 def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsearch_hosts: tuple[str, ...],
-                          labels: tuple[str, ...]) -> int:
+                          dashboard_hosts: tuple[str, ...], labels: tuple[str, ...]) -> int:
     from stack.release_secrets import SecretsApi, ensure_release_secrets, namespace
-    from stack.security import BROKER, ELASTICSEARCH
+    from stack.security import BROKER, DASHBOARD, ELASTICSEARCH
 
     pairs = dict(label.split("=", 1) for label in labels if "=" in label)
     if len(pairs) != len(labels):
         raise click.BadParameter("give KEY=VALUE", param_hint="--label")
     servers = {BROKER: broker_hosts, ELASTICSEARCH: elasticsearch_hosts or ("localhost",)}
+    if dashboard_hosts:
+        servers[DASHBOARD] = dashboard_hosts
     ensure_release_secrets(SecretsApi(namespace()), prefix, servers, pairs)
     return 0
 

@@ -26,7 +26,8 @@ def register(root: click.Group) -> None:
                     "RunResult. On the local stack it serves https with the stack's CA and asks for the `viewer` "
                     "login in .aitax/stack/pki/dashboard/. GET /api/view gives the same view as JSON.")
 @click.option("--run-id", help="the run to show (default: follow the newest run)")
-@click.option("--events", help="Elasticsearch URL or JSONL folder (default: the local stack's Elasticsearch)")
+@click.option("--events", envvar="AITAX_ELASTICSEARCH_URL",
+              help="Elasticsearch URL or JSONL folder (default: the local stack's Elasticsearch)")
 @click.option("--prometheus", help="Prometheus URL (default: the local stack's; 'none' for no metrics panels)")
 @click.option("--runs", "runs_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
               help="folder of run folders holding result.json (repeatable; default .aitax/runs and .aitax/demo/runs)")

@@ -31,7 +31,8 @@ def _env(container: dict) -> dict[str, str | None]:
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
 def test_each_stage_pod_runs_as_its_commands_principal(values) -> None:
     docs = render(values)
-    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    deployments = [d for d in docs if d["kind"] == "Deployment"
+                   and d["metadata"]["labels"]["app.kubernetes.io/component"] != "dashboard"]
     assert deployments
     bundled = any(d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-elasticsearch") for d in docs)
     for deployment in deployments:
@@ -122,3 +123,31 @@ def test_supplied_secrets_need_no_job() -> None:
     assert not [d for d in docs if "issue-secrets" in d["metadata"]["name"]]
     identify = _named(docs, "Deployment", "-identify")["spec"]["template"]["spec"]
     assert _secrets(identify)["identity"] == "t-aitax-identity-identify"
+
+
+def test_the_dashboard_serves_its_own_certificate_and_holds_only_the_readers_elasticsearch_password() -> None:
+    docs = render(CI_VALUES[0])
+    spec = _named(docs, "Deployment", "-dashboard")["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    args = container["args"]
+    assert args[0] == "dashboard" and args[args.index("--tls-dir") + 1] == "/etc/aitax/dashboard"
+    assert _secrets(spec) == {"dashboard": "t-aitax-identity-dashboard", "reader": f"t-aitax-identity-{READER}"}
+    reader = next(v for v in spec["volumes"] if v["name"] == "reader")["secret"]
+    assert {item["key"] for item in reader["items"]} == {"username", "password", "ca.crt"}  # no Kafka key
+    assert _env(container)["AITAX_ELASTICSEARCH_CREDENTIALS"] == READER_MOUNT
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True and spec["automountServiceAccountToken"] \
+        is False
+    assert _named(docs, "Service", "-dashboard")["spec"]["ports"][0]["name"] == "https"
+    issuer = _named(docs, "Job", "-issue-secrets")["spec"]["template"]["spec"]["containers"][0]["args"]
+    hosts = [issuer[i + 1] for i, arg in enumerate(issuer) if arg == "--dashboard-host"]
+    assert hosts[0].startswith("t-aitax-dashboard.") and "localhost" in hosts
+
+
+def test_without_security_the_dashboard_serves_plain_http_without_a_login() -> None:
+    docs = render(CI_VALUES[0], sets=("security.enabled=false",))
+    spec = _named(docs, "Deployment", "-dashboard")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--tls-dir") + 1] == "none" and not _secrets(spec)
+    assert _named(docs, "Service", "-dashboard")["spec"]["ports"][0]["name"] == "http"
+    assert not [d for d in render(CI_VALUES[0], sets=("dashboard.enabled=false",))
+                if d["metadata"]["name"].endswith("-dashboard")]

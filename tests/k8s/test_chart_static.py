@@ -29,6 +29,12 @@ def _by_kind(docs: list[dict], kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def _stages(docs: list[dict]) -> list[dict]:
+    """The stage Deployments: every Deployment but the dashboard's (test_chart_security holds that one)."""
+    return [d for d in _by_kind(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"]
+            != "dashboard"]
+
+
 def _named(docs: list[dict], kind: str, suffix: str) -> dict:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix))
 
@@ -99,7 +105,7 @@ def test_operator_monitors_select_the_stage_pods() -> None:
     assert service["metadata"]["labels"].items() >= service_monitor["spec"]["selector"]["matchLabels"].items()
     selector = pod_monitor["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
-    for deployment in _by_kind(docs, "Deployment"):
+    for deployment in _stages(docs):
         assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
 
@@ -254,7 +260,7 @@ def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
                 assert context["allowPrivilegeEscalation"] is False
                 assert context["capabilities"]["drop"] == ["ALL"]
                 assert container["resources"]["limits"], container["name"]
-        for deployment in _by_kind(docs, "Deployment"):
+        for deployment in _stages(docs):
             container = deployment["spec"]["template"]["spec"]["containers"][0]
             assert container["name"] in STAGES
             # At most one core, as in the paper; the default request is small so that a default install fits.
@@ -284,7 +290,7 @@ def test_compute_threads_follow_each_stages_cpu_limit() -> None:
 
 def test_stage_deployments_per_mode() -> None:
     real = render(CI_VALUES[0])
-    names = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(real, "Deployment")}
+    names = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _stages(real)}
     assert names == {"t-aitax-ingest-detect": 1, "t-aitax-identify": 2}  # the paper's 2 identify per ingest-detect
     identify = _named(real, "Deployment", "-identify")["spec"]["template"]["spec"]["containers"][0]
     assert identify["args"][:3] == ["identify", "--gallery", "/etc/aitax/gallery/gallery.npz"]
@@ -301,7 +307,7 @@ def test_stage_deployments_per_mode() -> None:
     assert env["AITAX_EVENTS"]["value"] == "es:$(AITAX_ELASTICSEARCH_URL)"
     assert ingest["containers"][0]["image"] == "registry.example.com/vision/aitax/pipeline:0.1.0"
     emulated = render(CHART / "ci" / "emulated-values.yaml")
-    deployments = {d["metadata"]["name"]: d for d in _by_kind(emulated, "Deployment")}
+    deployments = {d["metadata"]["name"]: d for d in _stages(emulated)}
     assert set(deployments) == {"t-aitax-emulate-producers", "t-aitax-emulate-consumers"}
     producers = deployments["t-aitax-emulate-producers"]
     assert producers["spec"]["replicas"] == 2
@@ -314,14 +320,14 @@ def test_stage_deployments_per_mode() -> None:
     # A device curve goes to every emulated stage (each process takes the curve of its own stage)
     device = render(CHART / "ci" / "emulated-values.yaml", sets=("emulator.accelerator=h200-bf16",
                                                                  "emulator.maxBatch=16"))
-    for name, deployment in {d["metadata"]["name"]: d for d in _by_kind(device, "Deployment")}.items():
+    for name, deployment in {d["metadata"]["name"]: d for d in _stages(device)}.items():
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--accelerator") + 1] == "h200-bf16", name
     consumers = _named(device, "Deployment", "-emulate-consumers")["spec"]["template"]["spec"]["containers"][0]
     assert consumers["args"][-2:] == ["--max-batch", "16"]
     # Compute that takes the pod's CPU instead of sleeping, on every emulated stage
     on_cpu = render(CHART / "ci" / "emulated-values.yaml", sets=("emulator.compute=cpu",))
-    for name, deployment in {d["metadata"]["name"]: d for d in _by_kind(on_cpu, "Deployment")}.items():
+    for name, deployment in {d["metadata"]["name"]: d for d in _stages(on_cpu)}.items():
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--compute") + 1] == "cpu", name
 
@@ -330,7 +336,7 @@ def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> No
     """Frames through Kafka (the paper's Fig. 3a and Sec. 6): ingest pods only publish frames; detection reads
     them in its own Deployment, MTCNN for three-stage Face Recognition, CenterNet for Object Detection."""
     three = render(CHART / "ci" / "three-stage-values.yaml")
-    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(three, "Deployment")}
+    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _stages(three)}
     assert replicas == {"t-aitax-ingest": 2, "t-aitax-detect": 2, "t-aitax-identify": 4}  # detect: one per ingest
     ingest = _named(three, "Deployment", "-ingest")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ingest[:5] == ["ingest", "--video", "$(AITAX_VIDEO)", "--stream-id", "$(POD_NAME)"]
@@ -338,12 +344,12 @@ def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> No
     detect = _named(three, "Deployment", "-detect")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert detect[:3] == ["detect", "--min-face-size", "20"] and "--threads" in detect
     objects = render(CHART / "ci" / "object-detection-values.yaml")
-    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _by_kind(objects, "Deployment")}
+    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in _stages(objects)}
     assert replicas == {"t-aitax-ingest": 2, "t-aitax-detect-objects": 3}  # no identify: nothing reads faces
     detect = _named(objects, "Deployment", "-detect-objects")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert detect == ["detect-objects", "--min-score", "0.4", "--threads", "1"]
     emulated = render(CHART / "ci" / "emulated-values.yaml", sets=("stages=3",))
-    deployments = {d["metadata"]["name"]: d for d in _by_kind(emulated, "Deployment")}
+    deployments = {d["metadata"]["name"]: d for d in _stages(emulated)}
     assert set(deployments) == {"t-aitax-emulate-producers", "t-aitax-emulate-detectors", "t-aitax-emulate-consumers"}
     args = {name: d["spec"]["template"]["spec"]["containers"][0]["args"] for name, d in deployments.items()}
     assert args["t-aitax-emulate-producers"][-2:] == ["--stages", "3"]
