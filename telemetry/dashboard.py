@@ -26,7 +26,7 @@ REALM = "aitax dashboard"
 # The panels, in the order a person reads them: where the time went, whether the pipeline kept up, the batcher,
 # the brokers. Each is a dcc.Graph of this id.
 GRAPHS = {
-    "latency": "Latency by stage over time (mean per second), end to end p50 and p99 (ms)",
+    "latency": "Latency by stage, per second (ms); end to end p50, p99",
     "throughput": "Offered against achieved (per second)",
     "batches": "Identify's batch sizes (the dynamic batcher)",
     "brokers-network": "Brokers: bytes in, replication in, bytes out (per second)",

@@ -41,9 +41,9 @@ BROKER_QUERIES = (
     Query("handler_busy", "clamp_min(1 - max by (broker) (kafka_server_request_handler_idle_ratio), 0)", "broker"),
     Query("network_busy", "clamp_min(1 - max by (broker) (kafka_network_processor_idle_ratio), 0)", "broker"),
 )
-# The consuming stages' dynamic batcher: the size of the batches it formed (telemetry.metrics).
+# The consuming stages' dynamic batcher: the mean size of the batches it formed (telemetry.metrics). Not a
+# histogram_quantile: its interpolation inside the first bucket reads batches of one as 0.5.
 BATCH_QUERIES = (
-    Query("batch_p50", f"histogram_quantile(0.5, sum by (le) (rate(aitax_batch_size_bucket[{RATE_WINDOW}])))", ""),
     Query("batch_mean", f"sum(rate(aitax_batch_size_sum[{RATE_WINDOW}])) / "
                         f"sum(rate(aitax_batch_size_count[{RATE_WINDOW}]))", ""),
 )
@@ -89,7 +89,7 @@ class DashboardView:
     tiles: list[Tile] = field(default_factory=list)
     latency: list[Series] = field(default_factory=list)  # mean per stage per second, then e2e p50 and p99
     throughput: list[Series] = field(default_factory=list)  # offered (faces detected) and achieved (identified)
-    batch_sizes: list[Series] = field(default_factory=list)  # the batcher's p50 and mean, over time
+    batch_sizes: list[Series] = field(default_factory=list)  # the batcher's mean, over time
     batch_histogram: dict[int, int] = field(default_factory=dict)  # faces by batch size (the RunResult's)
     brokers: dict[str, list[Series]] = field(default_factory=dict)  # by BROKER_QUERIES key, a series per broker
     saturated: str = ""
@@ -165,8 +165,7 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
         return DashboardView(run_id, "waiting for a run", notes=notes or [])
     origin = started_s or 0.0
     view_brokers = {q.key: _relative(metrics.get(q.key, {}), origin, "broker ") for q in BROKER_QUERIES}
-    batches = [Series(name, s.x_s, s.y) for key, name in (("batch_p50", "batch size p50"), ("batch_mean", "mean"))
-               for s in _relative(metrics.get(key, {}), origin, "")]
+    batches = [Series("mean batch size", s.x_s, s.y) for s in _relative(metrics.get("batch_mean", {}), origin, "")]
     cameras = [Camera(s.stream_id, s.frames, s.faces, s.frames_per_s) for s in report.throughput.streams] \
         if report else []
     verdict = [ConditionRow(c.name, c.held, c.measured, c.required) for c in result.verdict.conditions] \

@@ -59,7 +59,7 @@ def test_once_ended_the_headline_and_verdict_are_the_run_results(report) -> None
                                                  required="0")]),
         "resources": Resources(broker_disk_write_bytes_per_s=1e6, broker_disk_read_bytes_per_s=0.0,
                                saturated="disk of broker 2")})
-    metrics = {"bytes_in": {"1": [(T0_S + 2, 100.0)], "2": [(T0_S + 2, 50.0)]}, "batch_p50": {"": [(T0_S + 4, 1.0)]}}
+    metrics = {"bytes_in": {"1": [(T0_S + 2, 100.0)], "2": [(T0_S + 2, 50.0)]}, "batch_mean": {"": [(T0_S + 4, 1.2)]}}
     view = build_view(RUN, report, metrics, T0_S, result)
     tiles = {tile.key: tile for tile in view.tiles}
     assert view.state == "ended" and all(tile.source == "result" for tile in view.tiles)
@@ -71,7 +71,7 @@ def test_once_ended_the_headline_and_verdict_are_the_run_results(report) -> None
     assert view.saturated == "disk of broker 2"
     assert [(s.name, s.x_s, s.y) for s in view.brokers["bytes_in"]] == [("broker 1", [2.0], [100.0]),
                                                                       ("broker 2", [2.0], [50.0])]
-    assert [(s.name, s.x_s) for s in view.batch_sizes] == [("batch size p50", [4.0])]
+    assert [(s.name, s.x_s, s.y) for s in view.batch_sizes] == [("mean batch size", [4.0], [1.2])]
 
 
 def test_no_run_yet_is_a_state_not_an_error() -> None:
