@@ -19,6 +19,7 @@ from typing import Any
 
 from jsonschema import Draft7Validator
 
+from common.errors import UserError
 from common.paths import aitax_home
 
 # Keys of Grafana's "export for sharing externally" wrapper, which its import consumes before the dashboard model.
@@ -213,3 +214,22 @@ def _dashboard_panels(dashboard: dict[str, Any], where: str) -> list[str]:
             errors.append(f"{at}.panelRefName: {panel['panelRefName']!r} has no reference "
                           f"(Kibana: Could not find reference \"{panel['panelRefName']}\")")
     return errors
+
+
+def check_file(path: Path, owner: str) -> tuple[list[str], str]:
+    """A dashboard file checked against its owner's definitions ("grafana" or "kibana"): its errors, and what passed
+    when there are none. An unreadable file is a UserError."""
+    from telemetry.kibana import read_saved_objects
+
+    try:
+        if owner == "kibana":
+            objects = read_saved_objects(path)
+            return check_kibana(objects), f"{len(objects)} saved objects pass Kibana {KIBANA_VERSION}'s import rules"
+        document = json.loads(path.read_text())
+        errors = check_grafana(document)
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from None
+    except (ValueError, KeyError) as error:
+        raise UserError(f"{path}: not a {owner} export ({error})") from None
+    version = (grafana_schema_dir() / "VERSION").read_text().strip()
+    return errors, f"{len(document.get('panels') or [])} panels pass Grafana's schema (@grafana/schema {version})"

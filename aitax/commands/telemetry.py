@@ -110,55 +110,34 @@ def kibana_import(url: str, space: str | None, ndjson: Path) -> int:
     return 0
 
 
-@kibana.command("check", short_help="check saved objects against what Kibana 8.19's import enforces",
-                help="Each object's shape, attributes, migration versions, references and dashboard panels against "
-                     "the rules Kibana 8.19's saved-objects import applies (telemetry/dashboard_schemas.py names the "
-                     "Kibana source of each). Prints every departure, naming the object and field; exit 1 if any.")
-@click.option("--file", "ndjson", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=DEFAULT_NDJSON, help="saved objects NDJSON (default: the shipped dashboard)")
-def kibana_check(ndjson: Path) -> int:
-    from telemetry.dashboard_schemas import check_kibana
-    from telemetry.kibana import read_saved_objects
+def _check_command(owner: str, default: Path, short_help: str, help: str) -> click.Command:
+    """`aitax OWNER check`: a dashboard file against its owner's definitions; every departure printed, exit 1."""
 
-    try:
-        objects = read_saved_objects(ndjson)
-    except (ValueError, KeyError) as error:
-        raise UserError(f"{ndjson}: not a saved objects export ({error})") from None
-    return _print_check(ndjson, check_kibana(objects), f"{len(objects)} saved objects pass Kibana 8.19's import rules")
+    @click.command("check", short_help=short_help, help=help + " Prints every departure, naming the field; exit 1 "
+                                                               "if any.")
+    @click.option("--file", "path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=default,
+                  show_default=True, help="the file to check")
+    def check(path: Path) -> int:
+        from telemetry.dashboard_schemas import check_file
+
+        errors, passed = check_file(path, owner)
+        for error in errors:
+            print(f"{path}: {error}")
+        print(f"{path}: {len(errors)} error(s)" if errors else f"{path}: {passed}")
+        return 1 if errors else 0
+
+    return check
 
 
+kibana.add_command(_check_command(
+    "kibana", DEFAULT_NDJSON, "check saved objects against what Kibana 8.19's import enforces",
+    "Each object's shape, attributes, migration versions, references and dashboard panels against the rules Kibana "
+    "8.19's saved-objects import applies (telemetry/dashboard_schemas.py names the Kibana source of each)."))
 grafana = group("grafana", "the Grafana dashboard file")
-
-
-@grafana.command("check", short_help="check a dashboard against Grafana's published schema",
-                 help="The dashboard against Grafana's Dashboard kind and each panel's options against its plugin's "
-                      "published types (npm @grafana/schema, as JSON Schema made by `make setup-schemas`). Prints "
-                      "every departure with its path; exit 1 if any.")
-@click.option("--file", "dashboard_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=DEFAULT_GRAFANA, help="dashboard JSON (default: the shipped one)")
-def grafana_check(dashboard_file: Path) -> int:
-    import json
-
-    from telemetry.dashboard_schemas import check_grafana, grafana_schema_dir
-
-    try:
-        document = json.loads(dashboard_file.read_text())
-    except ValueError as error:
-        raise UserError(f"{dashboard_file}: not JSON ({error})") from None
-    try:
-        errors = check_grafana(document)
-    except FileNotFoundError as error:
-        raise UserError(str(error)) from None
-    version = (grafana_schema_dir() / "VERSION").read_text().strip()
-    return _print_check(dashboard_file, errors, f"{len(document.get('panels') or [])} panels pass Grafana's schema "
-                                                f"(@grafana/schema {version})")
-
-
-def _print_check(file: Path, errors: list[str], passed: str) -> int:
-    for error in errors:
-        print(f"{file}: {error}")
-    print(f"{file}: {len(errors)} error(s)" if errors else f"{file}: {passed}")
-    return 1 if errors else 0
+grafana.add_command(_check_command(
+    "grafana", DEFAULT_GRAFANA, "check a dashboard against Grafana's published schema",
+    "The dashboard against Grafana's Dashboard kind and each panel's options against its plugin's published types "
+    "(npm @grafana/schema, as JSON Schema made by `make setup-schemas`)."))
 
 
 events = group("events", "the event indices' template; spools ended processes left behind")

@@ -76,7 +76,7 @@ def release(control_plane):
 def test_install_brings_every_workload_up(release) -> None:
     plane = release
     assert _replicas(plane) == {"kafka": (3, 3), "ingest-detect": (1, 1), "identify": (2, 2),
-                                "elasticsearch": (1, 1)}
+                                "elasticsearch": (1, 1), "dashboard": (1, 1)}
     pvcs = _get(plane, "pvc")["items"]
     kafka_claims = sorted(p["metadata"]["name"] for p in pvcs if "-kafka-" in p["metadata"]["name"])
     assert kafka_claims == sorted(f"data-{d}-exp-aitax-kafka-{o}" for d in (0, 1) for o in range(3))
