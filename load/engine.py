@@ -18,7 +18,7 @@ from load.resources import Sampler, resources
 from stack.config import StackConfig
 from telemetry.applications import application
 from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
-from telemetry.results import Driver, RunResult, Workload, judge, write_results
+from telemetry.results import RESULT_FILE, Driver, RunResult, Workload, judge, write_results
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
 DISK_WRITE_CAPACITY = 2.2e9  # bytes/s per broker: this machine's sequential write, measured with fio
@@ -211,7 +211,7 @@ def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, b
           f"processes; events and logs in {events_dir}")
     result = run_load(load, stack=stack, progress=True)
     print_result(result)
-    print(f"result: {write_results(result, events_dir / 'result.json')}")
+    print(f"result: {write_results(result, events_dir / RESULT_FILE)}")
     if result.process_failures:
         failed = ", ".join(line.split(":")[0] for line in result.process_failures)
         raise UserError(f"{failed} failed; see {events_dir / 'logs'}")

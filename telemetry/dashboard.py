@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import base64
 import hmac
-import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, dcc, html
 from flask import Response, jsonify, request
 
+from common.errors import UserError
 from telemetry.live import DashboardView, Series
 from telemetry.live_sources import LiveSources
 
@@ -41,7 +41,7 @@ class ViewerLogin:
     """The one login the dashboard accepts (HTTP basic auth over TLS), from a basic-auth Secret's files."""
 
     username: str
-    password: str
+    password: str = field(repr=False)
 
     @classmethod
     def from_folder(cls, folder: Path) -> ViewerLogin:
@@ -164,32 +164,30 @@ def _named(view: DashboardView, key: str) -> list[Series]:
 
 
 class DashboardServer:
-    """The app on a threaded WSGI server, https when given a certificate: `serve_forever`, or `start` in a
-    background thread (the demo) and `stop`."""
+    """The app on a threaded WSGI server, https when given a certificate."""
 
     def __init__(self, app: Dash, host: str, port: int, tls: tuple[Path, Path] | None) -> None:
         from werkzeug.serving import make_server
 
-        ssl_context = None
+        try:
+            self._server = make_server(host, port, app.server, threaded=True)
+        except OSError as error:
+            raise UserError(f"dashboard: cannot listen on {host}:{port} ({error.strerror})") from None
         if tls is not None:
             import ssl
 
-            ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
-            ssl_context.load_cert_chain(str(tls[0]), str(tls[1]))
-        self._server = make_server(host, port, app.server, threaded=True, ssl_context=ssl_context)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                context.load_cert_chain(str(tls[0]), str(tls[1]))
+            except (OSError, ssl.SSLError) as error:
+                raise UserError(f"dashboard: certificate {tls[0]} or key {tls[1]} unusable ({error})") from None
+            # The handshake on each request's own thread, not in accept(): a client that connects and says nothing
+            # must not stall the server for everyone.
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
+            self._server.ssl_context = context  # werkzeug's request handler reads it for the URL scheme
         self.url = f"{'https' if tls else 'http'}://{host}:{self._server.server_port}/"
-        self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
         self._server.serve_forever()
-
-    def start(self) -> DashboardServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="dashboard", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        if self._thread is not None:
-            self._thread.join(5)

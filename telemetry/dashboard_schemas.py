@@ -224,12 +224,16 @@ def check_file(path: Path, owner: str) -> tuple[list[str], str]:
     try:
         if owner == "kibana":
             objects = read_saved_objects(path)
+            if not all(isinstance(obj, dict) for obj in objects):
+                raise ValueError("a line is not a JSON object")
             return check_kibana(objects), f"{len(objects)} saved objects pass Kibana {KIBANA_VERSION}'s import rules"
         document = json.loads(path.read_text())
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
         errors = check_grafana(document)
+        version = (grafana_schema_dir() / "VERSION").read_text().strip()
     except FileNotFoundError as error:
         raise UserError(str(error)) from None
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise UserError(f"{path}: not a {owner} export ({error})") from None
-    version = (grafana_schema_dir() / "VERSION").read_text().strip()
     return errors, f"{len(document.get('panels') or [])} panels pass Grafana's schema (@grafana/schema {version})"

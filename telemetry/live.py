@@ -17,36 +17,40 @@ from telemetry.latency import batch_size_p50, broker_wait_ms
 from telemetry.report import BREAKDOWN_STAGES, Report
 from telemetry.results import RunResult
 
-RESULT_FILE = "result.json"  # beside the run's events (load.engine.run_local_pipeline)
-RATE_WINDOW = "15s"  # three of the local Prometheus's 5 s scrapes: a rate needs two samples
+# A rate needs two samples in its window: six of the local Prometheus's 5 s scrapes, two of the chart's
+# Pod/ServiceMonitor's 15 s ones.
+RATE_WINDOW = "30s"
 STEP_S = 2.0
 
 
 @dataclass(frozen=True)
 class Query:
-    """One PromQL series family the dashboard draws; `label` names each series' line."""
+    """One PromQL series family the dashboard draws, a series per broker (by its `broker` label locally, its `pod`
+    in a cluster) or one."""
 
     key: str
     promql: str
-    label: str
 
 
 # The brokers: Kafka's own meters through the JMX exporter (the Grafana dashboard's Fig. 11a and saturation panels),
-# by the `broker` label the local stack and the chart give each broker's target.
+# by the `broker` label the local stack gives each broker's target, or the `pod` a cluster's scrape gives it.
+BY_BROKER = "by (broker, pod)"
 BROKER_QUERIES = (
-    *(Query(key, f'sum by (broker) (rate(kafka_server_brokertopicmetrics_{meter}_total{{topic=""}}[{RATE_WINDOW}]))',
-            "broker")
+    *(Query(key, f'sum {BY_BROKER} (rate(kafka_server_brokertopicmetrics_{meter}_total{{topic=""}}[{RATE_WINDOW}]))')
       for key, meter in (("bytes_in", "bytesin"), ("replication_in", "replicationbytesin"), ("bytes_out", "bytesout"))),
-    # An idle ratio a little over 1 (the meter's rounding) is no negative busyness.
-    Query("handler_busy", "clamp_min(1 - max by (broker) (kafka_server_request_handler_idle_ratio), 0)", "broker"),
-    Query("network_busy", "clamp_min(1 - max by (broker) (kafka_network_processor_idle_ratio), 0)", "broker"),
+    # The least idle thread pool reading of a broker; a ratio a little over 1 (the meter's rounding) is no negative
+    # busyness.
+    Query("handler_busy", f"clamp_min(1 - min {BY_BROKER} (kafka_server_request_handler_idle_ratio), 0)"),
+    Query("network_busy", f"clamp_min(1 - min {BY_BROKER} (kafka_network_processor_idle_ratio), 0)"),
 )
-# The consuming stages' dynamic batcher: the mean size of the batches it formed (telemetry.metrics). Not a
-# histogram_quantile: its interpolation inside the first bucket reads batches of one as 0.5.
+# The consuming stages' dynamic batcher: `aitax_batch_size` is observed once per face (telemetry.metrics), so its
+# mean is the size of the batch the mean face rode in. Not a histogram_quantile: its interpolation inside the first
+# bucket reads batches of one as 0.5.
 BATCH_QUERIES = (
     Query("batch_mean", f"sum(rate(aitax_batch_size_sum[{RATE_WINDOW}])) / "
-                        f"sum(rate(aitax_batch_size_count[{RATE_WINDOW}]))", ""),
+                        f"sum(rate(aitax_batch_size_count[{RATE_WINDOW}]))"),
 )
+BATCH_SERIES = "batch size per face (mean)"
 QUERIES = BROKER_QUERIES + BATCH_QUERIES
 
 
@@ -144,12 +148,11 @@ def _latency_series(report: Report) -> list[Series]:
 
 
 def _throughput_series(report: Report) -> list[Series]:
-    buckets = report.load.buckets
+    buckets = [b for b in report.load.buckets if b.width_s > 0]
     x = [b.start_s for b in buckets]
-    per_s = report.load.bucket_s
-    return [Series("offered (faces detected/s)", x, [b.faces_detected / per_s for b in buckets]),
-            Series("achieved (faces identified/s)", x, [b.faces_finished / per_s for b in buckets]),
-            Series("frames detected/s", x, [b.frames_detected / per_s for b in buckets])]
+    return [Series("offered (faces detected/s)", x, [b.faces_detected / b.width_s for b in buckets]),
+            Series("achieved (faces identified/s)", x, [b.faces_finished / b.width_s for b in buckets]),
+            Series("frames detected/s", x, [b.frames_detected / b.width_s for b in buckets])]
 
 
 def _relative(points: dict[str, list[tuple[float, float]]], start_s: float, prefix: str) -> list[Series]:
@@ -165,7 +168,7 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
         return DashboardView(run_id, "waiting for a run", notes=notes or [])
     origin = started_s or 0.0
     view_brokers = {q.key: _relative(metrics.get(q.key, {}), origin, "broker ") for q in BROKER_QUERIES}
-    batches = [Series("mean batch size", s.x_s, s.y) for s in _relative(metrics.get("batch_mean", {}), origin, "")]
+    batches = [Series(BATCH_SERIES, s.x_s, s.y) for s in _relative(metrics.get("batch_mean", {}), origin, "")]
     cameras = [Camera(s.stream_id, s.frames, s.faces, s.frames_per_s) for s in report.throughput.streams] \
         if report else []
     verdict = [ConditionRow(c.name, c.held, c.measured, c.required) for c in result.verdict.conditions] \
@@ -181,7 +184,7 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
 
 def find_result(runs_dirs: list[Path], run_id: str) -> RunResult | None:
     """The run's RunResult, once `aitax run` or the demo has written it beside the run's events."""
-    from telemetry.results import read_results
+    from telemetry.results import RESULT_FILE, read_results
 
     for runs_dir in runs_dirs:
         path = runs_dir / run_id / RESULT_FILE

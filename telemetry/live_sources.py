@@ -4,10 +4,12 @@ and the RunResult files beside the runs' events. Each refresh reads them afresh 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -33,9 +35,17 @@ class PrometheusRange:
         response.raise_for_status()
         series = {}
         for item in response.json()["data"]["result"]:
-            label = next(iter(item["metric"].values()), "")
+            label = " ".join(value for value in item["metric"].values() if value)
             series[label] = [(float(t), float(v)) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
         return series
+
+
+def redacted(url: str) -> str:
+    """`url` without a user and password in it (an external Elasticsearch's URL may carry them): what a page shows."""
+    parts = urlsplit(url)
+    if not parts.username and not parts.password:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
 
 
 def latest_run_id(events: str) -> str | None:
@@ -54,8 +64,15 @@ def latest_run_id(events: str) -> str | None:
         finally:
             es.close()
         return hits[0]["_source"]["run_id"] if hits else None
-    folders = [p for p in Path(events).glob("*") if p.is_dir() and any(p.glob("*.jsonl"))]
-    return max(folders, key=lambda p: p.stat().st_mtime).name if folders else None
+    # A run's folder of JSONL files: the run of the newest file's last event.
+    files = sorted(Path(events).glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    for file in reversed(files):
+        for line in reversed(file.read_text(errors="replace").splitlines()):
+            try:
+                return json.loads(line)["run_id"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    return None
 
 
 @dataclass
@@ -77,18 +94,23 @@ class LiveSources:
             return self._cached[1]
 
     def _read(self) -> DashboardView:
+        shown = redacted(self.events)
         notes: list[str] = []
         run_id = self.run_id or latest_run_id(self.events)
         if run_id is None:
-            return build_view(None, None, {}, None, None, [f"no events in {self.events} yet"])
-        result = find_result(self.runs_dirs, run_id)
+            return build_view(None, None, {}, None, None, [f"no events in {shown} yet"])
+        try:
+            result = find_result(self.runs_dirs, run_id)
+        except UserError as error:  # a result being written, or of another schema: the events still show
+            result = None
+            notes.append(str(error))
         try:
             loaded = load_events(run_id, self.events)
         except UserError as error:
-            if result is None:
-                return build_view(run_id, None, {}, None, None, [str(error)])
             loaded = None
-            notes.append(str(error))
+            notes.append(str(error).replace(self.events, shown))
+            if result is None:
+                return build_view(run_id, None, {}, None, None, notes)
         report = build_report(run_id, loaded.documents, loaded.malformed_lines) if loaded else None
         started_s = ended_s = None
         if loaded:

@@ -81,6 +81,7 @@ class LoadBucket:
     p50_e2e_ms: float | None = None  # of the faces identified in this bucket
     p99_e2e_ms: float | None = None
     stages_ms: dict[str, float] = field(default_factory=dict)  # their mean per BREAKDOWN_STAGES (Fig. 6 over time)
+    width_s: float = 1.0  # the last bucket ends with the run's last event: per-second rates divide by this
 
 
 @dataclass(frozen=True)
@@ -376,7 +377,7 @@ def _load_over_time(run: _RunEvents, faces: list[_Face], start_ns: int, end_ns: 
             start_s=bucket * BUCKET_NS / NS_PER_S, faces_finished=len(done),
             mean_e2e_ms=e2e.mean_ms if e2e else None,
             faces_in_system=in_system_ns[bucket] / width_ns if width_ns > 0 else 0.0,
-            frames_detected=frames[bucket], faces_detected=detected[bucket],
+            frames_detected=frames[bucket], faces_detected=detected[bucket], width_s=width_ns / NS_PER_S,
             p50_e2e_ms=e2e.p50_ms if e2e else None, p99_e2e_ms=e2e.p99_ms if e2e else None,
             stages_ms={stage: _mean([face.stages_ms[stage] for face in done]) for stage in BREAKDOWN_STAGES}
             if done else {}))

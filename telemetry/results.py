@@ -158,6 +158,9 @@ class Resources(_Model):
     saturated: str = ""  # which resource ran out first, and the brokers' own signals
 
 
+RESULT_FILE = "result.json"  # a run's RunResult, beside its events (load.engine.run_local_pipeline)
+
+
 class RunResult(_Model):
     schema_version: Literal[1] = RESULTS_SCHEMA_VERSION
     run_id: str

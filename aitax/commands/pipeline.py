@@ -511,12 +511,15 @@ def _exit_status(result) -> int:
 @driver_timing
 def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_dashboard: bool, keying: str,
          timing: dict[str, float]) -> int:
+    import contextlib
+
     from aitax.commands.telemetry import dashboard_alongside
     from common import children
     from common.paths import aitax_home
     from load.engine import run_local_pipeline
     from pipeline.evaluate import evaluate_run, print_evaluation
     from pipeline.runtime import new_run_id
+    from stack.security import DASHBOARD, identity
     from stack.stack import resolve_bootstrap
 
     out = out or aitax_home() / "demo"
@@ -533,16 +536,16 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
     try:
         if dashboard is not None:
             url = dashboard.statuses(children.READY)[0]["url"]
-            print(f"live dashboard: {url} (login viewer, password in .aitax/stack/pki/dashboard/password)")
+            print(f"live dashboard: {url} (login viewer, password in "
+                  f"{identity(DASHBOARD) / 'password'})")
         status = _exit_status(run_local_pipeline(workload, driver(timing, keying=keying), run_id, bootstrap,
                                                  events_dir))
         print("== 4/4 score against ground truth")
         print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
         if dashboard is not None and keep_dashboard:
             print(f"the dashboard keeps serving the run's result at {url}; Ctrl-C ends it")
-            dashboard.process.wait()
-    except KeyboardInterrupt:
-        status = 130
+            with contextlib.suppress(KeyboardInterrupt):  # the way out, not a failure of the run
+                dashboard.process.wait()
     finally:
         if dashboard is not None:
             children.stop([dashboard], 5)

@@ -52,11 +52,15 @@ def dashboard(run_id: str | None, events: str | None, prometheus: str | None, ru
         events = local_elasticsearch_url("--events")
     if prometheus is None and config is not None and config.prometheus:
         prometheus = config.prometheus_url
-    if tls_dir is None and config is not None:
+    if tls_dir is None:
+        if config is None:
+            raise UserError("--tls-dir: no local stack to take the dashboard's certificate and login from; give a "
+                            "folder with tls.crt, tls.key, username and password, or 'none' for plain http")
         from stack import security
 
-        security.issue_identities()  # made once: a stack started before the dashboard existed lacks its identity
         tls_dir = security.identity(security.DASHBOARD)
+        if not tls_dir.is_dir():  # a stack started before the dashboard existed: its identity is made now, once
+            security.issue_identities()
     serve_tls = tls_dir is not None and str(tls_dir) != "none"
     if serve_tls:
         missing = [name for name in ("tls.crt", "tls.key", "username", "password") if not (tls_dir / name).is_file()]
@@ -77,7 +81,7 @@ def dashboard(run_id: str | None, events: str | None, prometheus: str | None, ru
 
 def dashboard_alongside(run_id: str, runs_dir: Path, logs: Path):
     """`aitax dashboard` on the run as a child process (its own principal: the reader), once it serves; None when
-    the local stack has no Elasticsearch to read."""
+    the local stack has no Elasticsearch to read or the dashboard could not start (said in one line)."""
     from common import children
     from stack.stack import current_config
 
@@ -85,7 +89,12 @@ def dashboard_alongside(run_id: str, runs_dir: Path, logs: Path):
     if config is None or not config.elasticsearch:
         return None
     child = children.spawn("dashboard", ["dashboard", "--run-id", run_id, "--runs", str(runs_dir)], logs)
-    children.wait_reported([child], children.READY, 60, "the dashboard")
+    try:
+        children.wait_reported([child], children.READY, 60, "the dashboard")
+    except UserError as error:  # the run goes on without it
+        children.stop([child], 5)
+        print(f"no live dashboard: {error}")
+        return None
     return child
 
 

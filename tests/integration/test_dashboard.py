@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,13 +17,14 @@ from stack import security
 from stack.config import StackConfig
 from telemetry.dashboard import GRAPHS, ViewerLogin
 from telemetry.latency import batch_size_p50, broker_wait_ms
+from telemetry.live import BATCH_SERIES
 from telemetry.report import Report
 from telemetry.report_render import latency_rows
 from telemetry.results import RunResult, read_results
 from tests.browser import chromium
+from tests.integration.conftest import AITAX
 
 pytestmark = pytest.mark.integration
-AITAX = [sys.executable, "-m", "aitax.cli"]
 # Each Plotly graph's traces and how many points each holds.
 PANEL_POINTS = """Object.fromEntries(Array.from(document.querySelectorAll('.js-plotly-plot')).map(
     g => [g.parentElement.id || g.id, (g.data || []).map(t => (t.y || []).length)]))"""
@@ -102,9 +102,13 @@ def test_the_dashboard_shows_a_real_run_live_and_then_its_result_and_so_does_the
             assert ("stable" if result.stable else "not stable") in verdict
             for condition in result.verdict.conditions:
                 assert f"[{'held' if condition.held else 'FAILED'}] {condition.name}: {condition.measured}" in verdict
-            assert result.resources is not None and result.resources.saturated in page.inner_text("#saturated")
-            cameras = page.inner_text("#cameras-table")
-            assert "cam-1" in cameras or "stream" in cameras
+            assert result.resources is not None and result.resources.saturated
+            assert result.resources.saturated in page.inner_text("#saturated")
+            assert "cam-1" in page.inner_text("#cameras-table")
+            # the batcher's own series from Prometheus, not only the result's histogram
+            batch_points = page.evaluate("document.querySelector('#batches .js-plotly-plot').data"
+                                         f".filter(t => t.name === {BATCH_SERIES!r}).map(t => t.y.length)")
+            assert batch_points and batch_points[0] > 0
             assert browser.console_errors == []
             _screenshot(page, "dashboard.png", tmp_path)
         _check_the_report(unique_name, runs / unique_name, tmp_path)

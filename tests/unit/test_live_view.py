@@ -8,7 +8,7 @@ import pytest
 
 from telemetry.dashboard import ViewerLogin
 from telemetry.latency import LatencySummary, tail_of
-from telemetry.live import build_view
+from telemetry.live import BATCH_SERIES, build_view
 from telemetry.report import build_report
 from telemetry.results import Condition, Resources, Verdict
 from tests.unit.results_builders import emulated_run
@@ -30,6 +30,7 @@ def test_each_second_holds_the_faces_identified_in_it_and_what_detection_offered
     assert first.stages_ms["identify"] == pytest.approx(100.0) and second.stages_ms["identify"] == pytest.approx(200.0)
     # detection ended at 60 ms (2 faces), 80 ms (1), 150 ms (0); 1090 ms (1); 2050 and 2100 ms (1 each)
     assert [(b.frames_detected, b.faces_detected) for b in report.load.buckets] == [(3, 3), (1, 1), (2, 2)]
+    assert [b.width_s for b in report.load.buckets] == pytest.approx([1.0, 1.0, 0.2])
     # each bucket's stages tile its faces' mean end to end
     assert sum(first.stages_ms.values()) == pytest.approx(first.mean_e2e_ms)
 
@@ -43,7 +44,8 @@ def test_while_running_the_headline_comes_from_the_events(report) -> None:
     names = [series.name for series in view.latency]
     assert names[-2:] == ["end to end p50", "end to end p99"] and "identify" in names
     offered, achieved, _ = view.throughput
-    assert offered.y == [3.0, 1.0, 2.0] and achieved.y == [2.0, 2.0, 1.0]
+    # per second of each bucket: the last is 0.2 s long (the run's last event ends at 2.2 s)
+    assert offered.y == pytest.approx([3.0, 1.0, 10.0]) and achieved.y == pytest.approx([2.0, 2.0, 5.0])
     assert [(c.stream_id, c.frames, c.faces) for c in view.cameras] == [("cam-1", 3, 3), ("cam-2", 3, 2)]
 
 
@@ -71,7 +73,7 @@ def test_once_ended_the_headline_and_verdict_are_the_run_results(report) -> None
     assert view.saturated == "disk of broker 2"
     assert [(s.name, s.x_s, s.y) for s in view.brokers["bytes_in"]] == [("broker 1", [2.0], [100.0]),
                                                                       ("broker 2", [2.0], [50.0])]
-    assert [(s.name, s.x_s, s.y) for s in view.batch_sizes] == [("mean batch size", [4.0], [1.2])]
+    assert [(s.name, s.x_s, s.y) for s in view.batch_sizes] == [(BATCH_SERIES, [4.0], [1.2])]
 
 
 def test_no_run_yet_is_a_state_not_an_error() -> None:
@@ -88,3 +90,10 @@ def test_the_viewer_login_admits_only_its_own_password() -> None:
     assert login.admits(basic("viewer:s3cret"))
     assert not login.admits(basic("viewer:wrong")) and not login.admits(basic("admin:s3cret"))
     assert not login.admits(None) and not login.admits("Bearer x") and not login.admits("Basic !!notbase64")
+
+
+def test_a_url_shown_on_the_page_carries_no_password() -> None:
+    from telemetry.live_sources import redacted
+
+    assert redacted("https://writer:s3cret@es.example:9200/") == "https://es.example:9200/"
+    assert redacted("https://es.example:9200") == "https://es.example:9200"
