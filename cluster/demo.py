@@ -101,13 +101,13 @@ def identified_faces(cluster: RealCluster, namespace: str, release: str) -> int:
     import requests
 
     query = {"query": {"bool": {"filter": [{"term": {"run_id": CHART_RUN_ID}}, {"term": {"stage": "identify"}}]}}}
-    reader = _reader_identity(cluster, namespace, release)
+    reader = release_identity(cluster, namespace, release)
     try:
         with requests.Session() as session:
             if reader is None:
                 response = session.post(f"http://{cluster_ip}:9200/aitax-events-*/_count", timeout=5, json=query)
             else:
-                session.mount("https://", _ServiceName(service))  # its certificate names the Service, not the IP
+                session.mount("https://", ServiceName(service))  # its certificate names the Service, not the IP
                 with tempfile.NamedTemporaryFile(suffix=".crt") as ca:
                     ca.write(reader["ca.crt"])
                     ca.flush()
@@ -120,18 +120,19 @@ def identified_faces(cluster: RealCluster, namespace: str, release: str) -> int:
         return 0
 
 
-def _reader_identity(cluster: RealCluster, namespace: str, release: str) -> dict[str, bytes] | None:
-    """The release's reader Secret (`<fullname>-identity-reader`), or None when security is off."""
+def release_identity(cluster: RealCluster, namespace: str, release: str,
+                     principal: str = READER) -> dict[str, bytes] | None:
+    """A principal's Secret of the release (`<fullname>-identity-<principal>`), or None when security is off."""
     import base64
 
-    found = cluster.kubectl("get", "secret", f"{fullname(release)}-identity-{READER}", "-n", namespace, "-o",
+    found = cluster.kubectl("get", "secret", f"{fullname(release)}-identity-{principal}", "-n", namespace, "-o",
                             "jsonpath={.data}", check=False)
     if found.returncode != 0 or not found.stdout.strip():
         return None
     return {key: base64.b64decode(value) for key, value in json.loads(found.stdout).items()}
 
 
-class _ServiceName(HTTPAdapter):
+class ServiceName(HTTPAdapter):
     """Checks the server's certificate against a Service's name while connecting to its ClusterIP."""
 
     def __init__(self, name: str) -> None:
@@ -178,7 +179,7 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", l
                         f"logs -n {namespace} deploy/{fullname(release)}-identify")
     log("== 5/5 score against ground truth (in an identify pod: the in-cluster Kafka and Elasticsearch)")
     # As the reader (its identity is mounted beside identify's when security is on): identify may not read results
-    secured = _reader_identity(cluster, namespace, release) is not None
+    secured = release_identity(cluster, namespace, release) is not None
     reader = ["env", *(f"{variable}={READER_MOUNT}" for variable in (TLS_ENV, CREDENTIALS_ENV))] if secured else []
     evaluation = cluster.kubectl(
         "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", *reader, "aitax", "evaluate",

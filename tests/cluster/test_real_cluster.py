@@ -21,11 +21,12 @@ from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
 from cluster import images
-from cluster.demo import CHART, helm, identified_faces
+from cluster.demo import CHART, CHART_RUN_ID, ServiceName, helm, identified_faces, release_identity
 from cluster.node import NODE_NAME, RealCluster
 from common.daemons import poll_until
 from pipeline.schema import SCHEMA_VERSION
 from pipeline.transport.security import READER_MOUNT, TLS_ENV
+from stack.security import DASHBOARD
 from tests.cluster.conftest import NAMESPACE
 from tests.verdicts import assert_held
 
@@ -176,6 +177,43 @@ def test_faces_flow_with_the_defaults_and_helm_test_passes(cluster: RealCluster,
     assert faces >= 20, "identify events did not reach the in-cluster Elasticsearch"
     result = helm(cluster, "test", release, "-n", NAMESPACE, "--timeout", "5m", check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_serves_the_release_over_https_to_the_viewer_alone(cluster: RealCluster, release: str,
+                                                                        tmp_path) -> None:
+    """The chart's dashboard pod, through its Service from the host: its certificate names the Service, a request
+    without the viewer's login is refused, with it the view holds the release's run as the in-cluster events give
+    it, and the pod holds the reader's Elasticsearch password but not its Kafka key."""
+    import requests
+
+    service = f"{release}-aitax-dashboard"
+    cluster_ip = cluster.kubectl("get", "service", service, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout
+    own = release_identity(cluster, NAMESPACE, release, DASHBOARD)
+    assert own is not None
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(own["ca.crt"])
+    login = (own["username"].decode().strip(), own["password"].decode().strip())
+    url = f"https://{cluster_ip}:8443"
+    with requests.Session() as session:
+        session.mount("https://", ServiceName(service))
+        assert session.get(f"{url}/", verify=str(ca), timeout=10).status_code == 401
+        assert session.get(f"{url}/api/view", verify=str(ca), timeout=10, auth=(login[0], "wrong")).status_code == 401
+
+        def view_with_tiles() -> dict | None:
+            try:
+                view = session.get(f"{url}/api/view", verify=str(ca), timeout=30, auth=login).json()
+            except (requests.RequestException, ValueError):
+                return None
+            return view if view.get("tiles") else None
+
+        view = _wait_for(view_with_tiles, 120, "the dashboard's view of the run")
+    assert view["run_id"] == CHART_RUN_ID and view["state"] == "running"
+    tiles = {tile["key"]: tile for tile in view["tiles"]}
+    assert tiles["identified"]["value"] >= 20 and tiles["identified"]["source"] == "events"
+    assert any(series["y"] for series in view["latency"]) and view["cameras"]
+    held = _exec(cluster, f"deploy/{service}", "python", "-c",
+                 f"import os; print(sorted(n for n in os.listdir('{READER_MOUNT}') if not n.startswith('.')))")
+    assert held == "['ca.crt', 'password', 'username']"
 
 
 def test_a_deleted_broker_pod_returns_with_every_partition_replicated(cluster: RealCluster, release: str) -> None:
