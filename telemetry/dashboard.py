@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, dcc, html
-from flask import Response, jsonify, request
+from flask import Response, request
 
 from common.errors import UserError
 from telemetry.live import DashboardView, Series
@@ -128,8 +129,9 @@ def make_app(sources: LiveSources, login: ViewerLogin | None) -> Dash:
         return None
 
     @server.route("/api/view")
-    def view_json():  # the same view as JSON, for scripts and tests
-        return jsonify(asdict(sources.view()))
+    def view_json():  # the same view as JSON, for scripts and tests (the verdict's conditions are pydantic's)
+        text = json.dumps(asdict(sources.view()), default=lambda model: model.model_dump())
+        return Response(text, mimetype="application/json")
 
     app.layout = html.Div([
         html.H2(id="heading"),

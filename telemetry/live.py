@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from telemetry.latency import batch_size_p50, broker_wait_ms
-from telemetry.report import BREAKDOWN_STAGES, Report
-from telemetry.results import RunResult
+from telemetry.report import BREAKDOWN_STAGES, Report, StreamThroughput
+from telemetry.results import Condition, RunResult
 
 # A rate needs two samples in its window: six of the local Prometheus's 5 s scrapes, two of the chart's
 # Pod/ServiceMonitor's 15 s ones.
@@ -71,22 +71,6 @@ class Tile:
 
 
 @dataclass(frozen=True)
-class Camera:
-    stream_id: str
-    frames: int
-    faces: int
-    frames_per_s: float | None
-
-
-@dataclass(frozen=True)
-class ConditionRow:
-    name: str
-    held: bool
-    measured: str
-    required: str
-
-
-@dataclass(frozen=True)
 class DashboardView:
     run_id: str | None
     state: str  # "waiting for a run", "running", "ended"
@@ -97,8 +81,8 @@ class DashboardView:
     batch_histogram: dict[int, int] = field(default_factory=dict)  # faces by batch size (the RunResult's)
     brokers: dict[str, list[Series]] = field(default_factory=dict)  # by BROKER_QUERIES key, a series per broker
     saturated: str = ""
-    cameras: list[Camera] = field(default_factory=list)
-    verdict: list[ConditionRow] = field(default_factory=list)
+    cameras: list[StreamThroughput] = field(default_factory=list)  # a stream is a camera
+    verdict: list[Condition] = field(default_factory=list)  # the RunResult's
     notes: list[str] = field(default_factory=list)
 
 
@@ -169,17 +153,14 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
     origin = started_s or 0.0
     view_brokers = {q.key: _relative(metrics.get(q.key, {}), origin, "broker ") for q in BROKER_QUERIES}
     batches = [Series(BATCH_SERIES, s.x_s, s.y) for s in _relative(metrics.get("batch_mean", {}), origin, "")]
-    cameras = [Camera(s.stream_id, s.frames, s.faces, s.frames_per_s) for s in report.throughput.streams] \
-        if report else []
-    verdict = [ConditionRow(c.name, c.held, c.measured, c.required) for c in result.verdict.conditions] \
-        if result else []
     return DashboardView(
         run_id=run_id, state="ended" if result else "running", tiles=_tiles(report, result),
         latency=_latency_series(report) if report else [], throughput=_throughput_series(report) if report else [],
         batch_sizes=batches, batch_histogram=dict(result.latency.batch_sizes) if result and result.latency else {},
         brokers=view_brokers,
         saturated=result.resources.saturated if result and result.resources else "",
-        cameras=cameras, verdict=verdict, notes=notes or [])
+        cameras=report.throughput.streams if report else [], verdict=result.verdict.conditions if result else [],
+        notes=notes or [])
 
 
 def find_result(runs_dirs: list[Path], run_id: str) -> RunResult | None:
