@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
 
-.PHONY: emulate-accel setup setup-k8s setup-cluster setup-browser setup-schemas cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -52,10 +52,13 @@ k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces thro
 setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and report tests
 	@bash scripts/install-system-packages.sh browser
 
+setup-camera: setup  ## also what simulated cameras need: GStreamer's RTSP server and x264 (Debian's)
+	@bash scripts/install-system-packages.sh camera
+
 setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, pinned) as JSON Schema (cached)
 	@bash scripts/install-dashboard-schemas.sh
 
-test: setup-cluster setup-browser setup-schemas lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
+test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
 	@# The chart and experiment driver (a real kube-apiserver + kwok), the chart's defaults on a real cluster (images
 	@# built here), then everything on the local stack.
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/cluster tests/unit/test_experiment_spec.py; \

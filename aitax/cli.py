@@ -20,6 +20,7 @@ from common.errors import UserError
 # Modules whose `register(group)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (
     "aitax.commands.stack",
+    "aitax.commands.camera",
     "aitax.commands.pipeline",
     "aitax.commands.telemetry",
     "aitax.commands.emulation",

@@ -107,10 +107,12 @@ class LocalLoad:
             from pipeline.gallery import load_gallery
 
             needs_gallery = self.application.needs_gallery
-            if self.workload.video is None or (self.workload.gallery is None and needs_gallery):
-                raise UserError(f"a real {self.application.title} workload needs a video"
+            w = self.workload
+            if (w.video is None and not w.cameras) or (w.gallery is None and needs_gallery):
+                raise UserError(f"a real {self.application.title} workload needs a video or cameras"
                                 + (" and a gallery" if needs_gallery else ""))
-            open_video(self.workload.video).release()
+            if w.video is not None:
+                open_video(w.video).release()
             if needs_gallery:
                 load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)
@@ -169,6 +171,9 @@ class LocalLoad:
         its stage's group."""
         w = self.workload
         argv = [stage.command, "--run-id", self.run_id, *(arg.format(**self.run_values) for arg in stage.args)]
+        if stage.reads is None and w.cameras:  # a camera paces itself and never ends
+            return [self._spawn(f"{stage.command}-{i}", [*argv, *camera.arguments(), "--stream-id", f"cam-{i}"])
+                    for i, camera in enumerate(w.cameras, start=1)]
         if stage.reads is None:
             return [self._spawn(f"{stage.command}-{i}", [*argv, "--video", str(w.video), "--stream-id", f"cam-{i}",
                                                          "--loop", "--pace", w.pace]) for i in range(1, count + 1)]

@@ -14,6 +14,7 @@ import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from common.errors import UserError
+from pipeline.camera import CameraSource, SharedHealth
 from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
 from pipeline.stream import Frame, hand_off
 from pipeline.transport import DeliveryReport, Producer
@@ -289,12 +291,11 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
 
 # -- the two processes ---------------------------------------------------------------------------------------
 
-def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
+def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
                     max_frames: int | None, start_frame: int, frames: multiprocessing.Queue,
-                    stop: multiprocessing.Event) -> None:
-    """Process 1: decode + resize into the bounded queue (put blocks when detection falls behind)."""
-    from pipeline.frames import read_frames
-
+                    stop: multiprocessing.Event, health: SharedHealth | None) -> None:
+    """Process 1: decode + resize into the bounded queue. A file's frames wait when detection falls behind (the
+    paper's back-pressure); a camera's do not: the oldest queued frame is dropped, and counted, instead."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
     parent = os.getppid()
 
@@ -303,10 +304,22 @@ def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: st
         return stop.is_set() or os.getppid() != parent
 
     try:
-        for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
-                                 start_frame=start_frame):
-            if not hand_off(frames, frame, stopping):
-                break
+        if isinstance(source, CameraSource):
+            from pipeline.camera import camera_frames, hand_off_newest
+
+            assert health is not None
+            try:
+                for frame in camera_frames(source, stream_id, size, health, stopping, max_frames):
+                    hand_off_newest(frames, frame, health, frames.get_nowait)
+            except UserError as error:  # credentials refused since the start: the stream ends, and says why
+                print(f"aitax: {error}", file=sys.stderr, flush=True)
+        else:
+            from pipeline.frames import read_frames
+
+            for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
+                                     start_frame=start_frame):
+                if not hand_off(frames, frame, stopping):
+                    break
     finally:
         if os.getppid() == parent:
             frames.put(END_OF_STREAM)
@@ -314,54 +327,97 @@ def _ingest_process(source: str, stream_id: str, size: tuple[int, int], pace: st
             frames.cancel_join_thread()  # nobody reads the queue any more: exit without flushing it
 
 
+@dataclass
+class CameraReporter:
+    """A `camera` event with the camera's health each second (from shared memory, so a camera that is down
+    still reports), and one more at the end."""
+
+    stream_id: str
+    run_id: str
+    health: SharedHealth
+    sink: EventSink
+    detected: int = 0
+    last_frame: int = -1
+    _since_ns: int = field(default_factory=time.time_ns)
+
+    def tick(self, final: bool = False) -> None:
+        now = time.time_ns()
+        if not final and now - self._since_ns < 1_000_000_000:
+            return
+        self.health.set(detected=self.detected)
+        if self.sink.enabled:
+            self.sink.emit(Event(run_id=self.run_id, stage="camera", stream_id=self.stream_id,
+                                 frame_index=max(0, self.last_frame), wall_start_ns=self._since_ns, wall_end_ns=now,
+                                 compute_time_ms=0.0, camera=self.health.snapshot().to_document(),
+                                 **identity_of_process()))
+        self._since_ns = now
+
+
 def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Process,
                       metrics: StageMetrics | None = None,
-                      on_first_frame: Callable[[], None] | None = None) -> Iterable[Frame]:
+                      on_first_frame: Callable[[], None] | None = None,
+                      camera: CameraReporter | None = None) -> Iterable[Frame]:
     while True:
         if metrics is not None:
             metrics.queue_depth.set(frames.qsize())
+        if camera is not None:
+            camera.tick()
         try:
             frame = frames.get(timeout=1.0)
         except queue.Empty:
             if not ingest.is_alive():
                 if ingest.exitcode:
                     raise RuntimeError(f"ingest process exited with status {ingest.exitcode}") from None
-                return
+                break
             continue
         if frame is END_OF_STREAM:
-            return
+            break
         if on_first_frame is not None:
             on_first_frame()
             on_first_frame = None
         yield frame
+        if camera is not None:  # detection asks for the next frame once it finished this one
+            camera.detected += 1
+            camera.last_frame = frame.index
+    if camera is not None:
+        camera.tick(final=True)
 
 
-def run_ingest_detect(source: str, stream_id: str, find_faces: FindFaces, producer: Producer, sink: EventSink,
-                      run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native", loop: bool = False,
-                      max_frames: int | None = None, queue_size: int = 8,
+def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: FindFaces, producer: Producer,
+                      sink: EventSink, run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native",
+                      loop: bool = False, max_frames: int | None = None, queue_size: int = 8,
                       acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
                       metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
                       start_frame: int = 0, keying: str = DEFAULT_KEYING,
                       on_first_frame: Callable[[], None] | None = None) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
-    `on_first_frame` is called as the first frame reaches detection (the stream is flowing).
+    `on_first_frame` is called as the first frame reaches detection (the stream is flowing). A camera's stream
+    does not end when the camera drops: it is read again as the camera comes back (`pipeline.camera`).
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
     the producer: no frame that was ingested is dropped."""
     from pipeline.frames import open_video
 
-    open_video(source).release()  # fail fast, in this process, with a one-line error
     context = multiprocessing.get_context("spawn")  # no fork: TensorFlow's threads do not survive it
+    health, camera = None, None
+    if isinstance(source, CameraSource):
+        from pipeline.camera import check_access
+
+        check_access(source)  # credentials refused: one line, now (an unreachable camera is waited for)
+        health = SharedHealth(context)
+        camera = CameraReporter(stream_id, run_id, health, sink)
+    else:
+        open_video(source).release()  # fail fast, in this process, with a one-line error
     frames: multiprocessing.Queue = context.Queue(maxsize=queue_size)
     stop = context.Event()
     ingest = context.Process(target=_ingest_process, name=f"ingest-{stream_id}",
-                             args=(source, stream_id, size, pace, loop, max_frames, start_frame, frames, stop),
-                             daemon=True)
+                             args=(source, stream_id, size, pace, loop, max_frames, start_frame, frames, stop,
+                                   health), daemon=True)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     ingest.start()
     try:
-        stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame), find_faces, producer, sink,
-                            run_id,
+        stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame, camera), find_faces, producer,
+                            sink, run_id,
                             acceleration_factor, DetectStats(first_frame=start_frame), topics,
                             publication=FaceRecords(keying), checkpoint=checkpoint)
         if metrics is not None:

@@ -7,6 +7,8 @@
 #                    CNI plugins, iptables/ipset/conntrack (kube-proxy), mmdebstrap + buildah (images without a
 #                    registry), gcc (the pause binary).
 #   browser:         Chromium, headless, for the tests that look at the dashboard and the report as a person does.
+#   camera:          simulated cameras (`aitax camera serve`): GStreamer's RTSP server, x264 and RTP, driven by
+#                    Debian's python3 through PyGObject.
 set -euo pipefail
 
 group="${1:-stack}"
@@ -29,7 +31,17 @@ case "$group" in
     wanted=([chromium]="chromium")
     pinned=([chromium]="156.0.8078.108-1~deb12u1")
     ;;
-  *) echo "install-system-packages: unknown group '$group' (stack, node or browser)" >&2; exit 2 ;;
+  camera)
+    plugins=/usr/lib/x86_64-linux-gnu/gstreamer-1.0
+    wanted=([gir1.2-gst-rtsp-server-1.0]="/usr/lib/x86_64-linux-gnu/girepository-1.0/GstRtspServer-1.0.typelib"
+            [gstreamer1.0-plugins-base]="$plugins/libgstapp.so" [gstreamer1.0-plugins-good]="$plugins/libgstrtp.so"
+            [gstreamer1.0-plugins-ugly]="$plugins/libgstx264.so"
+            [python3-gi]="/usr/lib/python3/dist-packages/gi/__init__.py")
+    pinned=([gir1.2-gst-rtsp-server-1.0]="1.22.0-2" [gstreamer1.0-plugins-base]="1.22.0-3+deb12u7"
+            [gstreamer1.0-plugins-good]="1.22.0-5+deb12u4" [gstreamer1.0-plugins-ugly]="1.22.0-2+deb12u2"
+            [python3-gi]="3.42.2-3+b1")
+    ;;
+  *) echo "install-system-packages: unknown group '$group' (stack, node, browser or camera)" >&2; exit 2 ;;
 esac
 
 missing=()

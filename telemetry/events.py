@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from telemetry.camera_health import field_mapping as camera_mapping
 from telemetry.latency import BROKER_WAIT
 
 # 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
@@ -16,12 +17,14 @@ from telemetry.latency import BROKER_WAIT
 # 4: detect events of Object Detection carry `object_count` (not `face_count`) and sub-steps resize, centernet.
 # 5: identify events carry `delivered_ns` (the identity's append: end to end ends there); broker_wait's sub-steps
 #    are its parts by owner (produce, consumer_busy, in_kafka, client_queue) instead of before and after the append.
-EVENT_SCHEMA_VERSION = 5
+# 6: `camera` events: once a second per live camera, its health (telemetry.camera_health) in `camera`.
+EVENT_SCHEMA_VERSION = 6
 INDEX_PREFIX = "aitax-events"
 TEMPLATE_NAME = "aitax-events"
 
 # Stages a frame passes through, in order (the paper's Fig. 6).
 STAGES = ("ingest", "detect", "broker_wait", "identify")
+CAMERA_STAGE = "camera"  # not a stage a frame passes: a live camera's health, each second
 # Where each stage's time goes (the paper's Fig. 8), in `Event.substeps_ms`. "other" is the stage's time not
 # covered by a named sub-step. AI_SUBSTEPS are the neural-network kernels an accelerator would speed up.
 # "emulated" is the emulator's sleep standing in for a stage's whole compute (measured time / speed-up factor).
@@ -66,6 +69,7 @@ class Event:
     scheduled_ns: int | None = None  # ingest: when the stream's schedule wanted the frame (v2; v1 events lack it)
     precision: str | None = None  # identify: FaceNet's arithmetic (v3)
     delivered_ns: int | None = None  # identify: the brokers appended the face's identity (v5)
+    camera: dict[str, float | int | bool] | None = None  # camera events: telemetry.camera_health.CameraHealth (v6)
     schema_version: int = EVENT_SCHEMA_VERSION
 
     def to_document(self) -> dict[str, Any]:
@@ -104,6 +108,7 @@ _FIELD_TYPES = {
     "scheduled_ns": _LONG,
     "precision": _KEYWORD,
     "delivered_ns": _LONG,
+    "camera": camera_mapping(),
     "schema_version": _INTEGER,
     "substeps_ms": {
         "dynamic": "strict",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
-from telemetry.events import Event
+from telemetry.camera_health import COUNTERS, CameraHealth
+from telemetry.events import CAMERA_STAGE, Event
 from telemetry.sinks import EventSink
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,20 @@ class StageMetrics:
         self.delivery_failures = Counter("aitax_delivery_failures", "Records the brokers did not acknowledge",
                                          registry=self.registry)
         self.duplicates = Counter("aitax_duplicate_faces", "Redelivered faces skipped", registry=self.registry)
+        # A live camera's health (telemetry.camera_health), from its `camera` events.
+        self.camera_frames = Counter("aitax_camera_frames", "A live camera's frames by outcome: received, decoded, "
+                                     "undecodable, dropped (detection behind), detected", ["stream", "outcome"],
+                                     registry=self.registry)
+        self.camera_connections = Counter("aitax_camera_connections", "Connections to a live camera by outcome: "
+                                          "connects, reconnects (after an outage), failed_connects",
+                                          ["stream", "outcome"], registry=self.registry)
+        self.camera_longest_gap = Gauge("aitax_camera_longest_gap_seconds", "Longest time between two frames",
+                                        ["stream"], registry=self.registry)
+        self.camera_fps = Gauge("aitax_camera_frames_per_second", "A camera's frame rate: measured or declared",
+                                ["stream", "kind"], registry=self.registry)
+        self.camera_connected = Gauge("aitax_camera_connected", "1 while the camera delivers frames", ["stream"],
+                                      registry=self.registry)
+        self._camera_counts: dict[tuple[str, str], float] = {}
         self._ingest_end_ns: dict[tuple[str, int], int] = {}
         self._target: Path | None = None
 
@@ -69,11 +84,24 @@ class StageMetrics:
             self.batch_size.observe(event.face_count or 1)
             if event.delivered_ns is not None:
                 self.stage_seconds.labels("deliver").observe(max(0.0, (event.delivered_ns - event.wall_end_ns) / 1e9))
+        elif event.stage == CAMERA_STAGE and event.camera is not None:
+            self._observe_camera(event.stream_id, CameraHealth.from_document(event.camera))
         elif event.stage == "broker_wait":
             for part, ms in (event.substeps_ms or {}).items():
                 self.broker_wait_seconds.labels(part).observe(max(0.0, ms / 1000))
             if event.consumer_lag is not None:
                 self.consumer_lag.set(event.consumer_lag)
+
+    def _observe_camera(self, stream: str, health: CameraHealth) -> None:
+        for name in COUNTERS:
+            counter = self.camera_connections if name.endswith("connects") else self.camera_frames
+            total = getattr(health, name)
+            counter.labels(stream, name).inc(max(0, total - self._camera_counts.get((stream, name), 0)))
+            self._camera_counts[stream, name] = total
+        self.camera_longest_gap.labels(stream).set(health.longest_gap_s)
+        self.camera_fps.labels(stream, "measured").set(health.measured_fps)
+        self.camera_fps.labels(stream, "declared").set(health.declared_fps)
+        self.camera_connected.labels(stream).set(1 if health.connected else 0)
 
     def serve(self, name: str, port: int = 0, host: str = "127.0.0.1", scrape_targets: Path | None = None) -> int:
         """Serve /metrics (port 0: any free port) and announce it in `scrape_targets` when given."""

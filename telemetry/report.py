@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from common.paper import PAPER, PaperNumbers
-from telemetry.events import AI_SUBSTEPS, STAGES, SUBSTEPS
+from telemetry.camera_health import CameraHealth
+from telemetry.events import AI_SUBSTEPS, CAMERA_STAGE, STAGES, SUBSTEPS
 from telemetry.latency import BROKER_WAIT, NS_PER_MS, Distribution, distribution, dominant_wait, end_to_end_ms
 
 NS_PER_S = 1_000_000_000
@@ -140,6 +141,14 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class CameraReport:
+    """A live camera's health at the end of the run (its last `camera` event)."""
+
+    stream_id: str
+    health: CameraHealth
+
+
+@dataclass(frozen=True)
 class Report:
     run_id: str
     events: dict[str, int]  # per stage, after dropping duplicates
@@ -157,6 +166,7 @@ class Report:
     cpu: CpuBreakdown
     amdahl: list[AmdahlProjection]
     throughput: Throughput
+    cameras: list[CameraReport] = field(default_factory=list)  # live cameras only
     paper: PaperNumbers = field(default=PAPER)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +190,8 @@ def _from_plain(kind: Any, value: Any) -> Any:
         return None
     if is_dataclass(kind):
         hints = typing.get_type_hints(kind)
-        return kind(**{f.name: _from_plain(hints[f.name], value[f.name]) for f in fields(kind)})
+        # A field missing from older JSON takes its default.
+        return kind(**{f.name: _from_plain(hints[f.name], value[f.name]) for f in fields(kind) if f.name in value})
     origin, arguments = typing.get_origin(kind), typing.get_args(kind)
     if origin in (types.UnionType, typing.Union):
         (inner,) = [argument for argument in arguments if argument is not type(None)]
@@ -206,6 +217,7 @@ class _RunEvents:
     identify: dict[FaceKey, Document]
     ignored: int
     duplicates: int
+    cameras: dict[str, Document] = field(default_factory=dict)  # each camera's last health
 
 
 def _index(documents: Iterable[Document]) -> _RunEvents:
@@ -214,6 +226,9 @@ def _index(documents: Iterable[Document]) -> _RunEvents:
     ordered = sorted(documents, key=lambda d: (d["wall_start_ns"], d["wall_end_ns"], d["stage"], d.get("process", "")))
     for document in ordered:
         stage = document["stage"]
+        if stage == CAMERA_STAGE and document.get("camera"):
+            run.cameras[document["stream_id"]] = document  # in time order: the last one stays
+            continue
         if stage not in STAGES:
             run.ignored += 1
             continue
@@ -469,4 +484,6 @@ def build_report(run_id: str, documents: Iterable[Document], malformed_lines: in
         cpu=cpu,
         amdahl=_amdahl_projections(cpu),
         throughput=_throughput(run, end_ns - start_ns),
+        cameras=[CameraReport(stream_id, CameraHealth.from_document(document["camera"]))
+                 for stream_id, document in sorted(run.cameras.items())],
     )

@@ -7,6 +7,7 @@ import html
 import io
 from pathlib import Path
 
+from telemetry.camera_health import CameraHealth
 from telemetry.events import AI_SUBSTEPS
 from telemetry.latency import BROKER_WAIT
 from telemetry.report import AI_SPEEDUPS, BREAKDOWN_STAGES, Report
@@ -86,11 +87,26 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"throughput {stream.stream_id}: {stream.frames} frames, {stream.faces} faces in "
                      f"{flow.span_s:.2f} s: {_number(stream.frames_per_s, 2)} frames/s, "
                      f"{_number(stream.faces_per_s, 2)} faces/s")
+    for camera in report.cameras:
+        lines.append(camera_line(camera.stream_id, camera.health))
     lines.append(f"events {report.events}; faces detected {report.faces_detected}, identified "
                  f"{report.faces_identified} ({report.faces_unmatched} without their frame's events); "
                  f"{report.duplicate_events} duplicate, {report.ignored_events} ignored events, "
                  f"{report.malformed_lines} malformed lines")
     return lines
+
+
+def camera_line(stream_id: str, health: CameraHealth) -> str:
+    """A live camera's health in one line: where its frames went, its outages, its rate against what it declares."""
+    queued = health.received - health.undecodable - health.dropped - health.detected
+    declared = f"{health.declared_fps:g}" if health.declared_fps else "unknown"
+    slow = " (slower than declared)" if health.slower_than_declared else ""
+    return (f"camera {stream_id}: {health.received} frames received, {health.undecodable} undecodable, "
+            f"{health.dropped} dropped (detection behind), {health.detected} detected, {queued} queued; "
+            f"{health.reconnects} reconnects ({health.failed_connects} failed attempts), longest gap "
+            f"{health.longest_gap_s:.1f} s, {health.gaps_s:.1f} s lost to outages; {health.measured_fps:.1f} fps "
+            f"against {declared} declared{slow}; capture times from the {health.capture_clock} clock"
+            f"{'' if health.connected else '; not connected at the end'}")
 
 
 def format_text(report: Report) -> str:

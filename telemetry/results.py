@@ -36,6 +36,37 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Camera(_Model):
+    """A live camera a producer reads (pipeline.camera). Its password never sits here, where results are saved: a
+    file holds it (a mounted Secret), or the environment's AITAX_CAMERA_PASSWORD."""
+
+    url: str  # rtsp:// or rtsps://, without credentials
+    user: str | None = None
+    password_file: str | None = None
+    transport: Literal["tcp", "udp"] = "tcp"
+    declared_fps: float = Field(0.0, ge=0)  # 0: what the stream says
+    stall_s: float = Field(5.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, url: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("rtsp", "rtsps") or not parts.hostname:
+            raise ValueError("expected rtsp://HOST[:PORT]/PATH or rtsps://")
+        if parts.password is not None:
+            raise ValueError("holds a password: give user and password_file instead (results are saved)")
+        return url
+
+    def arguments(self) -> list[str]:
+        """The ingest-detect options that read this camera."""
+        return ["--video", self.url, "--transport", self.transport, "--declared-fps", f"{self.declared_fps:g}",
+                "--stall-timeout", f"{self.stall_s:g}",
+                *(["--camera-user", self.user] if self.user else []),
+                *(["--camera-password-file", self.password_file] if self.password_file else [])]
+
+
 class Workload(_Model):
     """What load ran: the same description for real and emulated stages, local processes or pods."""
 
@@ -55,6 +86,7 @@ class Workload(_Model):
     # profile was measured on did). A curve says it itself (`host_cpu`).
     compute: Literal["sleep", "cpu"] = "sleep"
     video: str | None = None  # real: every producer's video (looped)
+    cameras: list[Camera] = Field(default_factory=list)  # real: in place of the video, one producer per camera
     gallery: str | None = None  # real
     pace: Literal["native", "max"] = "native"
     # real: 2, ingest-detect containers (frames pass in-process); 3, separate ingest and detect processes, one of
@@ -96,6 +128,8 @@ class Workload(_Model):
             raise ValueError("a closed loop (in_flight) runs two stages")
         if self.in_flight is not None and self.mode != "emulated":
             raise ValueError("a closed loop (in_flight) is for emulated stages")
+        if self.cameras and (self.mode != "real" or self.stages != 2 or self.producers != len(self.cameras)):
+            raise ValueError(f"{len(self.cameras)} camera(s): real stages, two of them, one producer per camera")
         return self
 
     @property

@@ -49,6 +49,17 @@ class Parsed(click.ParamType):
             self.fail(f"{value!r}: {error}", param, ctx)
 
 
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError("expected WIDTHxHEIGHT, e.g. 960x540") from None
+    if width < 64 or height < 64:
+        raise ValueError("at least 64x64")
+    return width, height
+
+
+SIZE = Parsed("WIDTHxHEIGHT", _parse_size)
 def _parse_counts(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())

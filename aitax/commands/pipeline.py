@@ -11,7 +11,7 @@ import click
 from aitax.commands.options import (
     BOOTSTRAP,
     COUNTS,
-    Parsed,
+    SIZE,
     batching,
     driver,
     driver_timing,
@@ -33,17 +33,6 @@ FILE = click.Path(dir_okay=False, path_type=Path)
 DIR = click.Path(file_okay=False, path_type=Path)
 
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        width, height = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ValueError("expected WIDTHxHEIGHT, e.g. 960x540") from None
-    if width < 64 or height < 64:
-        raise ValueError("at least 64x64")
-    return width, height
-
-
-SIZE = Parsed("WIDTHxHEIGHT", _size)
 PACE = click.Choice(("native", "max"))
 RUN_ID = click.option("--run-id", envvar="AITAX_RUN_ID", show_envvar=True, help="experiment run id")
 GROUP_HELP = "consumer group"
@@ -69,6 +58,31 @@ detection = options(
     keying,
     click.option("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)"),
 )
+
+camera = options(
+    click.option("--transport", type=click.Choice(("tcp", "udp")), default="tcp", show_default=True,
+                 help="a camera's RTP over the RTSP connection (tcp) or over UDP"),
+    click.option("--declared-fps", type=click.FloatRange(min=0), default=0.0,
+                 help="the rate the camera should deliver (default: what its stream says)"),
+    click.option("--stall-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+                 metavar="SECONDS", help="no frame from a camera for this long: reconnect"),
+    click.option("--camera-user", envvar="AITAX_CAMERA_USER", show_envvar=True, help="the camera's RTSP user"),
+    click.option("--camera-password-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                 help="file holding the camera's password (a mounted Secret; default: $AITAX_CAMERA_PASSWORD)"),
+)
+
+
+def _camera_source(video: str, transport: str, declared_fps: float, stall_timeout: float, camera_user: str | None,
+                   camera_password_file: Path | None):
+    """A live camera as `pipeline.camera` reads it, or None for a file."""
+    from pipeline.camera import CameraSource, is_live
+
+    if not is_live(video):
+        return None
+    password = camera_password_file.read_text().strip() if camera_password_file else None
+    return CameraSource.parse(video, camera_user, password, transport=transport, declared_fps=declared_fps,
+                              stall_s=stall_timeout)
+
 
 THREADS = click.option("--threads", type=int, default=1, show_default=True, help="TensorFlow threads")
 
@@ -121,10 +135,13 @@ def enroll(images: Path | None, out: Path, impostors: str, target_fpir: float, i
     return 0
 
 
-@click.command("ingest-detect", short_help="the ingest/detect container: video -> faces topic",
+@click.command("ingest-detect", short_help="the ingest/detect container: video or camera -> faces topic",
                help="Two processes joined by a bounded queue: ingestion decodes and resizes frames; detection runs "
-                    "MTCNN and publishes one record per face (acks=all; a retried duplicate is dropped by identify).")
+                    "MTCNN and publishes one record per face (acks=all; a retried duplicate is dropped by identify). "
+                    "A camera (rtsp://, rtsps://) is read again whenever it drops or stalls; when detection falls "
+                    "behind, its oldest queued frame is dropped and counted.")
 @video_source
+@camera
 @click.option("--checkpoint", "checkpoint_file", type=FILE,
               help="file recording the first frame not yet fully acknowledged (written every second)")
 @click.option("--resume", is_flag=True,
@@ -133,9 +150,10 @@ def enroll(images: Path | None, out: Path, impostors: str, target_fpir: float, i
 @click.option("--queue-size", type=int, default=8, show_default=True, help="frames between ingest and detect")
 @stage_options
 def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool, max_frames: int | None,
-                  size: tuple[int, int], checkpoint_file: Path | None, resume: bool, min_face_size: int,
-                  encoding: str, jpeg_quality: int, keying: str, threads: int, queue_size: int,
-                  settings: StageSettings) -> int:
+                  size: tuple[int, int], transport: str, declared_fps: float, stall_timeout: float,
+                  camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
+                  resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
+                  queue_size: int, settings: StageSettings) -> int:
     from common.children import READY, SUMMARY, report
     from pipeline.frames import open_video
     from pipeline.runtime import new_run_id, open_telemetry
@@ -143,7 +161,15 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
-    open_video(video).release()
+    source = _camera_source(video, transport, declared_fps, stall_timeout, camera_user, camera_password_file)
+    if source is None:
+        open_video(video).release()
+    elif checkpoint_file:
+        raise UserError("--checkpoint: a live camera cannot resume (its frames are gone); it is read again instead")
+    else:
+        from pipeline.camera import check_access
+
+        check_access(source)  # refused credentials: one line, before the detector loads
     find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
     from pipeline.ingest_detect import Checkpoint, run_ingest_detect
 
@@ -161,8 +187,8 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
         require_brokers(settings.bootstrap, topics=[FACES_TOPIC])
-        stats = run_ingest_detect(video, stream_id, find_faces, producer, sink, run_id, size=size, pace=pace,
-                                  loop=loop, max_frames=max_frames, queue_size=queue_size, metrics=metrics,
+        stats = run_ingest_detect(source or video, stream_id, find_faces, producer, sink, run_id, size=size,
+                                  pace=pace, loop=loop, max_frames=max_frames, queue_size=queue_size, metrics=metrics,
                                   checkpoint=checkpoint, start_frame=start_frame, keying=keying,
                                   on_first_frame=lambda: report(READY))  # a run's clock starts with the frames
     finally:
@@ -407,7 +433,13 @@ def _assets():
 @click.command("run", short_help="run the pipeline locally: N ingest-detect + M identify processes",
                help="Starts the stage processes against the local stack, as Deployments would on a cluster; Ctrl-C or "
                     "--duration drains in-flight faces.")
-@click.option("--video", type=FILE, required=True, help="video for every producer (looped)")
+@click.option("--video", type=FILE, help="video for every producer (looped)")
+@click.option("--camera", "cameras", multiple=True, metavar="URL",
+              help="a live camera (rtsp://) in place of --video, one producer each; repeat for more. Credentials: "
+                   "--camera-user, and the password in $AITAX_CAMERA_PASSWORD or --camera-password-file")
+@click.option("--camera-user", help="the cameras' RTSP user")
+@click.option("--camera-password-file", type=click.Path(dir_okay=False, exists=True),
+              help="file holding the cameras' password")
 @click.option("--gallery", type=FILE, help="gallery for the identify processes (Face Recognition)")
 @click.option("--workload", type=click.Choice(tuple(APPLICATIONS)), default="face-recognition",
               help="face-recognition (default); object-detection: the paper's Sec. 6, ingest processes publish every "
@@ -425,8 +457,9 @@ def _assets():
 @keying
 @driver_timing
 @BOOTSTRAP
-def run(video: Path, gallery: Path | None, workload: str, producers: int, stages: int, consumers: int,
-        duration: float, run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float, ramp_down: float,
+def run(video: Path | None, cameras: tuple[str, ...], camera_user: str | None, camera_password_file: str | None,
+        gallery: Path | None, workload: str, producers: int, stages: int, consumers: int, duration: float,
+        run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float, ramp_down: float,
         quantiles: tuple[float, ...], keying: str, timing: dict[str, float], bootstrap: str | None) -> int:
     from load.engine import run_local_pipeline
     from stack.stack import resolve_bootstrap
@@ -434,8 +467,12 @@ def run(video: Path, gallery: Path | None, workload: str, producers: int, stages
     if APPLICATIONS[workload].needs_gallery and gallery is None:
         raise UserError(f"--gallery: {APPLICATIONS[workload].title} needs a gallery "
                         "(`aitax enroll --out gallery.npz`)")
-    real = _real_workload(video, gallery, producers, consumers, duration, pace, ramp_up, ramp_down, quantiles,
-                          stages=stages, application=workload)
+    if (video is None) == (not cameras):
+        raise UserError("--video or --camera: give one of them (a file every producer loops, or live cameras)")
+    real = _real_workload(video, gallery, len(cameras) or producers, consumers, duration, pace, ramp_up, ramp_down,
+                          quantiles, stages=stages, application=workload,
+                          cameras=[{"url": url, "user": camera_user, "password_file": camera_password_file}
+                                   for url in cameras])
     return _exit_status(run_local_pipeline(real, driver(timing, keying=keying), run_id, resolve_bootstrap(bootstrap),
                                            events_dir))
 
@@ -471,9 +508,10 @@ def compare_stages(video: Path, gallery: Path, producers: int, consumers: int, d
     return 0
 
 
-def _real_workload(video: Path, gallery: Path | None, producers: int, consumers: int, duration_s: float, pace: str,
-                   ramp_up_s: float = 0.0, ramp_down_s: float = 0.0, quantiles: tuple[float, ...] | None = None,
-                   stages: int = 2, application: str = "face-recognition"):
+def _real_workload(video: Path | None, gallery: Path | None, producers: int, consumers: int, duration_s: float,
+                   pace: str, ramp_up_s: float = 0.0, ramp_down_s: float = 0.0,
+                   quantiles: tuple[float, ...] | None = None, stages: int = 2,
+                   application: str = "face-recognition", cameras: list[dict] | None = None):
     """The real stages' workload, checked before any broker is looked for."""
     from pydantic import ValidationError
 
@@ -482,14 +520,16 @@ def _real_workload(video: Path, gallery: Path | None, producers: int, consumers:
 
     try:
         return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,
-                        video=str(video), gallery=None if gallery is None else str(gallery), pace=pace,
+                        video=None if video is None else str(video), cameras=cameras or [],
+                        gallery=None if gallery is None else str(gallery), pace=pace,
                         drain_s=REAL_DRAIN_S, ramp_up_s=ramp_up_s, ramp_down_s=ramp_down_s, stages=stages,
                         application=application,
                         **({"quantiles": list(quantiles)} if quantiles else {}))
     except ValidationError as error:
         raise invalid(error, names={"producers": "--producers", "consumers": "--consumers",
                                     "duration_s": "--duration", "ramp_up_s": "--ramp-up",
-                                    "ramp_down_s": "--ramp-down", "application": "--workload"}) from None
+                                    "ramp_down_s": "--ramp-down", "application": "--workload",
+                                    "cameras.0.url": "--camera"}) from None
 
 
 def _exit_status(result) -> int:

@@ -1,0 +1,236 @@
+"""Live cameras on a real RTSP server (GStreamer's, `aitax camera serve`'s simulator) through the real pipeline,
+with faults: a restart, a 10 s network stall, a camera slower than it declares, a corrupt and truncated stream,
+wrong credentials. No process crashes; every frame received is detected or counted as dropped; every face detected
+is identified. Reconnect times are printed, and asserted only loosely (this machine is shared): the measured
+ones are in the README."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from pipeline.camera_sim import CameraSpec, SimulatedCamera
+from stack.config import StackConfig
+from telemetry.camera_health import CameraHealth
+from telemetry.report import build_report
+from telemetry.report_sources import load_events
+from telemetry.results import RunResult, read_results
+from tests.relay import Relay
+
+pytestmark = pytest.mark.integration
+AITAX = [sys.executable, "-m", "aitax.cli"]
+DURATION_S = 14
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def camera(video: Path) -> Iterator[SimulatedCamera]:
+    with SimulatedCamera(CameraSpec(video, free_port())) as simulated:
+        yield simulated
+
+
+@dataclass
+class CameraRun:
+    result: RunResult
+    cameras: dict[str, CameraHealth]
+    output: str
+    fault_started_s: float | None  # after the first frame
+
+
+def run_cameras(urls: list[str], gallery: Path, workdir: Path, run_id: str, fault: Callable[[], None] | None = None,
+                after_s: float = 3.0, duration_s: float = DURATION_S, extra: tuple[str, ...] = ()) -> CameraRun:
+    """`aitax run` on the cameras; `fault` runs `after_s` after the first camera event that saw frames."""
+    events = workdir / run_id
+    process = subprocess.Popen([*AITAX, "run", *(arg for url in urls for arg in ("--camera", url)), "--gallery",
+                                str(gallery), "--duration", f"{duration_s:g}", "--run-id", run_id, "--events-dir",
+                                str(events), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started: list[float] = []
+
+    def apply_fault() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            if any(health.received for health in _camera_health(events).values()):
+                time.sleep(after_s)
+                started.append(time.monotonic())
+                fault()
+                return
+            time.sleep(0.2)
+
+    if fault is not None:
+        threading.Thread(target=apply_fault, daemon=True).start()
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-4000:]
+    report = build_report(run_id, load_events(run_id, events).documents)
+    return CameraRun(read_results(events / "result.json", RunResult),
+                     {camera.stream_id: camera.health for camera in report.cameras}, output,
+                     started[0] if started else None)
+
+
+def _camera_health(events: Path) -> dict[str, CameraHealth]:
+    latest = {}
+    for path in events.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if document.get("stage") == "camera":
+                latest[document["stream_id"]] = CameraHealth.from_document(document["camera"])
+    return latest
+
+
+def assert_nothing_lost(run: CameraRun) -> None:
+    held = {condition.name: condition.held for condition in run.result.verdict.conditions}
+    assert held["every acknowledged face identified"], run.result.verdict.reasons
+    assert run.result.process_failures == [] and run.result.identified_faces == run.result.produced_faces
+    for stream_id, health in run.cameras.items():
+        accounted = health.undecodable + health.dropped + health.detected
+        assert health.received == accounted > 0, f"{stream_id}: frames unaccounted for: {health}"
+
+
+def test_a_camera_that_restarts_is_read_again_and_the_gap_counted(stack: StackConfig, camera: SimulatedCamera,
+                                                                   gallery: Path, tmp_path: Path,
+                                                                   unique_name: str) -> None:
+    off: dict[str, float] = {}
+
+    def restart() -> None:
+        camera.stop()
+        time.sleep(2.0)
+        camera.start()
+        off["back"] = time.monotonic()
+
+    run = run_cameras([camera.url], gallery, tmp_path, unique_name, restart)
+    assert_nothing_lost(run)
+    health = run.cameras["cam-1"]
+    assert health.reconnects >= 1 and health.connected, health
+    assert health.longest_gap_s >= 2.0, health  # the camera was off 2 s at least
+    # From the camera's return to its next frame: the gap less the time it was away.
+    resumed_s = health.longest_gap_s - (off["back"] - run.fault_started_s)
+    print(f"restart: frames resumed {resumed_s:.2f} s after the camera came back; {health}")
+    assert resumed_s < 10, health
+    assert "frames again after" in run.output and "Traceback" not in run.output
+
+
+def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackConfig, camera: SimulatedCamera,
+                                                                gallery: Path, tmp_path: Path,
+                                                                unique_name: str) -> None:
+    relay = Relay(camera.spec.port)
+    try:
+        run = run_cameras([relay.url()], gallery, tmp_path, unique_name, lambda: relay.stall(10),
+                          duration_s=DURATION_S + 10)
+    finally:
+        relay.close()
+    assert_nothing_lost(run)
+    health = run.cameras["cam-1"]
+    print(f"stall 10 s: longest gap {health.longest_gap_s:.2f} s, {health.reconnects} reconnects; {health}")
+    assert health.reconnects >= 1 and health.longest_gap_s >= 10, health
+    assert health.received > 5 * DURATION_S, health  # frames came before and after the stall
+
+
+def test_a_camera_slower_than_it_declares_is_measured_so(stack: StackConfig, video: Path, gallery: Path,
+                                                        tmp_path: Path, unique_name: str) -> None:
+    with SimulatedCamera(CameraSpec(video, free_port(), fps=6.0, declared_fps=10)) as slow:
+        run = run_cameras([slow.url], gallery, tmp_path, unique_name)
+    assert_nothing_lost(run)
+    health = run.cameras["cam-1"]
+    print(f"slow camera: {health.measured_fps:.2f} fps measured, {health.declared_fps:g} declared")
+    assert health.declared_fps == 10 and 4.5 < health.measured_fps < 7.5, health
+    assert health.slower_than_declared and "slower than declared" in run.output + _report_text(run)
+
+
+def _report_text(run: CameraRun) -> str:
+    from telemetry.report_render import camera_line
+
+    return "\n".join(camera_line(stream_id, health) for stream_id, health in run.cameras.items())
+
+
+def test_a_corrupt_then_truncated_stream_is_survived(stack: StackConfig, camera: SimulatedCamera, gallery: Path,
+                                                     tmp_path: Path, unique_name: str) -> None:
+    relay = Relay(camera.spec.port)
+
+    def damage() -> None:
+        relay.corrupt(2.0)
+        time.sleep(3.0)
+        relay.cut()
+
+    try:
+        run = run_cameras([relay.url()], gallery, tmp_path, unique_name, damage)
+    finally:
+        relay.close()
+    assert relay.packets_corrupted > 0
+    assert_nothing_lost(run)
+    health = run.cameras["cam-1"]
+    print(f"corrupt + truncated: {relay.packets_corrupted} packets damaged; {health}")
+    assert health.reconnects >= 1 and health.connected, health
+    assert "Traceback" not in run.output
+
+
+def test_wrong_credentials_are_one_line_and_no_retry_storm(stack: StackConfig, video: Path, tmp_path: Path,
+                                                          unique_name: str) -> None:
+    password, wrong = "right-horse-battery", "wrong-staple-guess"
+    spec = CameraSpec(video, free_port(), user="viewer", password=password)
+    with SimulatedCamera(spec) as guarded:
+        started = time.monotonic()
+        refused = subprocess.run([*AITAX, "ingest-detect", "--video", guarded.url, "--camera-user", "viewer",
+                                  "--run-id", unique_name, "--max-frames", "5"], capture_output=True, text=True,
+                                 timeout=120, env={**_environment(), "AITAX_CAMERA_PASSWORD": wrong})
+        elapsed = time.monotonic() - started
+        secret_file = tmp_path / "password"
+        secret_file.write_text(password)
+        accepted = subprocess.run([*AITAX, "ingest-detect", "--video", guarded.url, "--camera-user", "viewer",
+                                   "--camera-password-file", str(secret_file), "--run-id", unique_name,
+                                   "--max-frames", "5", "--events", f"file:{tmp_path / 'events'}"],
+                                  capture_output=True, text=True, timeout=300, env=_environment())
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert lines[-1] == f"aitax: camera rtsp://viewer@127.0.0.1:{spec.port}/stream: refused as 'viewer' (RTSP 401); " \
+                        "not retrying", refused.stderr
+    assert elapsed < 60, elapsed  # one refusal, not a loop of them
+    assert accepted.returncode == 0, accepted.stdout[-2000:] + accepted.stderr[-2000:]
+    assert "5 frames" in accepted.stdout
+    for text in (refused.stdout, refused.stderr, accepted.stdout, accepted.stderr,
+                 *(path.read_text() for path in (tmp_path / "events").glob("*.jsonl"))):
+        assert password not in text and wrong not in text
+
+
+def _environment() -> dict[str, str]:
+    import os
+
+    return {key: value for key, value in os.environ.items() if key != "AITAX_CAMERA_PASSWORD"}
+
+
+def test_eight_cameras_at_once_each_with_its_health(stack: StackConfig, video: Path, gallery: Path, tmp_path: Path,
+                                                    unique_name: str) -> None:
+    cameras = [SimulatedCamera(CameraSpec(video, free_port(), fps=5.0)) for _ in range(8)]
+    try:
+        for simulated in cameras:
+            simulated.start()
+        run = run_cameras([simulated.url for simulated in cameras], gallery, tmp_path, unique_name,
+                          extra=("--consumers", "2"))
+    finally:
+        for simulated in cameras:
+            simulated.stop()
+    assert_nothing_lost(run)
+    assert sorted(run.cameras) == [f"cam-{number}" for number in range(1, 9)]
+    for stream_id, health in run.cameras.items():
+        print(f"{stream_id}: {health.received} received, {health.dropped} dropped, {health.detected} detected, "
+              f"{health.measured_fps:.1f} fps")
+    # Each camera's health reached Prometheus under its own stream label.
+    query = 'count(count by (stream) (max_over_time(aitax_camera_frames_total{outcome="received"}[5m]) > 0))'
+    answer = requests.get(f"{stack.prometheus_url}/api/v1/query", params={"query": query}, timeout=10).json()
+    assert answer["data"]["result"] and float(answer["data"]["result"][0]["value"][1]) >= 8, answer
