@@ -314,8 +314,8 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
                     break
         finally:
             capture.release()
-        health.set(connected=0)
-        if not stopping():
+        if not stopping():  # lost, not left: a camera read to the end of a run stays connected in its health
+            health.set(connected=0)
             log(f"camera {stream_id} ({source.shown}): no frame for {source.stall_s:g} s or the stream ended; "
                 f"reconnecting")
 

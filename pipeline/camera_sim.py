@@ -50,6 +50,8 @@ class SimulatedCamera:
             raise UserError(f"camera {spec.url}: fps {spec.fps}: must be positive")
         self.spec = spec
         self.frames_sent = 0
+        self.plays = 0  # clients that started playing the stream
+        self.playing = threading.Event()  # set by the first
         self._server: subprocess.Popen | None = None
         self._feeder: threading.Thread | None = None
         self._stop = threading.Event()
@@ -81,10 +83,17 @@ class SimulatedCamera:
             raise UserError(f"camera {self.url}: the RTSP server did not start ({detail}){hint}")
         self._server = server
         self._stop.clear()
+        threading.Thread(target=self._count_plays, args=(server,), daemon=True).start()
         self._feeder = threading.Thread(target=self._feed, args=(server,), name=f"camera-{self.spec.port}",
                                         daemon=True)
         self._feeder.start()
         return self
+
+    def _count_plays(self, server: subprocess.Popen) -> None:
+        for line in server.stdout:
+            if line.startswith(b"playing"):
+                self.plays += 1
+                self.playing.set()
 
     def _feed(self, server: subprocess.Popen) -> None:
         import cv2

@@ -75,8 +75,8 @@ def main(argv: list[str]) -> int:
     if len(argv) == 7:
         password = os.environ.get("AITAX_CAMERA_PASSWORD", "")
         auth = GstRtspServer.RTSPAuth()
-        token = GstRtspServer.RTSPToken.new_empty()
-        token.get_structure().set_value("media.factory.role", ROLE)
+        token = GstRtspServer.RTSPToken()
+        token.set_string("media.factory.role", ROLE)
         auth.add_basic(GstRtspServer.RTSPAuth.make_basic(argv[6], password), token)
         server.set_auth(auth)
         permissions = GstRtspServer.RTSPPermissions()
@@ -84,6 +84,9 @@ def main(argv: list[str]) -> int:
             f"{ROLE}, media.factory.access=(boolean)true, media.factory.construct=(boolean)true"))
         factory.set_permissions(permissions)
     server.get_mount_points().add_factory(path, factory)
+    # One line per client that starts playing: whoever drives the camera (a test, a person) sees the stream taken.
+    server.connect("client-connected", lambda _server, client: client.connect(
+        "play-request", lambda _client, _context: print("playing", flush=True)))
     if server.attach(None) == 0:
         print(f"camera: cannot listen on port {port}", file=sys.stderr)
         return 1

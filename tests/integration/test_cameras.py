@@ -6,7 +6,6 @@ ones are in the README."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -48,50 +47,37 @@ def camera(video: Path) -> Iterator[SimulatedCamera]:
 class CameraRun:
     result: RunResult
     cameras: dict[str, CameraHealth]
-    output: str
+    output: str  # the run's, then its ingest-detect processes' logs
     fault_started_s: float | None  # after the first frame
 
 
-def run_cameras(urls: list[str], gallery: Path, workdir: Path, run_id: str, fault: Callable[[], None] | None = None,
-                after_s: float = 3.0, duration_s: float = DURATION_S, extra: tuple[str, ...] = ()) -> CameraRun:
-    """`aitax run` on the cameras; `fault` runs `after_s` after the first camera event that saw frames."""
+def run_cameras(cameras: list[SimulatedCamera], gallery: Path, workdir: Path, run_id: str,
+                fault: Callable[[], None] | None = None, after_s: float = 3.0, duration_s: float = DURATION_S,
+                extra: tuple[str, ...] = (), urls: list[str] | None = None) -> CameraRun:
+    """`aitax run` on the cameras (through `urls` when given); `fault` runs `after_s` after the first camera began
+    streaming to the pipeline."""
     events = workdir / run_id
+    urls = urls or [camera.url for camera in cameras]
     process = subprocess.Popen([*AITAX, "run", *(arg for url in urls for arg in ("--camera", url)), "--gallery",
                                 str(gallery), "--duration", f"{duration_s:g}", "--run-id", run_id, "--events-dir",
                                 str(events), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started: list[float] = []
 
     def apply_fault() -> None:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and process.poll() is None:
-            if any(health.received for health in _camera_health(events).values()):
-                time.sleep(after_s)
-                started.append(time.monotonic())
-                fault()
-                return
-            time.sleep(0.2)
+        if cameras[0].playing.wait(300) and process.poll() is None:
+            time.sleep(after_s)
+            started.append(time.monotonic())
+            fault()
 
     if fault is not None:
         threading.Thread(target=apply_fault, daemon=True).start()
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output[-4000:]
     report = build_report(run_id, load_events(run_id, events).documents)
+    logs = "\n".join(path.read_text() for path in sorted((events / "logs").glob("ingest-detect-*.log")))
     return CameraRun(read_results(events / "result.json", RunResult),
-                     {camera.stream_id: camera.health for camera in report.cameras}, output,
+                     {camera.stream_id: camera.health for camera in report.cameras}, f"{output}\n{logs}",
                      started[0] if started else None)
-
-
-def _camera_health(events: Path) -> dict[str, CameraHealth]:
-    latest = {}
-    for path in events.glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            try:
-                document = json.loads(line)
-            except ValueError:
-                continue  # a line being written
-            if document.get("stage") == "camera":
-                latest[document["stream_id"]] = CameraHealth.from_document(document["camera"])
-    return latest
 
 
 def assert_nothing_lost(run: CameraRun) -> None:
@@ -114,7 +100,7 @@ def test_a_camera_that_restarts_is_read_again_and_the_gap_counted(stack: StackCo
         camera.start()
         off["back"] = time.monotonic()
 
-    run = run_cameras([camera.url], gallery, tmp_path, unique_name, restart)
+    run = run_cameras([camera], gallery, tmp_path, unique_name, restart)
     assert_nothing_lost(run)
     health = run.cameras["cam-1"]
     assert health.reconnects >= 1 and health.connected, health
@@ -131,8 +117,8 @@ def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackCon
                                                                 unique_name: str) -> None:
     relay = Relay(camera.spec.port)
     try:
-        run = run_cameras([relay.url()], gallery, tmp_path, unique_name, lambda: relay.stall(10),
-                          duration_s=DURATION_S + 10)
+        run = run_cameras([camera], gallery, tmp_path, unique_name, lambda: relay.stall(10),
+                          duration_s=DURATION_S + 10, urls=[relay.url()])
     finally:
         relay.close()
     assert_nothing_lost(run)
@@ -145,7 +131,7 @@ def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackCon
 def test_a_camera_slower_than_it_declares_is_measured_so(stack: StackConfig, video: Path, gallery: Path,
                                                         tmp_path: Path, unique_name: str) -> None:
     with SimulatedCamera(CameraSpec(video, free_port(), fps=6.0, declared_fps=10)) as slow:
-        run = run_cameras([slow.url], gallery, tmp_path, unique_name)
+        run = run_cameras([slow], gallery, tmp_path, unique_name)
     assert_nothing_lost(run)
     health = run.cameras["cam-1"]
     print(f"slow camera: {health.measured_fps:.2f} fps measured, {health.declared_fps:g} declared")
@@ -169,7 +155,7 @@ def test_a_corrupt_then_truncated_stream_is_survived(stack: StackConfig, camera:
         relay.cut()
 
     try:
-        run = run_cameras([relay.url()], gallery, tmp_path, unique_name, damage)
+        run = run_cameras([camera], gallery, tmp_path, unique_name, damage, urls=[relay.url()])
     finally:
         relay.close()
     assert relay.packets_corrupted > 0
@@ -220,8 +206,7 @@ def test_eight_cameras_at_once_each_with_its_health(stack: StackConfig, video: P
     try:
         for simulated in cameras:
             simulated.start()
-        run = run_cameras([simulated.url for simulated in cameras], gallery, tmp_path, unique_name,
-                          extra=("--consumers", "2"))
+        run = run_cameras(cameras, gallery, tmp_path, unique_name, extra=("--consumers", "2"))
     finally:
         for simulated in cameras:
             simulated.stop()

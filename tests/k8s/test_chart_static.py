@@ -129,6 +129,10 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("kafka.clusterId=-starts-with-a-dash-xx", "/kafka/clusterId"),
         ("identify.replicas=-1", "/identify/replicas"),
         ("kafka.metrics.port=9092", "/kafka/metrics/port"),
+        ("ingestDetect.cameras[0].name=lobby,ingestDetect.cameras[0].url=rtsp://ops:secret@cam/s",
+         "/ingestDetect/cameras/0/url"),
+        ("ingestDetect.cameras[0].name=Lobby_1,ingestDetect.cameras[0].url=rtsp://cam/s",
+         "/ingestDetect/cameras/0/name"),
     ],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, field: str) -> None:
@@ -145,6 +149,8 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
         (("kafka.minInsyncReplicas=4",), "kafka.minInsyncReplicas (4) must not exceed kafka.replicationFactor (3)"),
         (("kafka.replicationFactor=4",), "kafka.replicationFactor (4) must not exceed kafka.replicas (3)"),
         (("elasticsearch.external.url=http://es:9200",), "elasticsearch: elasticsearch.external is given"),
+        (("stages=3", "ingestDetect.cameras[0].name=lobby", "ingestDetect.cameras[0].url=rtsp://cam/s"),
+         "ingestDetect.cameras: cameras are read by ingest-detect: two stages, Face Recognition"),
         (("workload=object-detection", "stages=3"),
          "stages: 3: object-detection has two stages (ingest, then detect-objects)"),
     ],
@@ -330,6 +336,29 @@ def test_stage_deployments_per_mode() -> None:
     for name, deployment in {d["metadata"]["name"]: d for d in _stages(on_cpu)}.items():
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--compute") + 1] == "cpu", name
+
+
+def test_each_camera_gets_its_own_ingest_detect_with_its_password_from_a_secret() -> None:
+    docs = render(CHART / "ci" / "live-cameras-values.yaml")
+    deployments = {d["metadata"]["name"]: d for d in _stages(docs)}
+    assert set(deployments) == {"t-aitax-ingest-detect-lobby", "t-aitax-ingest-detect-dock", "t-aitax-identify"}
+    lobby = deployments["t-aitax-ingest-detect-lobby"]
+    assert lobby["spec"]["replicas"] == 1
+    assert lobby["spec"]["selector"]["matchLabels"]["aitax/camera"] == "lobby"  # selectors never overlap
+    pod = lobby["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[:6] == ["ingest-detect", "--video", "rtsp://10.0.0.5:554/stream1", "--stream-id", "lobby",
+                        "--transport"]
+    assert args[args.index("--declared-fps") + 1] == "10"
+    assert args[args.index("--camera-password-file") + 1] == "/etc/aitax/camera/password"
+    assert "--loop" not in args and all("password" not in value for value in args if value.startswith("rtsp"))
+    secret = next(volume for volume in pod["volumes"] if volume["name"] == "camera")["secret"]
+    assert secret == {"secretName": "lobby-camera", "defaultMode": 0o440,
+                      "items": [{"key": "password", "path": "password"}]}
+    dock = deployments["t-aitax-ingest-detect-dock"]["spec"]["template"]["spec"]
+    dock_args = dock["containers"][0]["args"]
+    assert dock_args[dock_args.index("--transport") + 1] == "udp" and "--camera-user" not in dock_args
+    assert all(volume["name"] != "camera" for volume in dock["volumes"])
 
 
 def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> None:

@@ -85,7 +85,7 @@ class ScriptedCamera:
                         request, buffer = buffer.split(b"\r\n\r\n", 1)
                         text = request.decode()
                         self.requests.append(text)
-                        cseq = [line for line in text.split("\r\n") if line.startswith("CSeq")][0]
+                        cseq = next(line for line in text.split("\r\n") if line.startswith("CSeq"))
                         status, headers = self.answer(text)
                         connection.sendall(f"RTSP/1.0 {status}\r\n{cseq}\r\n{headers}\r\n".encode())
 
@@ -181,9 +181,9 @@ def camera_event(stream_id: str, start_s: int, **health) -> Event:
 
 
 def test_health_reaches_the_report_from_each_cameras_last_event() -> None:
-    events = [camera_event("cam-1", 1, received=10, detected=8), camera_event("cam-1", 2, received=20, detected=15,
-                                                                                 dropped=5, reconnects=1, connected=True,
-                                                                                 measured_fps=6.0, declared_fps=10.0),
+    last = dict(received=20, detected=15, dropped=5, reconnects=1, connected=True, measured_fps=6.0,
+                declared_fps=10.0)
+    events = [camera_event("cam-1", 1, received=10, detected=8), camera_event("cam-1", 2, **last),
               camera_event("cam-2", 1, received=4, detected=4, connected=True)]
     report = build_report("r", [event.to_document() for event in events])
     assert [(c.stream_id, c.health.received) for c in report.cameras] == [("cam-1", 20), ("cam-2", 4)]

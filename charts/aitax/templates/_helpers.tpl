@@ -22,14 +22,19 @@
 {{- end }}
 
 {{/* The name of one component's objects: "<fullname>-<component>" (components are short, so 63 chars hold). */}}
+{{- /* A camera's own ingest-detect (`camera` in the dict) is named, and selected, apart from the others. */}}
 {{- define "aitax.componentName" -}}
-{{- printf "%s-%s" (include "aitax.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- $name := ternary (printf "%s-%s" .component .camera) .component (not (empty .camera)) }}
+{{- printf "%s-%s" (include "aitax.fullname" .root) $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "aitax.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "aitax.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .camera }}
+aitax/camera: {{ . }}
+{{- end }}
 {{- end }}
 
 {{- define "aitax.labels" -}}
