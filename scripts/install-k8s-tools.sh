@@ -50,10 +50,10 @@ export GOTOOLCHAIN=local
 export CGO_ENABLED=0  # static binaries: they keep working when copied to another clone or machine of this kind
 # The Go caches are this script's own: they serve only rebuilds of the pinned tools above, which the caches of built
 # tools make rare, and they take gigabytes. On a tight disk (a CI clone also builds multi-gigabyte images) they are
-# removed after a run that built something; GO_CACHES_KEEP_FREE_GIB sets how tight.
+# removed whenever the disk is tight, by a run that built something or not (a warm machine's caches from an earlier
+# build on a roomier disk are gigabytes the images then lack); GO_CACHES_KEEP_FREE_GIB sets how tight.
 export GOCACHE="$MACHINE_CACHE/.go/build" GOMODCACHE="$MACHINE_CACHE/.go/mod"
 GO_CACHES_KEEP_FREE_GIB="${GO_CACHES_KEEP_FREE_GIB:-40}"
-BUILT_SOMETHING=false
 
 log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
 
@@ -71,7 +71,6 @@ provide() {
         rm -rf "$out" && mkdir -p "$out/bin" "$out/share"
         log "building $key (cold, minutes) ..."
         "$build" "$out"
-        BUILT_SOMETHING=true
         rm -rf "$cached" && mv "$out" "$cached" && touch "$cached/.complete"
         log "built $key in $((SECONDS - started)) s"
       fi
@@ -293,7 +292,7 @@ KUBE_ROUTER_VERSION=$KUBE_ROUTER_VERSION
 PROMETHEUS_OPERATOR_VERSION=$PROMETHEUS_OPERATOR_VERSION
 EOF
 free_gib="$(df -P --block-size=1G "$MACHINE_CACHE" | awk 'NR == 2 {print $4}')"
-if [ "$BUILT_SOMETHING" = true ] && [ "$free_gib" -lt "$GO_CACHES_KEEP_FREE_GIB" ]; then
+if [ -d "$MACHINE_CACHE/.go" ] && [ "$free_gib" -lt "$GO_CACHES_KEEP_FREE_GIB" ]; then
   log "removing the Go build and module caches ($(du -sh "$MACHINE_CACHE/.go" | cut -f1)): $free_gib GiB free"
   "$GO" clean -cache -modcache
 fi

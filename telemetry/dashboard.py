@@ -102,9 +102,23 @@ def _tiles(view: DashboardView) -> list:
 
 
 def _cameras(view: DashboardView) -> html.Table:
-    head = html.Tr([html.Th(h) for h in ("stream", "frames detected", "faces identified", "frames/s")])
+    """A row per stream; a live camera's also say where its frames went, its outages and its rate."""
+    head = html.Tr([html.Th(h) for h in ("stream", "frames detected", "faces identified", "frames/s", "received",
+                                         "dropped", "reconnects", "longest gap s", "fps measured / declared",
+                                         "connected")])
+
+    def health(stream_id: str) -> list[html.Td]:
+        camera = view.camera_health.get(stream_id)
+        if camera is None:
+            return [html.Td("-") for _ in range(6)]
+        declared = f"{camera.declared_fps:g}" if camera.declared_fps else "?"
+        return [html.Td(camera.received), html.Td(camera.dropped), html.Td(camera.reconnects),
+                html.Td(f"{camera.longest_gap_s:.1f}"), html.Td(f"{camera.measured_fps:.1f} / {declared}"),
+                html.Td("yes" if camera.connected else "no")]
+
     rows = [html.Tr([html.Td(c.stream_id), html.Td(c.frames), html.Td(c.faces),
-                     html.Td("-" if c.frames_per_s is None else f"{c.frames_per_s:.1f}")]) for c in view.cameras]
+                     html.Td("-" if c.frames_per_s is None else f"{c.frames_per_s:.1f}"), *health(c.stream_id)])
+            for c in view.cameras]
     return html.Table([head, *rows], id="cameras-table")
 
 

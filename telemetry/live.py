@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from telemetry.camera_health import CameraHealth
 from telemetry.latency import batch_size_p50, broker_wait_ms
 from telemetry.report import BREAKDOWN_STAGES, Report, StreamThroughput
 from telemetry.results import Condition, RunResult
@@ -82,6 +83,7 @@ class DashboardView:
     brokers: dict[str, list[Series]] = field(default_factory=dict)  # by BROKER_QUERIES key, a series per broker
     saturated: str = ""
     cameras: list[StreamThroughput] = field(default_factory=list)  # a stream is a camera
+    camera_health: dict[str, CameraHealth] = field(default_factory=dict)  # live cameras' (pipeline.camera)
     verdict: list[Condition] = field(default_factory=list)  # the RunResult's
     notes: list[str] = field(default_factory=list)
 
@@ -159,8 +161,9 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
         batch_sizes=batches, batch_histogram=dict(result.latency.batch_sizes) if result and result.latency else {},
         brokers=view_brokers,
         saturated=result.resources.saturated if result and result.resources else "",
-        cameras=report.throughput.streams if report else [], verdict=result.verdict.conditions if result else [],
-        notes=notes or [])
+        cameras=report.throughput.streams if report else [],
+        camera_health={c.stream_id: c.health for c in report.cameras} if report else {},
+        verdict=result.verdict.conditions if result else [], notes=notes or [])
 
 
 def find_result(runs_dirs: list[Path], run_id: str) -> RunResult | None:

@@ -25,8 +25,7 @@ def camera() -> None:
                 help="Serves each VIDEO as its own camera, rtsp://127.0.0.1:PORT/stream with PORT counting up from "
                      "--port: H.264 over RTP by GStreamer's RTSP server, looped, at --fps. With --user, clients must "
                      "log in; the password comes from $AITAX_CAMERA_PASSWORD, never the command line.")
-@click.argument("videos", nargs=-1, required=True,
-                type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.argument("videos", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--port", type=click.IntRange(1, 65535), default=8554, show_default=True, help="the first camera's")
 @click.option("--fps", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="the rate frames really leave at")

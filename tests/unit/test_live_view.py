@@ -76,6 +76,22 @@ def test_once_ended_the_headline_and_verdict_are_the_run_results(report) -> None
     assert [(s.name, s.x_s, s.y) for s in view.batch_sizes] == [(BATCH_SERIES, [4.0], [1.2])]
 
 
+def test_a_live_cameras_health_is_beside_its_stream_in_the_view_and_on_the_page(report) -> None:
+    from dataclasses import replace
+
+    from telemetry.camera_health import CameraHealth
+    from telemetry.dashboard import _cameras
+    from telemetry.report import CameraReport
+
+    health = CameraHealth(received=40, dropped=4, detected=36, reconnects=2, longest_gap_s=3.25, measured_fps=9.5,
+                          declared_fps=10.0, connected=True)
+    view = build_view(RUN, replace(report, cameras=[CameraReport("cam-2", health)]), {}, T0_S, None)
+    assert view.camera_health == {"cam-2": health}
+    rows = [[str(cell.children) for cell in row.children] for row in _cameras(view).children[1:]]
+    assert rows[0][4:] == ["-"] * 6  # cam-1 is a file: no camera health
+    assert rows[1][4:] == ["40", "4", "2", "3.2", "9.5 / 10", "yes"]
+
+
 def test_no_run_yet_is_a_state_not_an_error() -> None:
     view = build_view(None, None, {}, None, None, ["no events in https://es yet"])
     assert view.state == "waiting for a run" and view.tiles == [] and view.notes == ["no events in https://es yet"]
