@@ -19,6 +19,8 @@ from pipeline.synth_video import load_truth
 from telemetry.latency import BREAKDOWN, BROKER_WAIT, NS_PER_MS, Distribution, distribution, end_to_end_ms
 
 MATCH_IOU = 0.3  # a detection counts as the true face when its box overlaps it this much (scaled frames)
+# Face heights in px of the pipeline's frame, for recall by size: MTCNN's smallest face is the knob they judge.
+HEIGHT_BINS = (0, 40, 60, 80, 120, 160)
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,22 @@ class Evaluation:
     strangers_named: int = 0  # strangers given an enrolled person's name
     duplicates: int = 0
     confusions: dict[str, int] = field(default_factory=dict)
+    # by the face's height bin (its lower edge, HEIGHT_BINS): [faces, detected, of enrolled people, named right]
+    by_height: dict[int, list[int]] = field(default_factory=dict)
     searches: list[Searched] = field(default_factory=list, repr=False)
     latency_ms: dict[str, Distribution] = field(default_factory=dict)
+
+    def add(self, other: Evaluation) -> None:
+        """Pool another video's counts into this one."""
+        for name in ("frames", "truth_faces", "stranger_faces", "detections", "matched", "matched_strangers",
+                     "correct", "unknown", "strangers_named", "duplicates"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.searches += other.searches
+        for pair, count in other.confusions.items():
+            self.confusions[pair] = self.confusions.get(pair, 0) + count
+        for low, counts in other.by_height.items():
+            mine = self.by_height.setdefault(low, [0, 0, 0, 0])
+            mine[:] = [a + b for a, b in zip(mine, counts, strict=True)]
 
     @property
     def detection_precision(self) -> float:
@@ -141,10 +157,16 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
                 evaluation.stranger_faces += not enrolled
                 x, y, w, h = face["box"]
                 box = (round(x * sx), round(y * sy), round(w * sx), round(h * sy))
+                by_height = evaluation.by_height.setdefault(max(low for low in HEIGHT_BINS if low <= box[3]),
+                                                            [0, 0, 0, 0])
+                by_height[0] += 1
+                by_height[2] += enrolled
                 best = max(unmatched, key=lambda f: iou(box, f.box), default=None)
                 if best is None or iou(box, best.box) < MATCH_IOU:
                     continue
                 unmatched.remove(best)
+                by_height[1] += 1
+                by_height[3] += enrolled and best.identity == face["identity"]
                 evaluation.matched += 1
                 evaluation.searches.append(Searched(enrolled, best.score, best.candidate == face["identity"]))
                 if not enrolled:

@@ -15,7 +15,7 @@ from common.errors import UserError
 from pipeline.assets import Archive, extract_members
 from pipeline.degrade import AUGMENTATIONS, Look, best_match, camera_views, degrade
 from pipeline.detect import Detection
-from pipeline.evaluate import Searched, det_curve, score
+from pipeline.evaluate import Evaluation, Searched, det_curve, score
 from pipeline.gallery import Gallery, calibrate, stranger_faces
 from pipeline.schema import UNKNOWN, IdentityMessage
 from pipeline.synth_video import Sprite, plan
@@ -96,6 +96,13 @@ def test_scoring_separates_enrolled_people_from_strangers() -> None:
     assert evaluation.end_to_end_accuracy == 1 / 3
     assert evaluation.confusions == {"stranger->bob": 1}
     assert [s.enrolled for s in evaluation.searches] == [True, False, True, False]
+    # all five faces are 50 px high: [faces, detected, of enrolled people, named right]
+    assert evaluation.by_height == {40: [5, 4, 3, 1]}
+    pooled = Evaluation("pooled")
+    pooled.add(evaluation)
+    pooled.add(evaluation)
+    assert (pooled.truth_faces, pooled.correct, pooled.by_height) == (10, 2, {40: [10, 8, 6, 2]})
+    assert pooled.end_to_end_accuracy == evaluation.end_to_end_accuracy
 
 
 def test_strangers_come_one_person_per_loose_face_or_per_folder(tmp_path: Path) -> None:
