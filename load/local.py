@@ -113,6 +113,10 @@ class LocalLoad:
                                 + (" and a gallery" if needs_gallery else ""))
             if w.video is not None:
                 open_video(w.video).release()
+            for camera in w.cameras:  # refused credentials: one line before any process starts
+                from pipeline.camera import check_access, source_of
+
+                check_access(source_of(camera))
             if needs_gallery:
                 load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)

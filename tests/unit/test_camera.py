@@ -58,6 +58,17 @@ def test_a_results_file_never_holds_a_cameras_password() -> None:
         Workload(mode="real", producers=2, consumers=1, duration_s=5, cameras=[camera])
 
 
+def test_a_workloads_camera_reads_its_password_from_its_file(tmp_path) -> None:
+    from pipeline.camera import source_of
+
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    source = source_of(Camera(url="rtsp://cam/x", user="ops", password_file=str(secret), transport="udp"))
+    assert (source.user, source.password, source.transport) == ("ops", "s3cret", "udp")
+    with pytest.raises(UserError, match=r"^camera rtsp://cam/x: password_file .*/nothing: No such file"):
+        source_of(Camera(url="rtsp://cam/x", user="ops", password_file=str(tmp_path / "nothing")))
+
+
 class ScriptedCamera:
     """An RTSP peer on a real socket that answers DESCRIBE as `answer(request)` says."""
 
