@@ -28,7 +28,7 @@ from tests.relay import Relay
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]
-DURATION_S = 14
+DURATION_S = 10
 
 
 def free_port() -> int:
@@ -202,7 +202,7 @@ def _environment() -> dict[str, str]:
 
 def test_eight_cameras_at_once_each_with_its_health(stack: StackConfig, video: Path, gallery: Path, tmp_path: Path,
                                                     unique_name: str) -> None:
-    cameras = [SimulatedCamera(CameraSpec(video, free_port(), fps=5.0)) for _ in range(8)]
+    cameras = [SimulatedCamera(CameraSpec(video, free_port(), fps=2.0)) for _ in range(8)]
     try:
         for simulated in cameras:
             simulated.start()
