@@ -85,8 +85,10 @@ def main() -> int:
                 started = time.process_time()
                 matches = identifier(faces, Stopwatch())
                 identify_ms.append((time.process_time() - started) * 1000 / len(faces))
-                identities[size] += [IdentityMessage.answering(face.meta, match, 0, 1) for face, match in
-                                     zip(faces, matches, strict=True)]
+                identities[size] += [IdentityMessage.answering(face.meta, match, appended_ns=0, requested_ns=0,
+                                                               fetched_ns=0, identify_start_ns=0, identified_ns=0,
+                                                               batch_size=len(faces))
+                                     for face, match in zip(faces, matches, strict=True)]
         for size in sizes:
             evaluation = score(identities[size], truth, {"bench": set(range(len(truth["frames"])))}, (960, 540),
                                "bench")
