@@ -261,7 +261,7 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
     CameraRefusedError, once, when the camera refuses the credentials."""
     import cv2
 
-    from pipeline.crop import resize_frame
+    from pipeline.frames import to_frame
 
     index, backoff, last_arrival, outage_since = 0, source.backoff_s, None, None
     arrivals: deque[float] = deque(maxlen=FPS_WINDOW)
@@ -317,12 +317,7 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
                 stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
                 captured_ns = clock.capture_ns(stream_ms, arrival_ns) if stream_ms > 0 else arrival_ns
                 health.set(stream_clock=1 if stream_ms > 0 else 0)
-                rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-                decoded = time.perf_counter()
-                resized = resize_frame(rgb, *size)
-                finished = time.perf_counter()
-                yield Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - started) * 1000,
-                            (finished - decoded) * 1000, captured_ns)
+                yield to_frame(bgr, stream_id, index, size, captured_ns, captured_ns, started)
                 index += 1
                 if stalled:
                     break

@@ -8,6 +8,7 @@ from itertools import islice
 from pathlib import Path
 
 import cv2
+import numpy as np
 
 from common.errors import UserError
 from pipeline.stream import PACES, Frame, schedule
@@ -52,8 +53,6 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
 
     With `loop`, a file restarts at its end and frame indices keep counting, so every frame stays unique.
     `start_frame` resumes a file where a previous run stopped (indices continue from it)."""
-    from pipeline.crop import resize_frame
-
     if pace not in PACES:
         raise UserError(f"--pace {pace!r}: expected {' or '.join(PACES)}")
     capture = open_video(source)
@@ -76,11 +75,20 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
                 ok, bgr = capture.read()
             if not ok:
                 return
-            rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            decoded = time.perf_counter()
-            resized = resize_frame(rgb, *size)
-            finished = time.perf_counter()
-            yield Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - started) * 1000,
-                        (finished - decoded) * 1000, scheduled_ns)
+            yield to_frame(bgr, stream_id, index, size, captured_ns, scheduled_ns, started)
     finally:
         capture.release()
+
+
+def to_frame(bgr: np.ndarray, stream_id: str, index: int, size: tuple[int, int], captured_ns: int,
+             scheduled_ns: int, read_started: float) -> Frame:
+    """A decoded picture as detection takes it: RGB at `size`, with its decode time (since `read_started`, a
+    perf_counter) and resize time."""
+    from pipeline.crop import resize_frame
+
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    decoded = time.perf_counter()
+    resized = resize_frame(rgb, *size)
+    finished = time.perf_counter()
+    return Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - read_started) * 1000,
+                 (finished - decoded) * 1000, scheduled_ns)
