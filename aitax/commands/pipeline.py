@@ -437,6 +437,8 @@ def _assets():
 @click.option("--camera", "cameras", multiple=True, metavar="URL",
               help="a live camera (rtsp://) in place of --video, one producer each; repeat for more. Credentials: "
                    "--camera-user, and the password in $AITAX_CAMERA_PASSWORD or --camera-password-file")
+@click.option("--camera-transport", type=click.Choice(("tcp", "udp")), default="tcp", show_default=True,
+              help="the cameras' RTP: inside the RTSP connection (tcp) or over UDP")
 @click.option("--camera-user", help="the cameras' RTSP user")
 @click.option("--camera-password-file", type=click.Path(dir_okay=False, exists=True),
               help="file holding the cameras' password")
@@ -457,10 +459,10 @@ def _assets():
 @keying
 @driver_timing
 @BOOTSTRAP
-def run(video: Path | None, cameras: tuple[str, ...], camera_user: str | None, camera_password_file: str | None,
-        gallery: Path | None, workload: str, producers: int, stages: int, consumers: int, duration: float,
-        run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float, ramp_down: float,
-        quantiles: tuple[float, ...], keying: str, timing: dict[str, float], bootstrap: str | None) -> int:
+def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, camera_user: str | None,
+        camera_password_file: str | None, gallery: Path | None, workload: str, producers: int, stages: int,
+        consumers: int, duration: float, run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float,
+        ramp_down: float, quantiles: tuple[float, ...], keying: str, timing: dict[str, float], bootstrap: str | None) -> int:
     from load.engine import run_local_pipeline
     from stack.stack import resolve_bootstrap
 
@@ -471,8 +473,8 @@ def run(video: Path | None, cameras: tuple[str, ...], camera_user: str | None, c
         raise UserError("--video or --camera: give one of them (a file every producer loops, or live cameras)")
     real = _real_workload(video, gallery, len(cameras) or producers, consumers, duration, pace, ramp_up, ramp_down,
                           quantiles, stages=stages, application=workload,
-                          cameras=[{"url": url, "user": camera_user, "password_file": camera_password_file}
-                                   for url in cameras])
+                          cameras=[{"url": url, "transport": camera_transport, "user": camera_user,
+                                    "password_file": camera_password_file} for url in cameras])
     return _exit_status(run_local_pipeline(real, driver(timing, keying=keying), run_id, resolve_bootstrap(bootstrap),
                                            events_dir))
 

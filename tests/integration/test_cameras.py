@@ -128,10 +128,10 @@ def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackCon
     assert health.received > 5 * DURATION_S, health  # frames came before and after the stall
 
 
-def test_a_camera_slower_than_it_declares_is_measured_so(stack: StackConfig, video: Path, gallery: Path,
+def test_a_camera_slower_than_it_declares_is_measured_so_over_udp(stack: StackConfig, video: Path, gallery: Path,
                                                         tmp_path: Path, unique_name: str) -> None:
     with SimulatedCamera(CameraSpec(video, free_port(), fps=6.0, declared_fps=10)) as slow:
-        run = run_cameras([slow], gallery, tmp_path, unique_name)
+        run = run_cameras([slow], gallery, tmp_path, unique_name, extra=("--camera-transport", "udp"))
     assert_nothing_lost(run)
     health = run.cameras["cam-1"]
     print(f"slow camera: {health.measured_fps:.2f} fps measured, {health.declared_fps:g} declared")
