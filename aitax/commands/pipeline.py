@@ -462,7 +462,8 @@ def _assets():
 def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, camera_user: str | None,
         camera_password_file: str | None, gallery: Path | None, workload: str, producers: int, stages: int,
         consumers: int, duration: float, run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float,
-        ramp_down: float, quantiles: tuple[float, ...], keying: str, timing: dict[str, float], bootstrap: str | None) -> int:
+        ramp_down: float, quantiles: tuple[float, ...], keying: str, timing: dict[str, float],
+        bootstrap: str | None) -> int:
     from load.engine import run_local_pipeline
     from stack.stack import resolve_bootstrap
 
