@@ -33,6 +33,8 @@ def main() -> int:
     parser.add_argument("--seeds", default="1001,1002,1003", help="video seeds (default 1001,1002,1003)")
     parser.add_argument("--seconds", type=float, default=40.0, help="length of each video (default 40)")
     parser.add_argument("--gallery", type=Path, help="a gallery (default: enroll the train split, calibrated)")
+    parser.add_argument("--augment", default="hard", choices=("hard", "small"),
+                        help="the videos' faces: hard (100-430 px at 1920x1080), or small (40-200 px), as make-video")
     parser.add_argument("--min-face-sizes", default="20,30,40",
                         help="MTCNN's smallest face in px at 960x540, each run on every frame (default 20,30,40)")
     parser.add_argument("--det", type=Path, default=Path("recognition_det.png"), help="the pooled DET curve PNG")
@@ -67,8 +69,8 @@ def main() -> int:
     detect_ms: dict[int, list[float]] = {size: [] for size in sizes}
     identify_ms: list[float] = []
     for seed in seeds:
-        video = workdir / f"hard-{seed}.mp4"
-        compose_video(None, video, args.seconds, 10.0, seed, augment="hard", strangers="packaged")
+        video = workdir / f"{args.augment}-{seed}.mp4"
+        compose_video(None, video, args.seconds, 10.0, seed, augment=args.augment, strangers="packaged")
         truth = load_truth(video)
         identities: dict[int, list] = {size: [] for size in sizes}
         for frame in tqdm(read_frames(str(video), "bench", (960, 540), pace="max"), total=len(truth["frames"]),

@@ -35,6 +35,9 @@ AUGMENTATIONS = {
     # What a held-out camera does to faces: 100-430 px, +-8 degrees, +-30% light, blur, compression, occlusion.
     "hard": Augmentation(face_height=(100, 430), rotation_deg=8.0, brightness=0.3, blur_sigma=2.0, motion_px=9,
                          jpeg_quality=30, occlusion=0.1, textured=True),
+    # The same camera further away: faces 40-200 px (20-100 at 960x540), what a smallest face of 20-40 is about.
+    "small": Augmentation(face_height=(40, 200), rotation_deg=8.0, brightness=0.3, blur_sigma=2.0, motion_px=9,
+                          jpeg_quality=30, occlusion=0.1, textured=True),
 }
 
 

@@ -102,9 +102,9 @@ def register(root: click.Group) -> None:
 @click.option("--seconds", type=float, default=60.0, show_default=True, help="length")
 @click.option("--fps", type=float, default=10.0, show_default=True, help="frame rate: the paper's per-stream rate")
 @click.option("--seed", type=int, default=7, show_default=True, help="random seed of the face schedule")
-@click.option("--augment", default="none", metavar="none|hard",
-              help="none, or hard: faces 100-430 px, +-8 degree roll, +-30% light, blur, motion blur, JPEG 30-95, "
-                   "10% occluded, over a cluttered scene")
+@click.option("--augment", default="none", metavar="none|hard|small",
+              help="none; hard: faces 100-430 px, +-8 degree roll, +-30% light, blur, motion blur, JPEG 30-95, "
+                   "10% occluded, over a cluttered scene; small: the same with faces 40-200 px")
 @click.option("--strangers", metavar="DIR|packaged",
               help="photos of people who are NOT enrolled (a folder per person, or group photos; packaged: the test "
                    "strangers, never used for calibration): about 30% of the faces become theirs and must come out "
