@@ -112,12 +112,14 @@ def main() -> int:
 def _size_table(pooled: dict, detect_ms: dict[int, list[float]]) -> str:
     """Recall by face height at each smallest face, then what each costs a frame on one core (the 10 FPS budget
     of an ingest-detect is 100 ms a frame, decoding and resizing included)."""
+    from pipeline.evaluate import HEIGHT_BINS
+
     sizes = list(pooled)
     lows = sorted({low for evaluation in pooled.values() for low in evaluation.by_height})
     rows = [["face height px (960x540)", "faces", *(f"recall @{size}" for size in sizes),
              *(f"named @{size}" for size in sizes)]]
-    for number, low in enumerate(lows):
-        high = lows[number + 1] if number + 1 < len(lows) else None
+    for low in lows:
+        high = next((edge for edge in HEIGHT_BINS if edge > low), None)
         counts = {size: pooled[size].by_height.get(low, [0, 0, 0, 0]) for size in sizes}
         faces, enrolled = counts[sizes[0]][0], counts[sizes[0]][2]
         rows.append([f"{low}-{high}" if high else f"{low}+", str(faces),

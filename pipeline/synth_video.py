@@ -25,7 +25,9 @@ LANES = 5  # faces never overlap: each lane holds at most one
 # P(k faces at once), k = 0..5: mean 0.64 (the paper's video: 0-5 faces, 0.64 on average)
 CONCURRENCY_WEIGHTS = (0.64, 0.19, 0.10, 0.04, 0.02, 0.01)
 TARGET_FACES_PER_FRAME = 0.64
-SIDE_CAR_VERSION = 2  # 2: each face says whether its person is enrolled; the augmentation is recorded
+# 2: each face says whether its person is enrolled; the augmentation is recorded. 3: a face's box is the part of it
+# in the picture (a sprite wider than its lane is cut around the face)
+SIDE_CAR_VERSION = 3
 STRANGER_SHARE = 0.3  # of appearances, when strangers are given
 
 
@@ -166,17 +168,34 @@ def plan_near_target(sprites: list[Sprite], frames: int, fps: float, seed: int, 
     return best
 
 
-def _as_seen(a: Appearance) -> np.ndarray:
-    """The appearance's sprite at its size and with its look (the same in every frame it is in)."""
+Box = tuple[int, int, int, int]
+
+
+def _as_seen(a: Appearance) -> tuple[np.ndarray, Box]:
+    """The appearance's sprite at its size and with its look (the same in every frame it is in), cut to its lane
+    around the face, and the face's box in it."""
     scale = a.face_height / a.sprite.face_box[3]
     sprite = cv2.resize(a.sprite.image, None, fx=scale, fy=scale,
                         interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-    sprite = degrade(sprite, tuple(round(v * scale) for v in a.sprite.face_box), a.look)
-    return sprite[: HEIGHT - 1, : WIDTH // LANES - 8]
+    box = tuple(round(v * scale) for v in a.sprite.face_box)
+    return fit_around_face(degrade(sprite, box, a.look), box, WIDTH // LANES - 8, HEIGHT - 1)
+
+
+def fit_around_face(sprite: np.ndarray, box: Box, width: int, height: int) -> tuple[np.ndarray, Box]:
+    """The sprite cut to at most `width` x `height`, centred on the face where it must be cut, and the face's box
+    in the cut, clipped to what stays in the picture: the truth holds the face that is seen. (Cutting from the
+    top left instead once hid a large face's right side while the truth still held all of it.)"""
+    x, y, w, h = box
+    left = min(max(0, x + w // 2 - width // 2), max(0, sprite.shape[1] - width))
+    top = min(max(0, y + h // 2 - height // 2), max(0, sprite.shape[0] - height))
+    cut = sprite[top:top + height, left:left + width]
+    x0, y0 = max(0, x - left), max(0, y - top)
+    x1, y1 = min(cut.shape[1], x - left + w), min(cut.shape[0], y - top + h)
+    return cut, (x0, y0, max(0, x1 - x0), max(0, y1 - y0))
 
 
 def render(appearances: list[Appearance], frame_index: int, scene: np.ndarray | None = None,
-           seen: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, list[dict]]:
+           seen: dict[int, tuple[np.ndarray, Box]] | None = None) -> tuple[np.ndarray, list[dict]]:
     """One frame and its truth. `seen` keeps each appearance's sprite from its first frame to its last: resizing
     and degrading it again in every frame would give the same pixels."""
     frame = background(frame_index, scene)
@@ -189,16 +208,15 @@ def render(appearances: list[Appearance], frame_index: int, scene: np.ndarray | 
             continue
         if id(a) not in seen:
             seen[id(a)] = _as_seen(a)
-        sprite = seen[id(a)]
-        scale = a.face_height / a.sprite.face_box[3]
+        sprite, (fx, fy, fw, fh) = seen[id(a)]
         progress = (frame_index - a.first_frame) / max(1, a.last_frame - a.first_frame)
         top = int(a.y_start + (a.y_end - a.y_start) * progress)
         top = min(top, HEIGHT - sprite.shape[0])
         left = a.lane * lane_width + (lane_width - sprite.shape[1]) // 2
         frame[top:top + sprite.shape[0], left:left + sprite.shape[1]] = sprite
-        fx, fy, fw, fh = (round(v * scale) for v in a.sprite.face_box)
-        truth.append({"identity": a.sprite.identity, "enrolled": a.sprite.enrolled,
-                      "box": [left + fx, top + fy, fw, fh], "source": Path(a.sprite.source).name})
+        if fw and fh:  # a face cut out of the picture is not in it
+            truth.append({"identity": a.sprite.identity, "enrolled": a.sprite.enrolled,
+                          "box": [left + fx, top + fy, fw, fh], "source": Path(a.sprite.source).name})
     return frame, truth
 
 
@@ -261,6 +279,6 @@ def load_truth(video: Path) -> dict:
         truth = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: ground truth unreadable ({error})") from None
-    if truth.get("version") not in (1, SIDE_CAR_VERSION) or not isinstance(truth.get("frames"), list):
-        raise UserError(f"{path}: not a version 1 or {SIDE_CAR_VERSION} ground-truth sidecar")
+    if truth.get("version") not in range(1, SIDE_CAR_VERSION + 1) or not isinstance(truth.get("frames"), list):
+        raise UserError(f"{path}: not a ground-truth sidecar of version 1 to {SIDE_CAR_VERSION}")
     return truth

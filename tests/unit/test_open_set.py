@@ -186,3 +186,18 @@ def test_neighbouring_seeds_make_different_videos() -> None:
     plans = [plan_near_target(sprites, 400, 10.0, seed) for seed in (1001, 1002, 1003)]
     assert len({tuple((a.sprite.identity, a.first_frame, a.lane) for a in p) for p in plans}) == 3
     assert all(abs(faces_per_frame(p, 400) - 0.64) <= 0.04 for p in plans)
+
+
+def test_a_sprite_wider_than_its_lane_is_cut_around_its_face_and_the_truth_holds_what_is_seen() -> None:
+    from pipeline.synth_video import fit_around_face
+
+    sprite = np.zeros((500, 800, 3), np.uint8)
+    sprite[100:400, 450:700] = 255  # the face, right of centre
+    cut, box = fit_around_face(sprite, (450, 100, 250, 300), 376, 1079)
+    assert cut.shape[:2] == (500, 376) and box == (63, 100, 250, 300)
+    assert (cut[box[1]:box[1] + box[3], box[0]:box[0] + box[2]] == 255).all()  # the whole face is in the picture
+    # a face wider than the lane: the truth is the part that stays, not the whole face
+    cut, box = fit_around_face(sprite, (200, 100, 500, 300), 376, 1079)
+    assert box[2] == 376 and cut.shape[1] == 376
+    assert fit_around_face(sprite[:, :300], (10, 10, 100, 100), 376, 1079)[1] == (10, 10, 100, 100)  # fits: as is
+
