@@ -264,6 +264,8 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
     from pipeline.frames import to_frame
 
     index, backoff, last_arrival, outage_since = 0, source.backoff_s, None, None
+    # the rate over the last frames: by the stream's clock (s), or by arrival without one
+    stream_times: deque[float] = deque(maxlen=FPS_WINDOW)
     arrivals: deque[float] = deque(maxlen=FPS_WINDOW)
     while not stopping() and (max_frames is None or index < max_frames):
         capture = _open(source) if check_access(source) else None
@@ -278,7 +280,8 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
             backoff = min(backoff * 2, source.backoff_max_s)
             continue
         clock, first = StreamClock(), True
-        arrivals.clear()  # the measured rate is the camera's while connected, not diluted by an outage
+        stream_times.clear()  # the measured rate is the camera's while connected, not diluted by an outage
+        arrivals.clear()
         declared = source.declared_fps or _stream_fps(capture)
         try:
             while not stopping() and (max_frames is None or index < max_frames):
@@ -305,16 +308,21 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
                 elif last_arrival is not None:
                     _longest_gap(health, now - last_arrival)
                 last_arrival = now
+                stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
+                # The camera's rate by its own clock where it has one: a reader that fell behind and catches up
+                # reads a burst, which is not the camera's rate.
                 arrivals.append(now)
-                if len(arrivals) > 1:
-                    health.set(measured_fps=(len(arrivals) - 1) / max(1e-9, arrivals[-1] - arrivals[0]))
+                if stream_ms > 0:
+                    stream_times.append(stream_ms / 1000)
+                stamps = stream_times if len(stream_times) > 1 else arrivals
+                if len(stamps) > 1:
+                    health.set(measured_fps=(len(stamps) - 1) / max(1e-9, stamps[-1] - stamps[0]))
                 if bgr is None or bgr.size == 0:
                     health.add("undecodable")
                     if stalled:
                         break
                     continue
                 health.add("decoded")
-                stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
                 captured_ns = clock.capture_ns(stream_ms, arrival_ns) if stream_ms > 0 else arrival_ns
                 health.set(stream_clock=1 if stream_ms > 0 else 0)
                 yield to_frame(bgr, stream_id, index, size, captured_ns, captured_ns, started)

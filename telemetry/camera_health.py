@@ -25,7 +25,7 @@ class CameraHealth:
     failed_connects: int = 0
     longest_gap_s: float = 0.0  # longest time between two frames (an outage's, or a stall's)
     gaps_s: float = 0.0  # time lost to outages altogether
-    measured_fps: float = 0.0  # frames received per second over the last few seconds
+    measured_fps: float = 0.0  # frames per second over the last 50, by the stream's clock (else by arrival)
     declared_fps: float = 0.0  # what the camera or its settings say (0: unknown)
     connected: bool = False
     stream_clock: bool = False  # True: capture times from the stream's clock; False: arrival (CAPTURE_CLOCKS)

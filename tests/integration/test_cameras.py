@@ -100,7 +100,8 @@ def test_a_camera_that_restarts_is_read_again_and_the_gap_counted(stack: StackCo
         camera.start()
         off["back"] = time.monotonic()
 
-    run = run_cameras([camera], gallery, tmp_path, unique_name, restart)
+    # Off 2 s, a second or two to start again, and the reconnect: 16 s leave a loaded machine room to see it all.
+    run = run_cameras([camera], gallery, tmp_path, unique_name, restart, after_s=2.0, duration_s=16)
     assert_nothing_lost(run)
     health = run.cameras["cam-1"]
     assert health.reconnects >= 1 and health.connected, health
@@ -117,8 +118,8 @@ def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackCon
                                                                 unique_name: str) -> None:
     relay = Relay(camera.spec.port)
     try:
-        run = run_cameras([camera], gallery, tmp_path, unique_name, lambda: relay.stall(10),
-                          duration_s=DURATION_S + 10, urls=[relay.url()])
+        run = run_cameras([camera], gallery, tmp_path, unique_name, lambda: relay.stall(10), after_s=2.0,
+                          duration_s=24, urls=[relay.url()])
     finally:
         relay.close()
     assert_nothing_lost(run)
