@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from common.errors import UserError
-from pipeline.stream import BoundedQueue, Frame
+from pipeline.stream import BoundedQueue, Frame, hand_off
 from telemetry.camera_health import CameraHealth
 
 if TYPE_CHECKING:
@@ -206,20 +206,38 @@ class SharedHealth:
         return CameraHealth(**{name: kinds[name](value) for name, value in zip(_HEALTH_FIELDS, values, strict=True)})
 
 
-def hand_off_newest(frames: BoundedQueue, frame: Frame, health: SharedHealth,
-                    take_oldest: Callable[[], object]) -> None:
-    """Put a live frame on the queue without waiting: when detection has fallen behind, the oldest queued frame
-    is taken off and counted as dropped. A camera does not wait, so blocking would only lose frames unseen."""
-    while True:
-        try:
-            frames.put(frame, block=False)
+class NewestFrame:
+    """A live camera's hand-over to detection, which never makes the camera wait: a frame that finds the queue
+    full waits in one slot, and a newer frame takes the slot over, the one it replaces counted as dropped. So the
+    newest frame gets through once there is room, and a dropped frame never crosses to the detect process (taking
+    frames back off a process queue cost a core in busy retries while detection was behind)."""
+
+    def __init__(self, frames: BoundedQueue, health: SharedHealth) -> None:
+        self.frames = frames
+        self.health = health
+        self.waiting: Frame | None = None
+
+    def offer(self, frame: Frame) -> None:
+        self.flush()
+        if self.waiting is not None:
+            self.health.add("dropped")
+        self.waiting = frame
+        self.flush()
+
+    def flush(self) -> None:
+        if self.waiting is None:
             return
+        try:
+            self.frames.put(self.waiting, block=False)
+            self.waiting = None
         except queue.Full:
-            try:
-                take_oldest()
-                health.add("dropped")
-            except queue.Empty:
-                continue
+            pass
+
+    def finish(self, stopping: Callable[[], bool]) -> None:
+        """The frame still waiting goes to detection once there is room, or is counted as dropped at a stop."""
+        if self.waiting is not None and not hand_off(self.frames, self.waiting, stopping):
+            self.health.add("dropped")
+        self.waiting = None
 
 
 # -- reading -------------------------------------------------------------------------------------------------

@@ -295,7 +295,7 @@ def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int,
                     max_frames: int | None, start_frame: int, frames: multiprocessing.Queue,
                     stop: multiprocessing.Event, health: SharedHealth | None) -> None:
     """Process 1: decode + resize into the bounded queue. A file's frames wait when detection falls behind (the
-    paper's back-pressure); a camera's do not: the oldest queued frame is dropped, and counted, instead."""
+    paper's back-pressure); a camera's do not: frames that find no room are dropped, and counted, the newest kept."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
     parent = os.getppid()
 
@@ -305,14 +305,16 @@ def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int,
 
     try:
         if isinstance(source, CameraSource):
-            from pipeline.camera import camera_frames, hand_off_newest
+            from pipeline.camera import NewestFrame, camera_frames
 
             assert health is not None
+            newest = NewestFrame(frames, health)
             try:
                 for frame in camera_frames(source, stream_id, size, health, stopping, max_frames):
-                    hand_off_newest(frames, frame, health, frames.get_nowait)
+                    newest.offer(frame)
             except UserError as error:  # credentials refused since the start: the stream ends, and says why
                 print(f"aitax: {error}", file=sys.stderr, flush=True)
+            newest.finish(stopping)
         else:
             from pipeline.frames import read_frames
 

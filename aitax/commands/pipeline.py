@@ -139,7 +139,7 @@ def enroll(images: Path | None, out: Path, impostors: str, target_fpir: float, i
                help="Two processes joined by a bounded queue: ingestion decodes and resizes frames; detection runs "
                     "MTCNN and publishes one record per face (acks=all; a retried duplicate is dropped by identify). "
                     "A camera (rtsp://, rtsps://) is read again whenever it drops or stalls; when detection falls "
-                    "behind, its oldest queued frame is dropped and counted.")
+                    "behind, frames are dropped and counted, the newest kept.")
 @video_source
 @camera
 @click.option("--checkpoint", "checkpoint_file", type=FILE,

@@ -12,7 +12,14 @@ import pytest
 from prometheus_client import generate_latest
 
 from common.errors import UserError
-from pipeline.camera import CameraRefusedError, CameraSource, SharedHealth, StreamClock, check_access, hand_off_newest
+from pipeline.camera import (
+    CameraRefusedError,
+    CameraSource,
+    NewestFrame,
+    SharedHealth,
+    StreamClock,
+    check_access,
+)
 from pipeline.stream import Frame
 from telemetry.camera_health import CameraHealth
 from telemetry.events import INDEX_MAPPING, Event
@@ -167,13 +174,19 @@ def frame(index: int) -> Frame:
     return Frame("cam-1", index, np.zeros((2, 2, 3), np.uint8), 0, 0, 0.0, 0.0, 0)
 
 
-def test_a_full_queue_drops_its_oldest_frame_and_counts_it() -> None:
+def test_a_full_queue_keeps_the_newest_frame_waiting_and_counts_each_one_it_replaces() -> None:
     frames: queue.Queue = queue.Queue(maxsize=2)
     health = SharedHealth()
+    newest = NewestFrame(frames, health)
     for index in range(5):
-        hand_off_newest(frames, frame(index), health, frames.get_nowait)
-    assert [frames.get_nowait().index for _ in range(2)] == [3, 4]  # the newest kept
-    assert health.snapshot().dropped == 3
+        newest.offer(frame(index))
+    assert [frames.get_nowait().index for _ in range(2)] == [0, 1] and newest.waiting.index == 4
+    assert health.snapshot().dropped == 2  # 2 and 3, each replaced by a newer frame before there was room
+    newest.offer(frame(5))  # room now: 4 goes on, 5 follows it
+    assert [frames.get_nowait().index for _ in range(2)] == [4, 5] and health.snapshot().dropped == 2
+    newest.offer(frame(6))
+    newest.finish(lambda: False)  # handed over at the end, not lost
+    assert frames.get_nowait().index == 6 and newest.waiting is None and health.snapshot().dropped == 2
 
 
 def test_shared_health_keeps_its_types_across_processes_writes() -> None:
