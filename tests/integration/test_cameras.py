@@ -1,6 +1,5 @@
 """Live cameras on a real RTSP server (GStreamer's, `aitax camera serve`'s simulator) through the real pipeline,
-with faults: a restart, a 10 s network stall, a camera slower than it declares, a corrupt and truncated stream,
-wrong credentials. No process crashes; every frame received is detected or counted as dropped; every face detected
+with faults: a restart, a camera slower than it declares, a corrupt and truncated stream, wrong credentials. No process crashes; every frame received is detected or counted as dropped; every face detected
 is identified. Reconnect times are printed, and asserted only loosely (this machine is shared): the measured
 ones are in the README."""
 
@@ -111,22 +110,6 @@ def test_a_camera_that_restarts_is_read_again_and_the_gap_counted(stack: StackCo
     print(f"restart: frames resumed {resumed_s:.2f} s after the camera came back; {health}")
     assert resumed_s < 10, health
     assert "frames again after" in run.output and "Traceback" not in run.output
-
-
-def test_a_ten_second_network_stall_reconnects_and_loses_nothing(stack: StackConfig, camera: SimulatedCamera,
-                                                                gallery: Path, tmp_path: Path,
-                                                                unique_name: str) -> None:
-    relay = Relay(camera.spec.port)
-    try:
-        run = run_cameras([camera], gallery, tmp_path, unique_name, lambda: relay.stall(10), after_s=2.0,
-                          duration_s=24, urls=[relay.url()])
-    finally:
-        relay.close()
-    assert_nothing_lost(run)
-    health = run.cameras["cam-1"]
-    print(f"stall 10 s: longest gap {health.longest_gap_s:.2f} s, {health.reconnects} reconnects; {health}")
-    assert health.reconnects >= 1 and health.longest_gap_s >= 10, health
-    assert health.received > 5 * DURATION_S, health  # frames came before and after the stall
 
 
 def test_a_camera_slower_than_it_declares_is_measured_so_over_udp(stack: StackConfig, video: Path, gallery: Path,
