@@ -1,7 +1,8 @@
 """Live cameras on a real RTSP server (GStreamer's, `aitax camera serve`'s simulator) through the real pipeline,
-with faults: a restart, a camera slower than it declares, a corrupt and truncated stream, wrong credentials. No process crashes; every frame received is detected or counted as dropped; every face detected
-is identified. Reconnect times are printed, and asserted only loosely (this machine is shared): the measured
-ones are in the README."""
+with faults: a restart, a camera slower than it declares, a corrupt and truncated stream, wrong credentials. No
+process crashes; every frame received is detected or counted as dropped; every face detected is identified.
+Reconnect times are printed, and asserted only loosely (this machine is shared): the measured ones are in the
+results log."""
 
 from __future__ import annotations
 
