@@ -281,7 +281,7 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
 
     from pipeline.frames import to_frame
 
-    index, backoff, last_arrival, outage_since = 0, source.backoff_s, None, None
+    index, backoff, last_arrival, outage_since, longest_gap = 0, source.backoff_s, None, None, 0.0
     # the rate over the last frames: by the stream's clock (s), or by arrival without one
     stream_times: deque[float] = deque(maxlen=FPS_WINDOW)
     arrivals: deque[float] = deque(maxlen=FPS_WINDOW)
@@ -323,8 +323,9 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
                     first, backoff, outage_since = False, source.backoff_s, None
                 if stalled:  # the frame came before the stall: the gap runs on from the one before it
                     now = last_arrival if last_arrival is not None else now
-                elif last_arrival is not None:
-                    _longest_gap(health, now - last_arrival)
+                elif last_arrival is not None and now - last_arrival > longest_gap:
+                    longest_gap = now - last_arrival
+                    health.set(longest_gap_s=longest_gap)
                 last_arrival = now
                 stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
                 # The camera's rate by its own clock where it has one: a reader that fell behind and catches up
@@ -353,11 +354,6 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
             health.set(connected=0)
             log(f"camera {stream_id} ({source.shown}): no frame for {source.stall_s:g} s or the stream ended; "
                 f"reconnecting")
-
-
-def _longest_gap(health: SharedHealth, gap_s: float) -> None:
-    if gap_s > health.snapshot().longest_gap_s:
-        health.set(longest_gap_s=gap_s)
 
 
 def _stream_fps(capture: Any) -> float:
