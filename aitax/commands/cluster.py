@@ -191,18 +191,12 @@ def images_list() -> int:
 
 @images_group.command(
     "prune", short_help="free disk: drop the layer cache and superseded images",
-    help="Each pipeline rebuild after a code change leaves about 2-3 GB of superseded layers. This drops every "
-         "untagged image (the next build starts from the bases again).")
+    help="Each pipeline rebuild after a code change leaves about 2-3 GB of superseded layers (`images build` prunes "
+         "by itself past $AITAX_IMAGES_BUDGET_GIB, default 20). This drops every untagged image (the next build "
+         "starts from the bases again).")
 def images_prune() -> int:
     from cluster import images
 
-    images.buildah("rm", "--all", quiet=True)  # working containers of interrupted builds
-    images.buildah("rmi", "--prune", quiet=True)
-    print(f"pruned; {images.images_home()} now holds {_size_gb(images.images_home()):.1f} GB")
+    images.prune()
+    print(f"pruned; {images.images_home()} now holds {images.store_bytes() / 1e9:.1f} GB")
     return 0
-
-
-def _size_gb(folder) -> float:
-    import subprocess
-
-    return int(subprocess.run(["du", "-sb", str(folder)], capture_output=True, text=True).stdout.split()[0]) / 1e9

@@ -2,12 +2,18 @@
 the images built here and loaded into it, and one release of the chart installed with its DEFAULTS.
 
 The cluster is started for the session and stopped at its end (unless it was already running: a developer's cluster
-is left as found); the session then checks that `down` left nothing behind."""
+is left as found); the session then checks that `down` left nothing behind.
+
+The images build in the background from the end of collection, while the tests collected before these (the chart's,
+minutes of them in `make test`) run: the cluster fixture waits for that build, then finds the images built."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +22,29 @@ from cluster.demo import helm as cluster_helm
 from cluster.demo import install
 from cluster.k8s import tool
 from cluster.node import RealCluster
+from common.paths import aitax_home
 
 NAMESPACE = "aitax-test"
 RELEASE = "t"
+BACKGROUND_BUILD: list[subprocess.Popen] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    here = Path(__file__).parent
+    if BACKGROUND_BUILD or not any(here in item.path.parents for item in session.items):
+        return
+    log = aitax_home() / "logs" / "images-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as output:
+        BACKGROUND_BUILD.append(subprocess.Popen([sys.executable, "-m", "aitax.cli", "images", "build", "--no-load"],
+                                                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for build in BACKGROUND_BUILD:  # a session that ended before the cluster tests
+        if build.poll() is None:
+            build.terminate()
+            build.wait()
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +56,8 @@ def cluster() -> Iterator[RealCluster]:
         real.up()
         print(f"cluster up in {time.monotonic() - started:.1f} s")
         started = time.monotonic()
+        for build in BACKGROUND_BUILD:  # its outcome is build_all's: all cached, or its error raised again here
+            build.wait()
         images.build_all(None, tool("pause"))
         images.load_into(real.ctr, real.home / "loaded-images",
                          [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])

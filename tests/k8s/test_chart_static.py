@@ -178,6 +178,9 @@ def test_kafka_statefulset_shape() -> None:
     assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data-0,/var/lib/kafka/data-1"
+    # Every probe on the client port: a broker-only pod (after a scale out) has no controller listener.
+    assert {pod["containers"][0][probe]["tcpSocket"]["port"]
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe")} == {"kafka"}
     assert env["KAFKA_HOST_PATTERN"] == "exp-aitax-kafka-{ordinal}.exp-aitax-kafka-headless.lab.svc.cluster.local"
     assert re.fullmatch(r"[0-9a-f]{21}A", env["KAFKA_CLUSTER_ID"])
     # The cluster id is stable across renders (upgrades) and differs between releases.
