@@ -59,12 +59,12 @@ setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, 
 	@bash scripts/install-dashboard-schemas.sh
 
 test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
-	@# The chart and experiment driver (a real kube-apiserver + kwok), the chart's defaults on a real cluster (images
-	@# built here), then everything on the local stack.
-	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/cluster tests/unit/test_experiment_spec.py; \
-	  status=$$?; if [ $$status -ne 0 ]; then echo "Kubernetes tests: exit $$status"; exit 1; fi
-	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --ignore=tests/cluster \
-	  --deselect tests/unit/test_experiment_spec.py; \
+	@# The chart and experiment driver (a real kube-apiserver + kwok) and the unit tests, while the images build in
+	@# the background (tests/cluster/conftest.py); the chart's defaults on a real cluster; then everything on the
+	@# local stack.
+	@$(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit tests/cluster; \
+	  status=$$?; if [ $$status -ne 0 ]; then echo "Kubernetes and unit tests: exit $$status"; exit 1; fi
+	@$(BIN)/python -m pytest -p no:cacheprovider --ignore=tests/k8s --ignore=tests/unit --ignore=tests/cluster; \
 	  status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$status
 
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)

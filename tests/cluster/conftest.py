@@ -4,8 +4,9 @@ the images built here and loaded into it, and one release of the chart installed
 The cluster is started for the session and stopped at its end (unless it was already running: a developer's cluster
 is left as found); the session then checks that `down` left nothing behind.
 
-The images build in the background from the end of collection, while the tests collected before these (the chart's,
-minutes of them in `make test`) run: the cluster fixture waits for that build, then finds the images built."""
+The images build in the background from the end of collection, while the tests collected before these (the chart's
+and the unit tests, minutes of them in `make test`) run: the cluster fixture waits for that build, then finds the
+images built."""
 
 from __future__ import annotations
 
