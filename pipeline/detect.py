@@ -24,7 +24,10 @@ from telemetry.timing import Stopwatch
 
 PNET_INPUT = 12  # PNet's receptive field: a pyramid level smaller than this cannot hold a face
 DEFAULT_MIN_FACE_SIZE = 40
-DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)  # PNet, RNet, ONet: the MTCNN paper's values
+# PNet, RNet, ONet: the MTCNN paper's values. ONet's is the confidence a face needs to be sent: a floor of 0.9 above
+# it dropped faces whose mouth and nose were covered (ONet gives them 0.75-0.96); without it the hard videos'
+# detection recall went from 98.4% to 99.7%, for one false detection in 30 frames, which identify calls unknown.
+DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)
 
 
 @dataclass(frozen=True)

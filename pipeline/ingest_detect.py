@@ -97,7 +97,7 @@ class MtcnnFaceFinder:
     """The real detection compute: MTCNN, each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
-                 min_confidence: float = 0.9, frame_size: tuple[int, int] | None = None) -> None:
+                 frame_size: tuple[int, int] | None = None) -> None:
         import cv2
 
         from pipeline.detect import FaceDetector
@@ -106,7 +106,6 @@ class MtcnnFaceFinder:
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
         self.detector = FaceDetector(min_face_size=min_face_size, frame_size=frame_size)
         self.encoding = encoding
-        self.min_confidence = min_confidence
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
         self._extension = ".jpg" if encoding == "jpeg" else ".png"
 
@@ -117,8 +116,6 @@ class MtcnnFaceFinder:
 
         faces = []
         for detection in self.detector.detect(rgb, watch):
-            if detection.confidence < self.min_confidence:
-                continue
             with watch.time("crop"):
                 aligned = face_thumbnail(rgb, detection.box, detection.landmarks)
                 thumbnail = cv2.cvtColor(aligned, cv2.COLOR_RGB2BGR)

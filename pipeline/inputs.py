@@ -31,11 +31,20 @@ def compose_video(faces: Path | None, out: Path, seconds: float, fps: float, see
 def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", target_fpir: float = 0.01,
                    views: int = 4) -> None:
     """Enroll, then (unless `impostors` is "none") set the unknown threshold from faces of people not enrolled."""
+    import numpy as np
+
     from pipeline.assets import ensure_assets
-    from pipeline.crop import face_thumbnail
     from pipeline.detect import FaceDetector
     from pipeline.facenet import FaceEmbedder, set_tf_threads
-    from pipeline.gallery import calibrate, embed_in_batches, enroll, impostor_thumbnails, save_gallery, stranger_faces
+    from pipeline.gallery import (
+        calibrate,
+        embed_in_batches,
+        enroll,
+        enrollment_crops,
+        impostor_thumbnails,
+        save_gallery,
+        stranger_faces,
+    )
 
     if not 0 <= target_fpir < 1:
         raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
@@ -44,14 +53,10 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
     detector = FaceDetector(min_face_size=20)
     embedder = FaceEmbedder(assets.facenet_weights)
 
-    def largest_face_crop(rgb):
-        face = detector.largest(rgb)
-        return None if face is None else face_thumbnail(rgb, face.box, face.landmarks)
-
-    gallery = enroll(images or assets.faces_train_dir, largest_face_crop, embedder)
-    counts = {identity: int((gallery.labels == identity).sum()) for identity in gallery.identities}
+    gallery = enroll(images or assets.faces_train_dir, lambda rgb: enrollment_crops(rgb, detector), embedder)
+    counts = {identity: len(np.unique(gallery.photos[gallery.labels == identity])) for identity in gallery.identities}
     skipped = sum(gallery.no_face_counts.values())
-    print(f"enrolled {len(gallery.labels)} faces of {len(counts)} people {counts}; "
+    print(f"enrolled {sum(counts.values())} faces of {len(counts)} people {counts}, each also covered; "
           f"{skipped} photo(s) without a detectable face skipped")
     if impostors != "none":
         from pipeline.assets import ensure_strangers

@@ -1,4 +1,4 @@
-"""A TCP relay between a camera and its client that can corrupt and cut what passes: the network faults of
+"""A TCP relay between a camera and its client that can stall, corrupt and cut what passes: the network faults of
 the camera tests, on real sockets. RTSP over TCP interleaves RTP as `$ channel length packet`; corruption
 overwrites RTP payload bytes only, so the stream stays framed and the decoder sees damaged video."""
 
@@ -15,6 +15,8 @@ class Relay:
         self.upstream_port = upstream_port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.flowing = threading.Event()
+        self.flowing.set()
         self.corrupt_until = 0.0
         self.cut_next = threading.Event()
         self.packets_corrupted = 0
@@ -23,6 +25,12 @@ class Relay:
 
     def url(self, path: str = "/stream") -> str:
         return f"rtsp://127.0.0.1:{self.port}{path}"
+
+    def stall(self, seconds: float) -> None:
+        """Nothing passes either way for `seconds`; connections stay open (as over a stalled link)."""
+        self.flowing.clear()
+        time.sleep(seconds)
+        self.flowing.set()
 
     def corrupt(self, seconds: float) -> None:
         self.corrupt_until = time.monotonic() + seconds
@@ -59,6 +67,7 @@ class Relay:
                 data = source.recv(65536)
                 if not data:
                     break
+                self.flowing.wait()
                 if not towards_client:
                     sink.sendall(data)
                     continue

@@ -29,6 +29,7 @@ from tests.relay import Relay
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]
 DURATION_S = 10
+STALL_S = 10
 
 
 def free_port() -> int:
@@ -79,17 +80,22 @@ def assert_nothing_lost(run: CameraRun) -> None:
         assert health.received == accounted > 0, f"{stream_id}: frames unaccounted for: {health}"
 
 
-def test_a_restart_and_a_corrupt_then_truncated_stream_in_one_run(stack: StackConfig, video: Path, gallery: Path,
-                                                                   tmp_path: Path, unique_name: str) -> None:
-    """Two cameras, two faults at once: cam-1 restarts (off 2 s); cam-2's stream, through the relay, is corrupted
-    for 2 s, then a packet is cut in half and its connection closed. Each is read again and its gap counted."""
+def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack: StackConfig, video: Path,
+                                                                          gallery: Path, tmp_path: Path,
+                                                                          unique_name: str) -> None:
+    """Three cameras, three faults at once: cam-1 restarts (off 2 s); cam-2's stream, through a relay, is corrupted
+    for 2 s, then a packet is cut in half and its connection closed; cam-3's network stalls 10 s (nothing passes,
+    its connection open). Each is read again and its gap counted."""
     off: dict[str, float] = {}
     with SimulatedCamera(CameraSpec(video, free_port())) as restarting, \
-            SimulatedCamera(CameraSpec(video, free_port())) as damaged:
-        relay = Relay(damaged.spec.port)
+            SimulatedCamera(CameraSpec(video, free_port())) as damaged, \
+            SimulatedCamera(CameraSpec(video, free_port())) as stalling:
+        relay, link = Relay(damaged.spec.port), Relay(stalling.spec.port)
 
         def faults() -> None:
-            damaged.playing.wait(60)  # its own reader started too
+            for camera in (damaged, stalling):
+                camera.playing.wait(60)  # their own readers started too
+            threading.Thread(target=link.stall, args=(STALL_S,), daemon=True).start()
             relay.corrupt(2.0)
             off["stopped"] = time.monotonic()
             restarting.stop()
@@ -100,13 +106,14 @@ def test_a_restart_and_a_corrupt_then_truncated_stream_in_one_run(stack: StackCo
             relay.cut()
 
         try:
-            # A second or two to start again, and the reconnect: 16 s leave a loaded machine room to see it all.
-            run = run_cameras([restarting, damaged], gallery, tmp_path, unique_name, faults, after_s=2.0,
-                              duration_s=16, urls=[restarting.url, relay.url()])
+            # The stall, the reconnects and frames after them: 30 s leave a loaded machine room to see it all.
+            run = run_cameras([restarting, damaged, stalling], gallery, tmp_path, unique_name, faults, after_s=2.0,
+                              duration_s=STALL_S + 20, urls=[restarting.url, relay.url(), link.url()])
         finally:
             relay.close()
+            link.close()
     assert_nothing_lost(run)
-    restarted, corrupted = run.cameras["cam-1"], run.cameras["cam-2"]
+    restarted, corrupted, stalled = run.cameras["cam-1"], run.cameras["cam-2"], run.cameras["cam-3"]
     assert restarted.reconnects >= 1 and restarted.connected, restarted
     assert restarted.longest_gap_s >= 2.0, restarted  # the camera was off 2 s at least
     # From the camera's return to its next frame: the gap less the time it was away.
@@ -117,6 +124,10 @@ def test_a_restart_and_a_corrupt_then_truncated_stream_in_one_run(stack: StackCo
     print(f"corrupt + truncated: {relay.packets_corrupted} packets damaged; {corrupted}")
     assert corrupted.reconnects >= 1 and corrupted.connected, corrupted
     assert "frames again after" in run.output and "Traceback" not in run.output
+    print(f"stall {STALL_S} s: longest gap {stalled.longest_gap_s:.2f} s; {stalled}")
+    assert stalled.reconnects >= 1 and stalled.connected, stalled
+    # The frames read before the stall that were still on their way shorten the gap a little.
+    assert STALL_S - 2 <= stalled.longest_gap_s < STALL_S + 10, stalled
 
 
 def test_wrong_credentials_are_one_line_and_no_retry_storm(stack: StackConfig, video: Path, tmp_path: Path,

@@ -30,9 +30,9 @@ def largest_face_crop():
 
     detector = FaceDetector(min_face_size=20)
 
-    def detect_and_crop(rgb: np.ndarray) -> np.ndarray | None:
+    def detect_and_crop(rgb: np.ndarray) -> list[np.ndarray]:
         largest = detector.largest(rgb, min_confidence=0.0)
-        return None if largest is None else face_thumbnail(rgb, largest.box, largest.landmarks)
+        return [] if largest is None else [face_thumbnail(rgb, largest.box, largest.landmarks)]
 
     return detect_and_crop
 
@@ -140,9 +140,9 @@ class _FakeEmbedder:
         return _unit_rows(256)[faces_rgb.reshape(len(faces_rgb), -1).mean(axis=1).astype(int)]
 
 
-def _face_or_none(rgb: np.ndarray) -> np.ndarray | None:
+def _face_or_none(rgb: np.ndarray) -> list[np.ndarray]:
     """Photos with a dark top-left pixel "have no face"; the others are their own 160x160 crop."""
-    return None if rgb[0, 0, 0] < 50 else cv2.resize(rgb, (160, 160))
+    return [] if rgb[0, 0, 0] < 50 else [cv2.resize(rgb, (160, 160))]
 
 
 def _photo(path: Path, value: int) -> None:
@@ -163,6 +163,38 @@ def test_enroll_skips_and_counts_photos_without_a_face(tmp_path: Path) -> None:
     assert gallery.no_face_counts == {"ann": 1}
     assert gallery.model_sha256 == "fake"
     assert [match.identity for match in gallery.identify(gallery.embeddings)] == ["ann", "bob", "bob"]
+
+
+def test_each_photos_views_are_enrolled_as_rows_of_that_photo(tmp_path: Path) -> None:
+    _photo(tmp_path / "ann" / "1.png", 100)
+    _photo(tmp_path / "ann" / "2.png", 10)  # no face
+    _photo(tmp_path / "bob" / "1.png", 200)
+
+    def two_views(rgb: np.ndarray) -> list[np.ndarray]:
+        return [view for crop in _face_or_none(rgb) for view in (crop, crop // 2)]
+
+    gallery = enroll(tmp_path, two_views, _FakeEmbedder())
+
+    assert gallery.labels.tolist() == ["ann", "ann", "bob", "bob"]
+    assert gallery.photos.tolist() == [0, 0, 1, 1]
+    assert gallery.no_face_counts == {"ann": 1}
+
+
+def test_enrollment_crops_a_face_as_photographed_and_with_its_lower_face_covered(assets: Assets) -> None:
+    from pipeline.detect import FaceDetector
+    from pipeline.gallery import enrollment_crops, read_rgb
+
+    detector = FaceDetector(min_face_size=20)
+    photo = next(p for p in sorted((assets.faces_train_dir / "madonna").iterdir()))
+
+    plain, covered = enrollment_crops(read_rgb(photo), detector)
+
+    assert plain.shape == covered.shape == (160, 160, 3)
+    lower, upper = slice(120, 160), slice(20, 60)  # mouth and chin; eyes and brows (aligned crops)
+    assert np.abs(plain[lower].astype(int) - covered[lower]).mean() > 20  # the mouth is covered
+    assert np.abs(plain[upper].astype(int) - covered[upper]).mean() < np.abs(plain[lower].astype(int)
+                                                                             - covered[lower]).mean() / 2
+    assert enrollment_crops(np.zeros((120, 90, 3), np.uint8), detector) == []
 
 
 def test_a_single_identity_gallery_still_says_unknown() -> None:

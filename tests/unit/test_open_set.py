@@ -46,6 +46,23 @@ def test_the_threshold_is_the_lowest_that_names_at_most_the_target_share_of_impo
     assert 0 <= calibration.genuine_fnir <= 1
 
 
+def test_calibration_leaves_all_rows_of_a_photo_out_together() -> None:
+    """Each of ann's photos enrolled twice (as two views would be): leaving out one row alone, its twin names it;
+    leaving out the photo, nothing as close is left, and the miss shows."""
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(2, 128)) / 3  # a person's photos alike (cosine about 0.1), strangers unlike them
+    ann, bob = (_unit(centre + rng.normal(size=(3, 128))) for centre in centres)
+    rows = np.concatenate([np.repeat(ann, 2, axis=0), np.repeat(bob, 2, axis=0)])
+    labels = np.array(["ann"] * 6 + ["bob"] * 6)
+    impostors = _unit(rng.normal(size=(100, 128)))
+
+    by_row = calibrate(Gallery(rows, labels, "sha"), impostors, 0.0, "test")
+    by_photo = calibrate(Gallery(rows, labels, "sha", photos=np.repeat(np.arange(6), 2)), impostors, 0.0, "test")
+
+    assert by_row.genuine_fnir == 0.0  # each row's twin is still enrolled
+    assert by_photo.genuine_fnir > 0.5 and by_photo.genuine_faces == 12
+
+
 def test_calibration_reports_its_resolution_and_refuses_bad_input() -> None:
     gallery, impostors = _clustered_gallery(np.random.default_rng(4))
     assert "only 20 impostor faces" in calibrate(gallery, impostors[:20], 0.01, "few").describe()
