@@ -275,6 +275,7 @@ def enroll(images_dir: Path, detect_and_crop: DetectAndCrop, embedder: Embedder,
     faces: list[np.ndarray] = []
     labels: list[str] = []
     photo_of_row: list[int] = []
+    enrolled_photos = 0
     no_face_counts: dict[str, int] = {}
     for identity_dir in identity_dirs:
         identity = identity_dir.name
@@ -288,7 +289,8 @@ def enroll(images_dir: Path, detect_and_crop: DetectAndCrop, embedder: Embedder,
             if not crops:
                 no_face_counts[identity] = no_face_counts.get(identity, 0) + 1
                 continue
-            photo_of_row += [photo_of_row[-1] + 1 if photo_of_row else 0] * len(crops)
+            photo_of_row += [enrolled_photos] * len(crops)
+            enrolled_photos += 1
             faces += crops
             labels += [identity] * len(crops)
     if not faces:

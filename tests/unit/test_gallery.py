@@ -185,7 +185,7 @@ def test_enrollment_crops_a_face_as_photographed_and_with_its_lower_face_covered
     from pipeline.gallery import enrollment_crops, read_rgb
 
     detector = FaceDetector(min_face_size=20)
-    photo = next(p for p in sorted((assets.faces_train_dir / "madonna").iterdir()))
+    photo = sorted((assets.faces_train_dir / "madonna").iterdir())[0]
 
     plain, covered = enrollment_crops(read_rgb(photo), detector)
 
