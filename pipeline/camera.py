@@ -287,73 +287,76 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
     arrivals: deque[float] = deque(maxlen=FPS_WINDOW)
     while not stopping() and (max_frames is None or index < max_frames):
         capture = _open(source) if check_access(source) else None
-        if capture is None:
-            health.add("failed_connects")
-            health.set(connected=0)
-            if outage_since is None:
-                outage_since = time.monotonic()
-                log(f"camera {stream_id} ({source.shown}): unreachable, retrying every {backoff:g}-"
-                    f"{source.backoff_max_s:g} s")
-            _sleep_unless(stopping, backoff)
-            backoff = min(backoff * 2, source.backoff_max_s)
-            continue
-        clock, first = StreamClock(), True
-        stream_times.clear()  # the measured rate is the camera's while connected, not diluted by an outage
-        arrivals.clear()
-        declared = source.declared_fps or _stream_fps(capture)
-        try:
-            while not stopping() and (max_frames is None or index < max_frames):
-                started = time.perf_counter()
-                ok, bgr = capture.read()
-                arrival_ns, now = time.time_ns(), time.monotonic()
-                # FFmpeg's read timeout ends a stall by handing over the frames its decoder still held, one per
-                # timeout: the first read that waited out the timeout ends this connection.
-                stalled = time.perf_counter() - started >= STALL_SHARE * source.stall_s
-                if not ok:
-                    break  # stalled past stall_s, or the stream ended: reconnect
-                health.add("received")
-                if first:
-                    health.add("connects")
-                    if last_arrival is not None:
-                        health.add("reconnects")
-                        gap = now - last_arrival
-                        health.add("gaps_s", gap)
-                        log(f"camera {stream_id} ({source.shown}): frames again after {gap:.1f} s")
-                    health.set(connected=1, declared_fps=declared)
-                    first, backoff, outage_since = False, source.backoff_s, None
-                if stalled:  # the frame came before the stall: the gap runs on from the one before it
-                    now = last_arrival if last_arrival is not None else now
-                elif last_arrival is not None and now - last_arrival > longest_gap:
-                    longest_gap = now - last_arrival
-                    health.set(longest_gap_s=longest_gap)
-                last_arrival = now
-                stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
-                # The camera's rate by its own clock where it has one: a reader that fell behind and catches up
-                # reads a burst, which is not the camera's rate.
-                arrivals.append(now)
-                if stream_ms > 0:
-                    stream_times.append(stream_ms / 1000)
-                stamps = stream_times if len(stream_times) > 1 else arrivals
-                if len(stamps) > 1:
-                    health.set(measured_fps=(len(stamps) - 1) / max(1e-9, stamps[-1] - stamps[0]))
-                if bgr is None or bgr.size == 0:
-                    health.add("undecodable")
+        if capture is not None:
+            clock, first = StreamClock(), True
+            stream_times.clear()  # the measured rate is the camera's while connected, not diluted by an outage
+            arrivals.clear()
+            declared = source.declared_fps or _stream_fps(capture)
+            try:
+                while not stopping() and (max_frames is None or index < max_frames):
+                    started = time.perf_counter()
+                    ok, bgr = capture.read()
+                    arrival_ns, now = time.time_ns(), time.monotonic()
+                    # FFmpeg's read timeout ends a stall by handing over the frames its decoder still held, one per
+                    # timeout: the first read that waited out the timeout ends this connection.
+                    stalled = time.perf_counter() - started >= STALL_SHARE * source.stall_s
+                    if not ok:
+                        break  # stalled past stall_s, or the stream ended: reconnect
+                    health.add("received")
+                    if first:
+                        health.add("connects")
+                        if last_arrival is not None:
+                            health.add("reconnects")
+                            gap = now - last_arrival
+                            health.add("gaps_s", gap)
+                            log(f"camera {stream_id} ({source.shown}): frames again after {gap:.1f} s")
+                        health.set(connected=1, declared_fps=declared)
+                        first, backoff, outage_since = False, source.backoff_s, None
+                    if stalled:  # the frame came before the stall: the gap runs on from the one before it
+                        now = last_arrival if last_arrival is not None else now
+                    elif last_arrival is not None and now - last_arrival > longest_gap:
+                        longest_gap = now - last_arrival
+                        health.set(longest_gap_s=longest_gap)
+                    last_arrival = now
+                    stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
+                    # The camera's rate by its own clock where it has one: a reader that fell behind and catches up
+                    # reads a burst, which is not the camera's rate.
+                    arrivals.append(now)
+                    if stream_ms > 0:
+                        stream_times.append(stream_ms / 1000)
+                    stamps = stream_times if len(stream_times) > 1 else arrivals
+                    if len(stamps) > 1:
+                        health.set(measured_fps=(len(stamps) - 1) / max(1e-9, stamps[-1] - stamps[0]))
+                    if bgr is None or bgr.size == 0:
+                        health.add("undecodable")
+                        if stalled:
+                            break
+                        continue
+                    health.add("decoded")
+                    captured_ns = clock.capture_ns(stream_ms, arrival_ns) if stream_ms > 0 else arrival_ns
+                    health.set(stream_clock=1 if stream_ms > 0 else 0)
+                    yield to_frame(bgr, stream_id, index, size, captured_ns, captured_ns, started)
+                    index += 1
                     if stalled:
                         break
-                    continue
-                health.add("decoded")
-                captured_ns = clock.capture_ns(stream_ms, arrival_ns) if stream_ms > 0 else arrival_ns
-                health.set(stream_clock=1 if stream_ms > 0 else 0)
-                yield to_frame(bgr, stream_id, index, size, captured_ns, captured_ns, started)
-                index += 1
-                if stalled:
-                    break
-        finally:
-            capture.release()
-        if not stopping():  # lost, not left: a camera read to the end of a run stays connected in its health
+            finally:
+                capture.release()
+            if stopping() or index == max_frames:  # left, not lost: a camera read to the end stays connected
+                break
             health.set(connected=0)
-            log(f"camera {stream_id} ({source.shown}): no frame for {source.stall_s:g} s or the stream ended; "
-                f"reconnecting")
+            if not first:
+                log(f"camera {stream_id} ({source.shown}): no frame for {source.stall_s:g} s or the stream ended; "
+                    f"reconnecting")
+                continue
+        # Unreachable, or connected and not one frame came: a failed attempt, retried after the backoff.
+        health.add("failed_connects")
+        health.set(connected=0)
+        if outage_since is None:
+            outage_since = time.monotonic()
+            why = "unreachable" if capture is None else f"connected, but no frame in {source.stall_s:g} s"
+            log(f"camera {stream_id} ({source.shown}): {why}; retrying every {backoff:g}-{source.backoff_max_s:g} s")
+        _sleep_unless(stopping, backoff)
+        backoff = min(backoff * 2, source.backoff_max_s)
 
 
 def _stream_fps(capture: Any) -> float:

@@ -20,6 +20,7 @@ class Relay:
         self.corrupt_until = 0.0
         self.cut_next = threading.Event()
         self.packets_corrupted = 0
+        self.streaming_since: float | None = None  # the first RTP packet passed to a client
         self._connections: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -31,6 +32,13 @@ class Relay:
         self.flowing.clear()
         time.sleep(seconds)
         self.flowing.set()
+
+    def wait_streaming(self, seconds: float, timeout_s: float = 120) -> None:
+        """Until RTP has passed to a client for `seconds`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and \
+                (self.streaming_since is None or time.monotonic() - self.streaming_since < seconds):
+            time.sleep(0.1)
 
     def corrupt(self, seconds: float) -> None:
         self.corrupt_until = time.monotonic() + seconds
@@ -80,6 +88,8 @@ class Relay:
                         raise ConnectionAbortedError
                     if packet[:1] == b"$" and time.monotonic() < self.corrupt_until:
                         packet = self._damage(packet)
+                    if packet[:1] == b"$" and self.streaming_since is None:
+                        self.streaming_since = time.monotonic()
                     sink.sendall(packet)
         except OSError:
             pass

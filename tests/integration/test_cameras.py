@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from pipeline.camera import STALL_SHARE, CameraSource
 from pipeline.camera_sim import CameraSpec, SimulatedCamera
 from stack.config import StackConfig
 from telemetry.camera_health import CameraHealth
@@ -93,8 +94,9 @@ def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack:
         relay, link = Relay(damaged.spec.port), Relay(stalling.spec.port)
 
         def faults() -> None:
-            for camera in (damaged, stalling):
-                camera.playing.wait(60)  # their own readers started too
+            damaged.playing.wait(60)  # its reader started too
+            # The stall hits a stream that flows: one that stalls while it is being set up is another fault.
+            link.wait_streaming(2.0)
             threading.Thread(target=link.stall, args=(STALL_S,), daemon=True).start()
             relay.corrupt(2.0)
             off["stopped"] = time.monotonic()
@@ -125,9 +127,11 @@ def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack:
     assert corrupted.reconnects >= 1 and corrupted.connected, corrupted
     assert "frames again after" in run.output and "Traceback" not in run.output
     print(f"stall {STALL_S} s: longest gap {stalled.longest_gap_s:.2f} s; {stalled}")
-    assert stalled.reconnects >= 1 and stalled.connected, stalled
-    # The frames read before the stall that were still on their way shorten the gap a little.
-    assert STALL_S - 2 <= stalled.longest_gap_s < STALL_S + 10, stalled
+    log = "\n".join(line for line in run.output.splitlines() if "cam-3" in line)
+    assert stalled.reconnects >= 1 and stalled.connected, f"{stalled}\n{log}"
+    # The reader reconnects after its own stall timeout without a frame. Frames still on their way when the link
+    # stalled (a loaded reader runs behind) shorten the gap it sees below the stall's 10 s.
+    assert STALL_SHARE * CameraSource.stall_s <= stalled.longest_gap_s < STALL_S + 10, f"{stalled}\n{log}"
 
 
 def test_wrong_credentials_are_one_line_and_no_retry_storm(stack: StackConfig, video: Path, tmp_path: Path,

@@ -189,6 +189,41 @@ def test_a_full_queue_keeps_the_newest_frame_waiting_and_counts_each_one_it_repl
     assert frames.get_nowait().index == 6 and newest.waiting is None and health.snapshot().dropped == 2
 
 
+class ScriptedCapture:
+    """A connection FFmpeg opened, reading `frames` images and then nothing (a read that timed out)."""
+
+    def __init__(self, frames: int) -> None:
+        self.left = frames
+
+    def read(self) -> tuple[bool, object]:
+        import numpy as np
+
+        self.left -= 1
+        return (True, np.zeros((4, 4, 3), np.uint8)) if self.left >= 0 else (False, None)
+
+    def get(self, _prop: int) -> float:
+        return 0.0
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_connection_that_opens_but_brings_no_frame_is_a_failed_attempt(monkeypatch) -> None:
+    import pipeline.camera as camera
+
+    connections = iter([ScriptedCapture(2), ScriptedCapture(0), ScriptedCapture(0), ScriptedCapture(3)])
+    monkeypatch.setattr(camera, "check_access", lambda _source: True)
+    monkeypatch.setattr(camera, "_open", lambda _source: next(connections))
+    health, lines = SharedHealth(), []
+    source = CameraSource.parse("rtsp://127.0.0.1:1/s", backoff_s=0.01, backoff_max_s=0.01)
+    frames = list(camera.camera_frames(source, "cam-1", (4, 4), health, lambda: False, max_frames=5,
+                                       log=lines.append))
+    seen = health.snapshot()
+    assert [f.index for f in frames] == [0, 1, 2, 3, 4]
+    assert (seen.connects, seen.reconnects, seen.failed_connects, seen.connected) == (2, 1, 2, True)
+    assert sum("connected, but no frame" in line for line in lines) == 1  # once per outage, not per attempt
+
+
 def test_shared_health_keeps_its_types_across_processes_writes() -> None:
     health = SharedHealth()
     health.add("received", 3)
