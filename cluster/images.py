@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import UserError
+from common.locks import exclusive
 from common.paths import PROJECT_ROOT
 
 DEBIAN_SUITE = "bookworm"
@@ -218,17 +219,19 @@ def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[
     unknown = set(names or ()) - {i.folder for i in IMAGES}
     if unknown:
         raise UserError(f"unknown image(s) {sorted(unknown)}: choose from {[i.folder for i in IMAGES]}")
-    images_home().mkdir(parents=True, exist_ok=True)
-    if store_bytes() > STORE_BUDGET_GIB * 2**30:
-        log(f"{images_home()} holds over {STORE_BUDGET_GIB:g} GiB: pruning superseded layers first")
-        prune()
-    reports = [r for r in (build_base(b, log) for b in BASES) if r]
-    if pause_binary is not None:
-        reports += [r for r in [build_pause(pause_binary)] if r]
-    for image in wanted:
-        log(f"building {image.reference} from {image.dockerfile.relative_to(PROJECT_ROOT)} ...")
-        reports.append(build_image(image))
-        log(f"  {image.reference}: {reports[-1].seconds:.1f} s, {reports[-1].size_bytes / 1e6:.0f} MB")
+    # One build at a time per store: a second one (`make test`'s cluster tests, while its background build still
+    # runs) waits, then finds everything built.
+    with exclusive(images_home() / "build.lock", f"another build is using {images_home()}; waiting for it ...", log):
+        if store_bytes() > STORE_BUDGET_GIB * 2**30:
+            log(f"{images_home()} holds over {STORE_BUDGET_GIB:g} GiB: pruning superseded layers first")
+            prune()
+        reports = [r for r in (build_base(b, log) for b in BASES) if r]
+        if pause_binary is not None:
+            reports += [r for r in [build_pause(pause_binary)] if r]
+        for image in wanted:
+            log(f"building {image.reference} from {image.dockerfile.relative_to(PROJECT_ROOT)} ...")
+            reports.append(build_image(image))
+            log(f"  {image.reference}: {reports[-1].seconds:.1f} s, {reports[-1].size_bytes / 1e6:.0f} MB")
     return reports
 
 

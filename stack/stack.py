@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any
 
 from common.daemons import ManagedProcess, require_free_port, wait_until
 from common.errors import UserError
+from common.locks import exclusive
 from common.paths import stack_dir
 from stack import elasticsearch, kafka, prometheus, security
 from stack.config import StackConfig
@@ -48,20 +48,13 @@ def _one_at_a_time(change: Callable) -> Callable:
         global _lock_depth
         if _lock_depth:
             return change(*args, **kwargs)
-        stack_dir().mkdir(parents=True, exist_ok=True)
-        with open(stack_dir() / ".lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                kwargs.get("progress", print)(f"another aitax command is changing the stack in {stack_dir()}; "
-                                              "waiting for it ...")
-                fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(stack_dir() / ".lock", f"another aitax command is changing the stack in {stack_dir()}; "
+                       "waiting for it ...", kwargs.get("progress", print)):
             _lock_depth += 1
             try:
                 return change(*args, **kwargs)
             finally:
                 _lock_depth -= 1
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     return locked
 

@@ -4,9 +4,11 @@ the images built here and loaded into it, and one release of the chart installed
 The cluster is started for the session and stopped at its end (unless it was already running: a developer's cluster
 is left as found); the session then checks that `down` left nothing behind.
 
-The images build in the background from the end of collection, while the tests collected before these (the chart's
-and the unit tests, minutes of them in `make test`) run: the cluster fixture waits for that build, then finds the
-images built."""
+The images build in the background from the end of collection, while the tests collected before these run. In
+`make test` they start earlier still, with the local tests, at the lowest CPU priority (the Makefile): the build
+here then waits for that one (cluster.images takes a lock on its store) and finds the images built. Either way the
+cluster fixture waits for the build.
+"""
 
 from __future__ import annotations
 

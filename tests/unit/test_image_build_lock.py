@@ -1,0 +1,38 @@
+"""Image builds take turns per store: `make test` builds in the background while the cluster tests' own build waits
+for it and then finds every image built."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster import images
+
+HOLD_S = 2.0
+
+
+def test_a_second_build_waits_for_the_one_using_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AITAX_IMAGES_HOME", str(tmp_path))
+    built: list[str] = []
+    monkeypatch.setattr(images, "build_base", lambda base, log: None)  # cached
+    monkeypatch.setattr(images, "build_image", lambda image: built.append(image.reference) or images.BuildReport(
+        image.reference, 0.0, 0, "id"))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(tmp_path / 'build.lock')!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(float(sys.argv[1]))\n"), str(HOLD_S)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        started = time.monotonic()
+        images.build_all(["kafka"], None, log=said.append)
+        waited = time.monotonic() - started
+    finally:
+        holder.wait(10)
+    assert said[0] == f"another build is using {tmp_path}; waiting for it ..."
+    assert waited >= HOLD_S / 2  # built only once the holder let go
+    assert built == [image.reference for image in images.IMAGES if image.folder == "kafka"]
