@@ -1,6 +1,6 @@
-"""`make k8s-demo`: the chart installed with its defaults on the local real cluster, faces flowing through real
-pods, then the same accuracy and latency breakdown as `make demo`, computed in an identify pod from the in-cluster
-Kafka (identities) and Elasticsearch (stage events).
+"""`make k8s-demo`: the chart installed with its defaults (and the release's own Prometheus) on the local real
+cluster, faces flowing through real pods, then the same accuracy and latency breakdown as `make demo`, computed in
+an identify pod from the in-cluster Kafka (identities) and Elasticsearch (stage events).
 
 Each demo is a fresh install: a previous release and its claims (brokers' logs, Elasticsearch's indices) are
 removed first, so the run id `helm` of the chart's defaults names this run only.
@@ -155,13 +155,16 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", l
     images.build_all(None, tool("pause"), log=log)
     images.load_into(cluster.ctr, cluster.home / "loaded-images",
                      [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)], log=log)
-    log(f"== 3/5 helm install {release} {CHART.relative_to(PROJECT_ROOT)} (defaults) in namespace {namespace}")
+    log(f"== 3/5 helm install {release} {CHART.relative_to(PROJECT_ROOT)} (defaults, and the release's own "
+        f"Prometheus) in namespace {namespace}")
     if helm(cluster, "status", release, "-n", namespace, check=False).returncode == 0:
         helm(cluster, "uninstall", release, "-n", namespace, "--wait")
     cluster.kubectl("delete", "pvc", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--wait=true",
                     check=False, timeout_s=300)
     install_started = time.monotonic()
-    install(cluster, release, namespace)
+    # The release's own Prometheus: experiments read each phase's resources there.
+    install(cluster, release, namespace, "--set", "prometheus.enabled=true",
+            "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
     log(f"   installed, every pod ready, in {time.monotonic() - install_started:.0f} s")
     log(f"== 4/5 faces flowing: {seconds:.0f} s of identities")
     deadline = time.monotonic() + max(seconds, 600)

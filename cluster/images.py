@@ -55,6 +55,7 @@ BASES = (
     BaseImage("debian-java", ("openjdk-17-jre-headless", "ca-certificates", "passwd")),
     BaseImage("debian-java-build", ("openjdk-17-jdk-headless", "maven", "unzip", "ca-certificates", "passwd"),
               for_builds=True),
+    BaseImage("debian-prometheus", ("prometheus", "ca-certificates")),
 )
 
 
@@ -76,6 +77,7 @@ IMAGES = (
     AppImage("elasticsearch", "aitax/elasticsearch:8.19.21"),
     AppImage("emulator", f"aitax/emulator:{APP_VERSION}"),
     AppImage("pipeline", f"aitax/pipeline:{APP_VERSION}"),
+    AppImage("prometheus", "aitax/prometheus:2.42.0"),
 )
 # The pod sandbox image kubelet asks containerd for; its binary is built from Kubernetes' own source.
 PAUSE_REFERENCE = "registry.k8s.io/pause:3.10"

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from common.errors import UserError
 from load.local import LocalLoad
-from load.resources import Sampler, resources
+from load.resources import Sampler, Usage, resources
 from stack.config import StackConfig
 from telemetry.applications import application
 from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
@@ -63,19 +63,35 @@ class Load(Protocol):
         """The run's identities (first of each face: anything `Timestamped`), and the duplicates removed."""
 
 
+class ResourceSampler(Protocol):
+    """What the brokers and the load spent over a window: the local stack's processes (`load.resources.Sampler`)
+    or a release's pods (`aitax.experiment.cluster_resources.ClusterResources`)."""
+
+    def __enter__(self) -> ResourceSampler: ...
+
+    def __exit__(self, *_: object) -> None: ...
+
+    def watch(self, role: str, pids: list[int]) -> None: ...
+
+    def usage(self, start: float, end: float) -> Usage: ...
+
+
 def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
-             disk_write_capacity: float = DISK_WRITE_CAPACITY, disruption: Callable[[], None] | None = None,
-             disruption_after_s: float | None = None, progress: bool = False, repeat: int = 1) -> RunResult:
+             sampler: ResourceSampler | None = None, disk_write_capacity: float = DISK_WRITE_CAPACITY,
+             disruption: Callable[[], None] | None = None, disruption_after_s: float | None = None,
+             progress: bool = False, repeat: int = 1) -> RunResult:
     """Run `load`'s workload once. `offered_faces_per_s`: what the producers' schedule offers (None for a
-    real video). `stack`: the local brokers, sampled for CPU, disk and their own meters. `disruption` runs
-    in a thread `disruption_after_s` into the load (default: a quarter in; a fault scenario). Ctrl-C during the
-    load ends it early and still drains and collects."""
+    real video). `stack`: the local brokers, sampled for CPU, disk and their own meters; `sampler`: where else the
+    resources come from (a release's Prometheus). `disruption` runs in a thread `disruption_after_s` into the load
+    (default: a quarter in; a fault scenario). Ctrl-C during the load ends it early and still drains and
+    collects."""
     from tqdm import tqdm
 
     workload = load.workload
     notes: list[str] = []
     interrupted = False
-    sampler = Sampler(stack) if stack is not None else None
+    if sampler is None and stack is not None:
+        sampler = Sampler(stack)
     try:
         with sampler or contextlib.nullcontext():
             load.start_consumers()

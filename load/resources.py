@@ -55,6 +55,7 @@ class Usage:
     broker_read_bytes_per_s: dict[int, float] = field(default_factory=dict)
     machine_cpu_busy: float = 0.0  # share of all cores
     loopback_bytes_per_s: float = 0.0
+    broker_network_bytes_per_s: dict[int, float] = field(default_factory=dict)  # in + out (pods; locally all is lo)
     broker_handler_busy: dict[int, float] = field(default_factory=dict)  # request handlers' busy share
     broker_network_busy: dict[int, float] = field(default_factory=dict)  # network threads' busy share (1-min mean)
     under_min_isr_partitions: int = 0  # the most seen at once in the window: acks=all writes fail there
@@ -205,6 +206,7 @@ def resources(usage: Usage, disk_write_capacity: float, latency: LatencySummary 
         broker_disk_read_bytes_per_s=mean(usage.broker_read_bytes_per_s),
         broker_write_bytes_per_s=usage.broker_write_bytes_per_s, broker_cpu_cores=usage.broker_cpu_cores,
         machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s,
+        broker_network_bytes_per_s=usage.broker_network_bytes_per_s,
         broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
         under_min_isr_partitions=usage.under_min_isr_partitions, produce_p99_ms=usage.produce_p99_ms,
         fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,

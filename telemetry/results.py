@@ -183,6 +183,7 @@ class Resources(_Model):
     broker_cpu_cores: dict[int, float] = Field(default_factory=dict)
     machine_cpu_busy: float = 0.0  # share of all cores
     loopback_bytes_per_s: float = 0.0
+    broker_network_bytes_per_s: dict[int, float] = Field(default_factory=dict)  # in + out, pods (locally: loopback)
     broker_handler_busy: dict[int, float] = Field(default_factory=dict)
     broker_network_busy: dict[int, float] = Field(default_factory=dict)
     under_min_isr_partitions: int = 0

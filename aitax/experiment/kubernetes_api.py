@@ -259,6 +259,25 @@ class KubernetesCluster:
         return self._call("listing pods", self.core.list_namespaced_pod, self.namespace,
                           label_selector=selector).items
 
+    def service(self, release: str, component: str) -> str | None:
+        """The name of the release's Service of that component, or None when the release has none."""
+        items = self._call("listing services", self.core.list_namespaced_service, self.namespace,
+                           label_selector=f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={component}").items
+        return items[0].metadata.name if items else None
+
+    def proxy_get(self, service: str, port: int | str, path: str, params: dict[str, str]) -> str:
+        """GET `path` of a Service through the API server's service proxy (no route into the cluster needed)."""
+        request = self.api_client.param_serialize(
+            "GET", "/api/v1/namespaces/{namespace}/services/{name}/proxy/" + path,
+            path_params={"namespace": self.namespace, "name": f"{service}:{port}"},
+            query_params=list(params.items()), auth_settings=["BearerToken"])
+        response = self._call(f"GET {path} of service/{service}", self.api_client.call_api, *request)
+        response.read()
+        if response.status != 200:
+            raise UserError(f"GET {path} of service/{service} in namespace {self.namespace}: {response.status} "
+                            f"{response.data.decode(errors='replace')[:200]}")
+        return response.data.decode()
+
     def config_map(self, name: str) -> dict[str, str]:
         return self._call(f"reading configmap/{name}", self.core.read_namespaced_config_map, name,
                           self.namespace).data or {}

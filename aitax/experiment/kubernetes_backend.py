@@ -18,6 +18,12 @@ import time
 from collections.abc import Callable
 
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
+from aitax.experiment.cluster_resources import (
+    PROMETHEUS_COMPONENT,
+    ClusterResources,
+    PhaseQueries,
+    prometheus_query,
+)
 from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
 from common.errors import UserError
@@ -43,6 +49,8 @@ class KubernetesBackend:
         self.collect = collect
         self.workloads: dict[str, Scaled] = {}
         self.offered_per_producer: float | None = None  # emulated: faces/s one instance offers at 1x
+        self.prometheus: str | None = None  # the release's own Prometheus Service: each phase's resources
+        self.brokers: str | None = None  # the brokers' StatefulSet, whose pods the resources are read for
 
     @property
     def consumers(self) -> Scaled:
@@ -73,8 +81,14 @@ class KubernetesBackend:
                         raise UserError(f"{self.spec.source}: phases[{index}].instances.{key}: "
                                         f"{phase.instances.get(key, 1)}, but release {self.spec.release} runs "
                                         f"{running} per {scaled.stage} pod (its emulator.{key}.instances)")
+        self.prometheus = self.cluster.service(self.spec.release, PROMETHEUS_COMPONENT)
+        if self.prometheus is not None:
+            self.brokers = self.cluster.find_workload(self.spec.release, KAFKA).name
         found = ", ".join(f"{w} ({w.original_replicas})" for w in self.workloads.values())
-        self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}")
+        measured = (f"resources from service/{self.prometheus}" if self.prometheus else
+                    "no resources (the release runs no Prometheus: prometheus.enabled)")
+        self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}; "
+                 f"{measured}")
 
     def _release_profile(self):
         """The profile the release's emulator pods run, which must be the spec's: the offered load is computed
@@ -128,9 +142,18 @@ class KubernetesBackend:
         load = ClusterLoad(self.cluster, self.spec.release, pods, workload, run_id,
                            resize_kafka=lambda: self._resize_kafka(replicas.get(KAFKA)),
                            rollout_timeout_s=self.rollout_timeout_s, collect=self.collect)
-        result = run_load(load, offered_faces_per_s=offered)
+        result = run_load(load, offered_faces_per_s=offered, sampler=self._resources())
         print_result(result)
         return replicas, result
+
+    def _resources(self) -> ClusterResources | None:
+        if self.prometheus is None or self.brokers is None:
+            return None
+        service = self.prometheus
+        roles = {scaled.stage: scaled.name for scaled in (self.producers, self.consumers)}
+        return ClusterResources(
+            prometheus_query(lambda path, params: self.cluster.proxy_get(service, "http", path, params)),
+            PhaseQueries(self.cluster.namespace, self.brokers, roles))
 
     def _resize_kafka(self, brokers: int | None) -> None:
         """Scale the brokers with their data (when the spec scales them): replicas move off leaving brokers

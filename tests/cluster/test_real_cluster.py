@@ -370,8 +370,10 @@ def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster,
     """`mode: emulated` on the same brokers, with an H200's identify curve: the emulator's producers and consumers
     replace the real stages, the shipped curve is in the image, and emulated faces reach identities (the last test:
     the release stays emulated until the fixture removes it)."""
+    # With the release's own Prometheus from here: the next test's experiment reads its phases' resources there.
     helm(cluster, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "mode=emulated",
-         "--set", "emulator.accelerator=h200-bf16", "--set", "emulator.maxBatch=8", "--wait", "--timeout", "10m")
+         "--set", "emulator.accelerator=h200-bf16", "--set", "emulator.maxBatch=8", "--set", "prometheus.enabled=true",
+         "--set", f"prometheus.kubelet.port={cluster.kubelet_port}", "--wait", "--timeout", "10m")
     _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component in (ingest-detect,identify)"), 180,
               "the real stages' pods gone")
     emulated = _pods(cluster, "app.kubernetes.io/component in (emulate-producers,emulate-consumers)")
@@ -415,5 +417,17 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
         assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
     assert_held(results[0].run.verdict, "throughput", "stage processes ran")
     assert results[1].run.produced_faces > results[0].run.produced_faces  # four times the offered load
+    # Each phase's resources, from the release's Prometheus: every broker's CPU, network and meters, and a verdict.
+    used = [result.run.resources for result in results]
+    for resources in used:
+        assert resources is not None
+        print(f"phase resources: {resources.model_dump_json()}")
+        assert set(resources.broker_cpu_cores) == {0, 1, 2} and min(resources.broker_cpu_cores.values()) > 0
+        assert set(resources.broker_handler_busy) == {0, 1, 2} and set(resources.broker_network_busy) == {0, 1, 2}
+        assert min(resources.broker_network_bytes_per_s.values()) > 0 and resources.fetch_p99_ms > 0
+        assert 0 < resources.machine_cpu_busy <= 1 and resources.client_cpu_cores["emulate-consumers"] > 0
+        assert resources.saturated.startswith(("none above", "the brokers'", "broker storage", "cpu (machine)"))
+    # Four times the faces through the brokers: more bytes on their links.
+    assert sum(used[1].broker_network_bytes_per_s.values()) > sum(used[0].broker_network_bytes_per_s.values())
     after = _pods(cluster, "app.kubernetes.io/component=emulate-producers")
     assert len(after) == 1 and {p["metadata"]["name"] for p in after} != before  # restored: one new pod

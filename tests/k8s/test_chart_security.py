@@ -5,6 +5,7 @@ has the local stack's security settings, and one hook Job, alone allowed to touc
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from pipeline.transport.security import READER, READER_MOUNT
 from stack.elasticsearch import SECURITY_SETTINGS
@@ -32,7 +33,7 @@ def _env(container: dict) -> dict[str, str | None]:
 def test_each_stage_pod_runs_as_its_commands_principal(values) -> None:
     docs = render(values)
     deployments = [d for d in docs if d["kind"] == "Deployment"
-                   and d["metadata"]["labels"]["app.kubernetes.io/component"] != "dashboard"]
+                   and d["metadata"]["labels"]["app.kubernetes.io/component"] not in ("dashboard", "prometheus")]
     assert deployments
     bundled = any(d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-elasticsearch") for d in docs)
     for deployment in deployments:
@@ -151,3 +152,35 @@ def test_without_security_the_dashboard_serves_plain_http_without_a_login() -> N
     assert _named(docs, "Service", "-dashboard")["spec"]["ports"][0]["name"] == "http"
     assert not [d for d in render(CI_VALUES[0], sets=("dashboard.enabled=false",))
                 if d["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_the_releases_prometheus_reads_only_its_targets_and_the_kubelets_metrics() -> None:
+    docs = render(CI_VALUES[0], sets=("prometheus.enabled=true", "prometheus.kubelet.port=19650"), namespace="lab")
+    # Its token reads the kubelet's metrics and nothing else: no Role, no Secret, no pod, no exec.
+    assert not [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-prometheus")]
+    cluster_role = _named(docs, "ClusterRole", "-prometheus")
+    assert cluster_role["metadata"]["name"] == "lab-t-aitax-prometheus"  # two namespaces' releases never share it
+    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}]
+    binding = _named(docs, "ClusterRoleBinding", "-prometheus")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "t-aitax-prometheus", "namespace": "lab"}]
+    config = yaml.safe_load(_named(docs, "ConfigMap", "-prometheus")["data"]["prometheus.yml"])
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    discovered = {name: job["dns_sd_configs"][0]["names"] for name, job in jobs.items() if "dns_sd_configs" in job}
+    assert discovered == {"brokers": ["_metrics._tcp.t-aitax-kafka-headless.lab.svc.cluster.local"],
+                          "stages": ["_metrics._tcp.t-aitax-metrics.lab.svc.cluster.local"]}
+    cadvisor = jobs["cadvisor"]
+    assert cadvisor["static_configs"] == [{"targets": ["@NODE_IP@:19650"]}]  # its own node's kubelet
+    assert cadvisor["metrics_path"] == "/metrics/cadvisor" and cadvisor["tls_config"]["insecure_skip_verify"] is False
+    assert cadvisor["metric_relabel_configs"] == [{"source_labels": ["namespace", "id"], "regex": "lab;.*|;/?",
+                                                   "action": "keep"}]  # this namespace's pods, and the node's totals
+    headless = _named(docs, "Service", "-kafka-headless")["spec"]["ports"]
+    assert {"name": "metrics", "port": 9404, "targetPort": "metrics"} in headless
+    dashboard = _named(docs, "Deployment", "-dashboard")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dashboard[dashboard.index("--prometheus") + 1] == "http://t-aitax-prometheus:9090"
+    spec = _named(docs, "Deployment", "-prometheus")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "t-aitax-prometheus" and spec["securityContext"]["runAsNonRoot"] is True
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["env"] == [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    # Off by default: no Prometheus, and no cluster-scoped object at all.
+    assert not [d for d in render(CI_VALUES[0]) if d["metadata"]["name"].endswith("-prometheus")]

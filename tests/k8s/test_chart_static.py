@@ -30,9 +30,10 @@ def _by_kind(docs: list[dict], kind: str) -> list[dict]:
 
 
 def _stages(docs: list[dict]) -> list[dict]:
-    """The stage Deployments: every Deployment but the dashboard's (test_chart_security holds that one)."""
+    """The stage Deployments: every Deployment but the dashboard's and Prometheus's (test_chart_security holds
+    those)."""
     return [d for d in _by_kind(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"]
-            != "dashboard"]
+            not in ("dashboard", "prometheus")]
 
 
 def _named(docs: list[dict], kind: str, suffix: str) -> dict:
@@ -261,8 +262,10 @@ def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
             else:
                 assert spec["securityContext"]["runAsNonRoot"] is True, values.name
                 assert spec["securityContext"]["runAsUser"] != 0
-            # only the secrets Job talks to the API server (its Role: Secrets in the namespace)
-            assert spec.get("automountServiceAccountToken") is (spec["serviceAccountName"] == "t-aitax-issue-secrets")
+            # only the secrets Job (its Role: Secrets in the namespace) and the release's Prometheus (finding its
+            # targets, reading the kubelet's metrics) talk to the API server
+            assert spec.get("automountServiceAccountToken") is (spec["serviceAccountName"] in (
+                "t-aitax-issue-secrets", "t-aitax-prometheus"))
             for container in spec.get("initContainers", []) + spec["containers"]:
                 context = container["securityContext"]
                 assert context["readOnlyRootFilesystem"] is True, (values.name, container["name"])
@@ -460,7 +463,7 @@ def test_hadolint(dockerfile: Path) -> None:
 def test_dockerfiles_are_pinned_and_non_root_and_leave_their_build_tools_behind() -> None:
     from cluster.images import BASES
 
-    assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "emulator", "kafka", "elasticsearch"}
+    assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "emulator", "kafka", "elasticsearch", "prometheus"}
     runtime_bases = {b.reference for b in BASES if not b.for_builds}
     for dockerfile in DOCKERFILES:
         text = dockerfile.read_text()
@@ -483,7 +486,7 @@ def test_dockerfiles_are_pinned_and_non_root_and_leave_their_build_tools_behind(
 def test_image_names_and_tags_match_the_chart() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    for name in ("pipeline", "emulator", "kafka"):
+    for name in ("pipeline", "emulator", "kafka", "prometheus"):
         text = (PROJECT_ROOT / "containers" / name / "Dockerfile").read_text()
         title = re.search(r'org\.opencontainers\.image\.title="([^"]+)"', text).group(1)
         version = re.search(r'org\.opencontainers\.image\.version="([^"]+)"', text).group(1)
@@ -503,7 +506,7 @@ def test_every_dockerfile_is_built_by_aitax_images() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     references = {i.reference for i in IMAGES}
-    for name in ("pipeline", "emulator", "kafka"):
+    for name in ("pipeline", "emulator", "kafka", "prometheus"):
         assert f"{values['images'][name]['repository']}:{values['images'][name]['tag'] or chart['appVersion']}" \
             in references
     assert values["elasticsearch"]["bundled"]["image"] in references

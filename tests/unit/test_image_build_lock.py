@@ -3,14 +3,13 @@ for it and then finds every image built."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from cluster import images
+from tests.locks import held_elsewhere
 
 HOLD_S = 2.0
 
@@ -21,18 +20,11 @@ def test_a_second_build_waits_for_the_one_using_the_store(tmp_path: Path, monkey
     monkeypatch.setattr(images, "build_base", lambda base, log: None)  # cached
     monkeypatch.setattr(images, "build_image", lambda image: built.append(image.reference) or images.BuildReport(
         image.reference, 0.0, 0, "id"))
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time\n"
-        f"f = open({str(tmp_path / 'build.lock')!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-        "print('held', flush=True); time.sleep(float(sys.argv[1]))\n"), str(HOLD_S)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_elsewhere(tmp_path / "build.lock", HOLD_S):
         said: list[str] = []
         started = time.monotonic()
         images.build_all(["kafka"], None, log=said.append)
         waited = time.monotonic() - started
-    finally:
-        holder.wait(10)
     assert said[0] == f"another build is using {tmp_path}; waiting for it ..."
     assert waited >= HOLD_S / 2  # built only once the holder let go
     assert built == [image.reference for image in images.IMAGES if image.folder == "kafka"]

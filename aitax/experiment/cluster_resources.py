@@ -1,0 +1,119 @@
+"""A Kubernetes phase's resources, from the release's own Prometheus (chart value `prometheus.enabled`): the same
+`Usage` the local sampler measures, so the same verdict (`load.resources.resources`) names what saturated.
+
+Read once, after the drain, over the measurement window: Prometheus sampled all along (every few seconds), so
+nothing runs beside the load. The queries go through the API server's service proxy, so the experiment driver
+needs no route into the cluster.
+
+- Each broker (pod `<kafka StatefulSet>-N`, keyed N): CPU cores, its storage writes and reads, and its network
+  bytes in and out, from the kubelet's cAdvisor; its request-handler and network-thread busy shares, under-min-ISR
+  partitions, and produce / fetch p99, from its JMX exporter (the local stack's meters).
+- The node: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
+- The load's own pods: CPU cores, by role, as the local verdict names whoever burnt the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.errors import UserError
+from load.resources import Usage
+
+PROMETHEUS_COMPONENT = "prometheus"
+SHORTEST_WINDOW_S = 10  # two scrapes at the chart's 5 s: a shorter window has no rate
+
+Query = Callable[[str, float], list[tuple[dict[str, str], float]]]  # PromQL at a wall-clock time -> series
+
+
+@dataclass(frozen=True)
+class PhaseQueries:
+    """What the queries select: the namespace, the brokers' StatefulSet, and each role's Deployment."""
+
+    namespace: str
+    kafka: str  # the StatefulSet: its pods are `<kafka>-<ordinal>`
+    roles: dict[str, str]  # role (as the verdict names it) -> Deployment name
+
+    def broker_pods(self) -> str:
+        return f'namespace="{self.namespace}",pod=~"{_literal(self.kafka)}-[0-9]+"'
+
+
+class ClusterResources:
+    """The engine's resource sampler for a release's pods: `usage(start, end)` over two monotonic times."""
+
+    def __init__(self, query: Query, selects: PhaseQueries) -> None:
+        self.query = query
+        self.selects = selects
+        self.wall_offset_s = time.time() - time.monotonic()
+
+    def __enter__(self) -> ClusterResources:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def watch(self, role: str, pids: list[int]) -> None:
+        """Pods have no local processes: their CPU is cAdvisor's."""
+
+    def usage(self, start: float, end: float) -> Usage:
+        seconds = max(SHORTEST_WINDOW_S, round(end - start))
+        at, window, brokers = end + self.wall_offset_s, f"{seconds}s", self.selects.broker_pods()
+        kafka = f'component="kafka",pod=~"{_literal(self.selects.kafka)}-[0-9]+"'
+
+        def per_broker(promql: str) -> dict[int, float]:
+            return {int(labels["pod"].rsplit("-", 1)[1]): value for labels, value in self.query(promql, at)
+                    if labels.get("pod", "").rsplit("-", 1)[-1].isdigit()}
+
+        def rate(metric: str, where: str) -> str:
+            return f"sum by (pod) (rate({metric}{{{where}}}[{window}]))"
+
+        usage = Usage(float(seconds))
+        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f'{brokers},container!=""'))
+        usage.broker_write_bytes_per_s = per_broker(rate("container_fs_writes_bytes_total",
+                                                         f'{brokers},container!=""'))
+        usage.broker_read_bytes_per_s = per_broker(rate("container_fs_reads_bytes_total", f'{brokers},container!=""'))
+        received = per_broker(rate("container_network_receive_bytes_total", brokers))
+        sent = per_broker(rate("container_network_transmit_bytes_total", brokers))
+        usage.broker_network_bytes_per_s = {node: received.get(node, 0.0) + sent.get(node, 0.0)
+                                     for node in received.keys() | sent.keys()}
+        idle = per_broker(f"sum by (pod) (increase(kafka_server_request_handler_idle_ns_total{{{kafka}}}[{window}]))")
+        usage.broker_handler_busy = {node: min(1.0, max(0.0, 1 - ns / (seconds * 1e9))) for node, ns in idle.items()}
+        usage.broker_network_busy = {node: min(1.0, max(0.0, 1 - ratio)) for node, ratio in per_broker(
+            f"max by (pod) (kafka_network_processor_idle_ratio{{{kafka}}})").items()}
+        usage.under_min_isr_partitions = round(max(per_broker(
+            f"max by (pod) (max_over_time(kafka_server_replicamanager_underminisrpartitioncount{{{kafka}}}"
+            f"[{window}]))").values(), default=0.0))
+        for field, request in (("produce_p99_ms", "Produce"), ("fetch_p99_ms", "FetchConsumer")):
+            setattr(usage, field, max(per_broker(
+                f'max by (pod) (kafka_network_request_total_time_ms{{{kafka},quantile="0.99",request="{request}"}})'
+            ).values(), default=0.0))
+        busy = self.query(f'sum(rate(container_cpu_usage_seconds_total{{id="/"}}[{window}])) '
+                          f'/ sum(machine_cpu_cores)', at)
+        usage.machine_cpu_busy = min(1.0, busy[0][1]) if busy else 0.0
+        for role, deployment in self.selects.roles.items():
+            pods = f'namespace="{self.selects.namespace}",pod=~"{_literal(deployment)}-[a-z0-9]+-[a-z0-9]+"'
+            used = self.query(f'sum(rate(container_cpu_usage_seconds_total{{{pods},container!=""}}[{window}]))', at)
+            usage.role_cpu_cores[role] = used[0][1] if used else 0.0
+        return usage
+
+
+def _literal(name: str) -> str:
+    """A Kubernetes name (lower case, digits, '-' and '.') as a regex inside a PromQL string: its dots escaped."""
+    return name.replace(".", "\\\\.")
+
+
+def prometheus_query(get: Callable[[str, dict[str, str]], str]) -> Query:
+    """PromQL instant queries over Prometheus's HTTP API, `get(path, params)` being the transport."""
+
+    def query(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+        try:
+            answer = json.loads(get("api/v1/query", {"query": promql, "time": f"{at:.3f}"}))
+        except ValueError as error:
+            raise UserError(f"Prometheus answered {promql!r} with something that is not JSON: {error}") from None
+        if answer.get("status") != "success":
+            raise UserError(f"Prometheus refused {promql!r}: {answer.get('error', answer)}")
+        return [(series["metric"], float(series["value"][1])) for series in answer["data"]["result"]]
+
+    return query

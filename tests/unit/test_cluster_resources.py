@@ -1,0 +1,97 @@
+"""A Kubernetes phase's resources from Prometheus's answers (the HTTP API faked at its edge): the same Usage, and so
+the same verdict, as a local run's. The real release's Prometheus is in tests/cluster/test_real_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from aitax.experiment.cluster_resources import ClusterResources, PhaseQueries, prometheus_query
+from common.errors import UserError
+from load.resources import resources
+
+BROKERS = {"t-aitax-kafka-0": 0, "t-aitax-kafka-1": 1, "t-aitax-kafka-2": 2}
+
+
+def answer(promql: str, _at: float) -> list[tuple[dict[str, str], float]]:
+    """What a release's Prometheus holds after a phase whose broker 1 ran its request handlers flat out."""
+    def each(values: list[float]) -> list[tuple[dict[str, str], float]]:
+        return [({"pod": pod}, value) for pod, value in zip(BROKERS, values, strict=True)]
+
+    if "container_cpu_usage_seconds_total" in promql and 'id="/"' in promql:
+        return [({}, 0.5)]
+    if "container_cpu_usage_seconds_total" in promql and "kafka" in promql:
+        return each([0.2, 0.9, 0.2])
+    if "container_cpu_usage_seconds_total" in promql:
+        return [({}, 0.4 if "emulate-producers" in promql else 0.6)]
+    if "container_fs_writes_bytes_total" in promql:
+        return each([40e6, 41e6, 39e6])
+    if "container_fs_reads_bytes_total" in promql:
+        return each([0.0, 0.0, 0.0])
+    if "network_receive" in promql:
+        return each([20e6, 30e6, 20e6])
+    if "network_transmit" in promql:
+        return each([10e6, 10e6, 10e6])
+    if "request_handler_idle_ns_total" in promql:
+        return each([30 * 0.8e9, 30 * 0.05e9, 30 * 0.8e9])  # idle ns over a 30 s window: broker 1 95% busy
+    if "processor_idle_ratio" in promql:
+        return each([0.9, 0.7, 0.9])
+    if "underminisr" in promql:
+        return each([0.0, 2.0, 0.0])
+    if 'request="Produce"' in promql:
+        return each([12.0, 180.0, 15.0])
+    if 'request="FetchConsumer"' in promql:
+        return each([500.0, 501.0, 502.0])
+    raise AssertionError(f"unexpected query {promql}")
+
+
+def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
+    asked: list[tuple[str, float]] = []
+
+    def query(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+        asked.append((promql, at))
+        return answer(promql, at)
+
+    sampler = ClusterResources(query, PhaseQueries("lab", "t-aitax-kafka", {"emulate-producers": "t-aitax-emulate-"
+                                                                            "producers", "emulate-consumers":
+                                                                            "t-aitax-emulate-consumers"}))
+    end = time.monotonic()
+    usage = sampler.usage(end - 30, end)
+    assert usage.broker_cpu_cores == {0: 0.2, 1: 0.9, 2: 0.2}
+    assert usage.broker_write_bytes_per_s[1] == 41e6 and usage.broker_network_bytes_per_s == {0: 30e6, 1: 40e6,
+                                                                                               2: 30e6}
+    assert usage.broker_handler_busy[1] == pytest.approx(0.95) and usage.broker_network_busy[1] == pytest.approx(0.3)
+    assert (usage.under_min_isr_partitions, usage.produce_p99_ms, usage.fetch_p99_ms) == (2, 180.0, 502.0)
+    assert usage.machine_cpu_busy == 0.5 and usage.role_cpu_cores == {"emulate-producers": 0.4,
+                                                                      "emulate-consumers": 0.6}
+    # Every query asks for the window's end, by the wall clock, over the window's length.
+    assert {round(at) for _, at in asked} == {round(time.time())}
+    assert all("[30s]" in promql for promql, _ in asked if "rate(" in promql or "increase(" in promql)
+    assert all('namespace="lab"' in promql for promql, _ in asked if "container_" in promql and 'id="/"'
+               not in promql)
+    verdict = resources(usage, 2.2e9, None)
+    assert verdict.saturated.startswith("the brokers' request handlers at 95%"), verdict.saturated
+    assert "2 partition(s) under min ISR" in verdict.saturated
+
+
+def test_a_window_shorter_than_two_scrapes_is_read_over_two() -> None:
+    asked: list[str] = []
+    sampler = ClusterResources(lambda promql, at: asked.append(promql) or [], PhaseQueries("lab", "k", {}))
+    usage = sampler.usage(100.0, 103.0)
+    assert usage.seconds == 10 and all("[10s]" in q for q in asked if "rate(" in q)
+    assert usage.broker_cpu_cores == {} and usage.machine_cpu_busy == 0.0  # nothing scraped: zeros, not a crash
+
+
+def test_prometheus_answers_are_read_and_refusals_are_one_line() -> None:
+    def serving(body: dict) -> object:
+        return prometheus_query(lambda path, params: json.dumps(body))
+
+    ok = {"status": "success", "data": {"resultType": "vector",
+                                        "result": [{"metric": {"pod": "k-0"}, "value": [1.0, "2.5"]}]}}
+    assert serving(ok)("up", 1.0) == [({"pod": "k-0"}, 2.5)]
+    with pytest.raises(UserError, match=r"^Prometheus refused 'up\(': parse error"):
+        serving({"status": "error", "error": "parse error"})("up(", 1.0)
+    with pytest.raises(UserError, match="not JSON"):
+        prometheus_query(lambda path, params: "<html>")("up", 1.0)
