@@ -5,11 +5,14 @@ Read once, after the drain, over the measurement window: Prometheus sampled all 
 nothing runs beside the load. The queries go through the API server's service proxy, so the experiment driver
 needs no route into the cluster.
 
-- Each broker (pod `<kafka StatefulSet>-N`, keyed N): CPU cores, its storage writes and reads, and its network
-  bytes in and out, from the kubelet's cAdvisor; its request-handler and network-thread busy shares, under-min-ISR
-  partitions, and produce / fetch p99, from its JMX exporter (the local stack's meters).
+- Each broker (pod `<kafka StatefulSet>-N`, keyed N): its pod's CPU cores, from the kubelet's cAdvisor; from its
+  JMX exporter (the local stack's meters), its log appends (bytes in as leader and as follower: what it writes to
+  its log), its network (client and replication bytes, in and out), its request-handler and network-thread busy
+  shares, under-min-ISR partitions, and produce / fetch p99. The kubelet here (containerd, cgroup v1) gives cAdvisor
+  only pod-level cgroups, with CPU and memory and no network or filesystem bytes: the brokers' own byte counters
+  stand in for those, on any cluster alike.
 - The node: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
-- The load's own pods: CPU cores, by role, as the local verdict names whoever burnt the CPU.
+- The load's own pods: CPU cores, by stage, as the local verdict names whoever burnt the CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from load.resources import Usage
 
 PROMETHEUS_COMPONENT = "prometheus"
 SHORTEST_WINDOW_S = 10  # two scrapes at the chart's 5 s: a shorter window has no rate
+# A pod's own cgroup (`.../pod<uid>`, `...-pod<uid>.slice`), not its containers' below it: every kubelet reports it.
+POD_CGROUP = 'id=~".*pod[^/]*"'
 
 Query = Callable[[str, float], list[tuple[dict[str, str], float]]]  # PromQL at a wall-clock time -> series
 
@@ -70,14 +75,16 @@ class ClusterResources:
             return f"sum by (pod) (rate({metric}{{{where}}}[{window}]))"
 
         usage = Usage(float(seconds))
-        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f'{brokers},container!=""'))
-        usage.broker_write_bytes_per_s = per_broker(rate("container_fs_writes_bytes_total",
-                                                         f'{brokers},container!=""'))
-        usage.broker_read_bytes_per_s = per_broker(rate("container_fs_reads_bytes_total", f'{brokers},container!=""'))
-        received = per_broker(rate("container_network_receive_bytes_total", brokers))
-        sent = per_broker(rate("container_network_transmit_bytes_total", brokers))
-        usage.broker_network_bytes_per_s = {node: received.get(node, 0.0) + sent.get(node, 0.0)
-                                     for node in received.keys() | sent.keys()}
+        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f"{brokers},{POD_CGROUP}"))
+
+        def bytes_per_s(*meters: str) -> dict[int, float]:
+            each = [per_broker(rate(f"kafka_server_brokertopicmetrics_{meter}_total", f'{kafka},topic=""'))
+                    for meter in meters]
+            return {node: sum(rates.get(node, 0.0) for rates in each) for node in set().union(*each)}
+
+        usage.broker_write_bytes_per_s = bytes_per_s("bytesin", "replicationbytesin")
+        usage.broker_network_bytes_per_s = bytes_per_s("bytesin", "bytesout", "replicationbytesin",
+                                                       "replicationbytesout")
         idle = per_broker(f"sum by (pod) (increase(kafka_server_request_handler_idle_ns_total{{{kafka}}}[{window}]))")
         usage.broker_handler_busy = {node: min(1.0, max(0.0, 1 - ns / (seconds * 1e9))) for node, ns in idle.items()}
         usage.broker_network_busy = {node: min(1.0, max(0.0, 1 - ratio)) for node, ratio in per_broker(
@@ -94,7 +101,7 @@ class ClusterResources:
         usage.machine_cpu_busy = min(1.0, busy[0][1]) if busy else 0.0
         for role, deployment in self.selects.roles.items():
             pods = f'namespace="{self.selects.namespace}",pod=~"{_literal(deployment)}-[a-z0-9]+-[a-z0-9]+"'
-            used = self.query(f'sum(rate(container_cpu_usage_seconds_total{{{pods},container!=""}}[{window}]))', at)
+            used = self.query(f"sum(rate(container_cpu_usage_seconds_total{{{pods},{POD_CGROUP}}}[{window}]))", at)
             usage.role_cpu_cores[role] = used[0][1] if used else 0.0
         return usage
 

@@ -425,6 +425,8 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
         assert set(resources.broker_cpu_cores) == {0, 1, 2} and min(resources.broker_cpu_cores.values()) > 0
         assert set(resources.broker_handler_busy) == {0, 1, 2} and set(resources.broker_network_busy) == {0, 1, 2}
         assert min(resources.broker_network_bytes_per_s.values()) > 0 and resources.fetch_p99_ms > 0
+        assert set(resources.broker_write_bytes_per_s) == {0, 1, 2}  # RF 3: every broker appends every face
+        assert min(resources.broker_write_bytes_per_s.values()) > 0
         assert 0 < resources.machine_cpu_busy <= 1 and resources.client_cpu_cores["emulate-consumers"] > 0
         assert resources.saturated.startswith(("none above", "the brokers'", "broker storage", "cpu (machine)"))
     # Four times the faces through the brokers: more bytes on their links.

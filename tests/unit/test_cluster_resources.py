@@ -26,14 +26,14 @@ def answer(promql: str, _at: float) -> list[tuple[dict[str, str], float]]:
         return each([0.2, 0.9, 0.2])
     if "container_cpu_usage_seconds_total" in promql:
         return [({}, 0.4 if "emulate-producers" in promql else 0.6)]
-    if "container_fs_writes_bytes_total" in promql:
-        return each([40e6, 41e6, 39e6])
-    if "container_fs_reads_bytes_total" in promql:
-        return each([0.0, 0.0, 0.0])
-    if "network_receive" in promql:
-        return each([20e6, 30e6, 20e6])
-    if "network_transmit" in promql:
-        return each([10e6, 10e6, 10e6])
+    if "replicationbytesin" in promql:  # each broker follows the others' partitions
+        return each([20e6, 20e6, 20e6])
+    if "replicationbytesout" in promql:
+        return each([20e6, 20e6, 20e6])
+    if "bytesin" in promql:  # as the leader, from the producers
+        return each([10e6, 11e6, 9e6])
+    if "bytesout" in promql:  # to the consumers
+        return each([10e6, 11e6, 9e6])
     if "request_handler_idle_ns_total" in promql:
         return each([30 * 0.8e9, 30 * 0.05e9, 30 * 0.8e9])  # idle ns over a 30 s window: broker 1 95% busy
     if "processor_idle_ratio" in promql:
@@ -60,8 +60,9 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     end = time.monotonic()
     usage = sampler.usage(end - 30, end)
     assert usage.broker_cpu_cores == {0: 0.2, 1: 0.9, 2: 0.2}
-    assert usage.broker_write_bytes_per_s[1] == 41e6 and usage.broker_network_bytes_per_s == {0: 30e6, 1: 40e6,
-                                                                                               2: 30e6}
+    # Log appends: leader and follower bytes in. Network: client and replication bytes, in and out.
+    assert usage.broker_write_bytes_per_s == {0: 30e6, 1: 31e6, 2: 29e6}
+    assert usage.broker_network_bytes_per_s == {0: 60e6, 1: 62e6, 2: 58e6}
     assert usage.broker_handler_busy[1] == pytest.approx(0.95) and usage.broker_network_busy[1] == pytest.approx(0.3)
     assert (usage.under_min_isr_partitions, usage.produce_p99_ms, usage.fetch_p99_ms) == (2, 180.0, 502.0)
     assert usage.machine_cpu_busy == 0.5 and usage.role_cpu_cores == {"emulate-producers": 0.4,
@@ -69,8 +70,9 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     # Every query asks for the window's end, by the wall clock, over the window's length.
     assert {round(at) for _, at in asked} == {round(time.time())}
     assert all("[30s]" in promql for promql, _ in asked if "rate(" in promql or "increase(" in promql)
-    assert all('namespace="lab"' in promql for promql, _ in asked if "container_" in promql and 'id="/"'
-               not in promql)
+    assert all('namespace="lab"' in promql and 'id=~".*pod[^/]*"' in promql for promql, _ in asked
+               if "container_" in promql and 'id="/"' not in promql)  # each pod's own cgroup, this namespace's
+    assert all('topic=""' in promql for promql, _ in asked if "brokertopicmetrics" in promql)  # per broker, all topics
     verdict = resources(usage, 2.2e9, None)
     assert verdict.saturated.startswith("the brokers' request handlers at 95%"), verdict.saturated
     assert "2 partition(s) under min ISR" in verdict.saturated
