@@ -116,9 +116,14 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                 disrupter.join(DISRUPTION_JOIN_S)
             with tqdm(desc="draining", unit="face", disable=not progress) as bar:
                 backlog = load.drain(workload.drain_s, on_lag=lambda lag: bar.set_postfix(lag=lag))
-            # The brokers' usage over the measurement window (by the clock the sampler keeps).
-            usage = (sampler.usage(spawned + workload.ramp_up_s, ended - workload.ramp_down_s)
-                     if sampler is not None else None)
+            # The brokers' usage over the measurement window (by the clock the sampler keeps). A source that fails
+            # (a release's Prometheus gone) costs the run its resources, not its result.
+            try:
+                usage = (sampler.usage(spawned + workload.ramp_up_s, ended - workload.ramp_down_s)
+                         if sampler is not None else None)
+            except UserError as error:
+                usage = None
+                notes.append(f"resources not measured: {error}")
     finally:
         notes += load.stop()
     produced, face_bytes = load.produced()

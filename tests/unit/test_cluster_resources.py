@@ -97,3 +97,54 @@ def test_prometheus_answers_are_read_and_refusals_are_one_line() -> None:
         serving({"status": "error", "error": "parse error"})("up(", 1.0)
     with pytest.raises(UserError, match="not JSON"):
         prometheus_query(lambda path, params: "<html>")("up", 1.0)
+
+
+class OnePhase:
+    """A load that acknowledges and identifies nothing, at once: only how the engine takes resources is looked at."""
+
+    def __init__(self) -> None:
+        from telemetry.results import Driver, Workload
+
+        self.workload = Workload(mode="emulated", producers=1, consumers=1, duration_s=0.05, drain_s=0)
+        self.driver, self.run_id = Driver(), "phase-1"
+
+    def start_consumers(self) -> None: ...
+
+    def start_producers(self) -> None: ...
+
+    def pids(self) -> dict[str, list[int]]:
+        return {}
+
+    def alive(self) -> bool:
+        return True
+
+    def finish_producers(self, interrupted: bool) -> None: ...
+
+    def drain(self, timeout_s: float, on_lag: object) -> int:
+        return 0
+
+    def stop(self) -> list[str]:
+        return []
+
+    def failures(self) -> list[str]:
+        return []
+
+    def produced(self) -> tuple[int, float]:
+        return 0, 0.0
+
+    def identities(self) -> tuple[list, int]:
+        return [], 0
+
+
+def test_a_prometheus_that_fails_costs_the_phase_its_resources_not_its_result() -> None:
+    from load.engine import run_load
+
+    def gone(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+        raise UserError("GET api/v1/query of service/t-aitax-prometheus in namespace lab: 503 no endpoints")
+
+    result = run_load(OnePhase(), sampler=ClusterResources(gone, PhaseQueries("lab", "t-aitax-kafka", {})))
+    assert result.resources is None and result.run_id == "phase-1"
+    assert result.notes == ["resources not measured: GET api/v1/query of service/t-aitax-prometheus in namespace lab: "
+                            "503 no endpoints"]
+    measured = run_load(OnePhase(), sampler=ClusterResources(answer, PhaseQueries("lab", "t-aitax-kafka", {})))
+    assert measured.resources is not None and measured.resources.broker_cpu_cores == {0: 0.2, 1: 0.9, 2: 0.2}
