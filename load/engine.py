@@ -116,14 +116,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                 disrupter.join(DISRUPTION_JOIN_S)
             with tqdm(desc="draining", unit="face", disable=not progress) as bar:
                 backlog = load.drain(workload.drain_s, on_lag=lambda lag: bar.set_postfix(lag=lag))
-            # The brokers' usage over the measurement window (by the clock the sampler keeps). A source that fails
-            # (a release's Prometheus gone) costs the run its resources, not its result.
-            try:
-                usage = (sampler.usage(spawned + workload.ramp_up_s, ended - workload.ramp_down_s)
-                         if sampler is not None else None)
-            except UserError as error:
-                usage = None
-                notes.append(f"resources not measured: {error}")
+            usage = _window_usage(sampler, spawned + workload.ramp_up_s, ended - workload.ramp_down_s, notes)
     finally:
         notes += load.stop()
     produced, face_bytes = load.produced()
@@ -157,6 +150,18 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                       process_failures=failures),
         resources=None if usage is None else resources(usage, disk_write_capacity, latency),
         process_failures=failures, interrupted=interrupted, notes=notes)
+
+
+def _window_usage(sampler: ResourceSampler | None, start: float, end: float, notes: list[str]) -> Usage | None:
+    """The brokers' usage over the measurement window (by the clock the sampler keeps). A source that fails (a
+    release's Prometheus gone) costs the run its resources, noted, not its result."""
+    if sampler is None:
+        return None
+    try:
+        return sampler.usage(start, end)
+    except UserError as error:
+        notes.append(f"resources not measured: {error}")
+        return None
 
 
 def _start_later(action: Callable[[], None] | None, delay_s: float) -> threading.Thread | None:
