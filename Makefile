@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
+# Nodes of `make cluster` and `make k8s-demo`: one broker each.
+NODES ?= 3
 
 .PHONY: emulate-accel setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
@@ -37,17 +39,17 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
 
-cluster: setup-cluster  ## a real single-node Kubernetes here (root): pods are containers; prints the kubeconfig
-	@$(AITAX) cluster up
+cluster: setup-cluster  ## a real Kubernetes of NODES (3) nodes here (root): pods are containers; prints the kubeconfig
+	@$(AITAX) cluster up --nodes $(NODES)
 
-cluster-down:  ## stop the cluster; removes its pods, bridge, mounts and iptables rules
+cluster-down:  ## stop the cluster; removes its pods, nodes, links, mounts and cgroups
 	@test -x $(AITAX) && $(AITAX) cluster down || true
 
 images: setup-cluster  ## build the images without a registry (Debian bases, buildah); load them when the cluster runs
 	@$(AITAX) images build
 
 k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
-	@$(AITAX) cluster demo
+	@$(AITAX) cluster demo --nodes $(NODES)
 
 setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and report tests
 	@bash scripts/install-system-packages.sh browser
@@ -58,7 +60,7 @@ setup-camera: setup  ## also what simulated cameras need: GStreamer's RTSP serve
 setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, pinned) as JSON Schema (cached)
 	@bash scripts/install-dashboard-schemas.sh
 
-test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real single-node cluster (all started and stopped)
+test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (all started and stopped)
 	@# The images build from the start, in the background at the lowest CPU priority (on the cores the tests leave
 	@# idle), while the chart and experiment driver (a real kube-apiserver + kwok), the unit tests and everything on
 	@# the local stack run; then the chart's defaults on a real cluster, whose fixture waits for the build if need be.
@@ -73,7 +75,7 @@ test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
 	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py
 
-test-cluster: setup-cluster  ## the chart's defaults on a real single-node cluster (root; builds and loads the images)
+test-cluster: setup-cluster  ## the chart's defaults on a real cluster of 3 nodes (root; builds and loads the images)
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/cluster
 
 test-unit: $(STAMP) setup-schemas  ## unit tests only (no stack)

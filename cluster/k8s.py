@@ -9,9 +9,13 @@ apiserver base+443, etcd base+479/480, kwok base+447, controller-manager base+45
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import select
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,9 +217,32 @@ class LocalControlPlane:
         if not accepted:
             self.kubectl("apply", "-f", str(manifest))
 
+    def kubectl_argv(self) -> list[str]:
+        """kubectl as this cluster's admin, for a command that runs beside this process."""
+        return [str(tool("kubectl")), f"--kubeconfig={self.kubeconfig}"]
+
+    @contextlib.contextmanager
+    def forwarded(self, namespace: str, target: str, port: int, timeout_s: float = 20) -> Iterator[int]:
+        """`kubectl port-forward`: a local port that reaches `port` inside the pod behind `target` (svc/NAME,
+        pod/NAME) through the API server and the pod's kubelet, as a user's laptop would, whichever node the pod
+        is on and whatever its NetworkPolicy admits from the nodes."""
+        forward = subprocess.Popen([*self.kubectl_argv(), "port-forward", "-n", namespace, target, f":{port}",
+                                    "--address=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            ready = select.select([forward.stdout], [], [], timeout_s)[0]
+            line = forward.stdout.readline() if ready else ""
+            match = re.search(r"127\.0\.0\.1:(\d+) ->", line)
+            if not match:
+                forward.kill()
+                raise UserError(f"kubectl port-forward {target} :{port} in {namespace}: "
+                                f"{(line + forward.stderr.read()).strip()[-300:] or 'no port within the timeout'}")
+            yield int(match.group(1))
+        finally:
+            forward.terminate()
+            forward.wait(timeout=10)
+
     def kubectl(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
-        result = subprocess.run([str(tool("kubectl")), f"--kubeconfig={self.kubeconfig}", *args],
-                                capture_output=True, text=True, timeout=timeout_s)
+        result = subprocess.run([*self.kubectl_argv(), *args], capture_output=True, text=True, timeout=timeout_s)
         if check and result.returncode != 0:
             raise UserError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()[-400:]}")
         return result

@@ -1,6 +1,7 @@
-"""A dynamic volume provisioner for the single-node cluster: a PVC of the `aitax-local` StorageClass gets a
+"""A dynamic volume provisioner for the cluster on this machine: a PVC of the `aitax-local` StorageClass gets a
 folder under the cluster's state (mode 0777: pods run as any non-root user) as a `local` PersistentVolume pinned
-to the node; a released volume's folder and PV are deleted. It polls every 2 s (a handful of claims, one node).
+to the node the scheduler chose for its first pod (the class binds on first consumer), as a node's own disk is; a
+released volume's folder and PV are deleted. It polls every 2 s (a handful of claims).
 
 Run by `aitax cluster up` as a host process: python -m cluster.provisioner --kubeconfig K --volumes DIR
 """
@@ -16,14 +17,17 @@ PROVISIONER = "aitax.local/host-path"
 POLL_S = 2.0
 
 
-def reconcile(core, volumes: Path, storage_class: str, node_name: str) -> None:
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+
+
+def reconcile(core, volumes: Path, storage_class: str) -> None:
     from kubernetes import client
 
     for claim in core.list_persistent_volume_claim_for_all_namespaces().items:
         annotations = claim.metadata.annotations or {}
         if (claim.status.phase != "Pending" or claim.spec.volume_name
                 or annotations.get("volume.kubernetes.io/storage-provisioner") != PROVISIONER
-                or claim.spec.storage_class_name != storage_class):
+                or claim.spec.storage_class_name != storage_class or not annotations.get(SELECTED_NODE)):
             continue
         name = f"pvc-{claim.metadata.uid}"
         folder = volumes / f"{claim.metadata.namespace}-{claim.metadata.name}-{claim.metadata.uid[:8]}"
@@ -40,7 +44,7 @@ def reconcile(core, volumes: Path, storage_class: str, node_name: str) -> None:
                 local=client.V1LocalVolumeSource(path=str(folder)),
                 node_affinity=client.V1VolumeNodeAffinity(required=client.V1NodeSelector(node_selector_terms=[
                     client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
-                        key="kubernetes.io/hostname", operator="In", values=[node_name])])]))))
+                        key="kubernetes.io/hostname", operator="In", values=[annotations[SELECTED_NODE]])])]))))
         try:
             core.create_persistent_volume(volume)
             print(f"provisioned {name} at {folder} for {claim.metadata.namespace}/{claim.metadata.name}", flush=True)
@@ -65,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--volumes", type=Path, required=True, help="folder holding every volume's folder")
     parser.add_argument("--storage-class", default="aitax-local")
-    parser.add_argument("--node-name", default="aitax-node")
     parser.add_argument("--marker", default="", help="ignored: identifies this process to `aitax cluster down`")
     args = parser.parse_args(argv)
     from kubernetes import client, config
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args.volumes.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            reconcile(core, args.volumes.resolve(), args.storage_class, args.node_name)
+            reconcile(core, args.volumes.resolve(), args.storage_class)
         except Exception as error:  # the API server restarting: try again on the next pass
             print(f"provisioner: {type(error).__name__}: {str(error)[:200]}", flush=True)
         time.sleep(POLL_S)

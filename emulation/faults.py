@@ -217,11 +217,12 @@ def _events_in_elasticsearch(config: StackConfig, run_name: str, expected: dict[
 
 def print_table(results: list[FaultResult]) -> None:
     print(f"\n{'scenario':<22}{'load/s':>7}{'acked':>7}{'in topic':>9}{'identified':>11}{'dups':>6}{'lost':>6}"
-          f"{'stall s':>8}{'ISR':>5}{'DLQ':>5}  verdict")
+          f"{'stall s':>8}{'ISR':>5}{'back s':>7}{'DLQ':>5}  verdict")
     for r in results:
         isr = "-" if r.isr_restored is None else ("3/3" if r.isr_restored else "NO")
+        recovery = "-" if r.recovery_s is None else f"{r.recovery_s:.0f}"
         print(f"{r.scenario:<22}{r.offered_faces_per_s:>7.0f}{r.acknowledged:>7}{r.in_topic:>9}{r.identified:>11}"
-              f"{r.duplicates:>6}{r.lost:>6}{r.stall_s:>8.1f}{isr:>5}{r.dead_letters:>5}  "
+              f"{r.duplicates:>6}{r.lost:>6}{r.stall_s:>8.1f}{isr:>5}{recovery:>7}{r.dead_letters:>5}  "
               f"{'held' if r.verdict.held else 'FAILED'}")
         for condition in r.verdict.conditions:
             print(f"{'':<22}[{'held' if condition.held else 'FAILED'}] {condition.name}: {condition.measured} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
@@ -28,6 +29,9 @@ class StageMetrics:
         self.role = role
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes
+        # Where the process runs: in a pod, its host name is the pod's, which a scrape by address does not know.
+        Gauge("aitax_process_info", "1, labelled with the process's host (in a pod: the pod's name)", ["host"],
+              registry=self.registry).labels(socket.gethostname()).set(1)
         self.stage_seconds = Histogram("aitax_stage_duration_seconds", "Wall time a frame or face spends in a stage",
                                        ["stage"], buckets=DURATION_BUCKETS, registry=self.registry)
         self.broker_wait_seconds = Histogram(

@@ -474,6 +474,7 @@ class FaultResult(_Model):
     lost: int  # in `faces` (so acknowledged) but never identified
     stall_s: float  # the longest gap between consecutive appends to `faces`
     isr_restored: bool | None  # None: the scenario leaves the brokers alone
+    recovery_s: float | None = None  # from the failed part's return until every ISR was complete; None: not timed
     dead_letters: int = 0
     process_failures: list[str] = Field(default_factory=list)  # "name: exit N, log PATH", except those killed
     events_in_elasticsearch: dict[str, int] | None = None  # per stage, where the scenario disrupts Elasticsearch

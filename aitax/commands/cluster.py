@@ -1,4 +1,4 @@
-"""`aitax cluster ...` (a real single-node Kubernetes on this machine) and `aitax images ...` (the containers/
+"""`aitax cluster ...` (a real Kubernetes of one or more nodes on this machine) and `aitax images ...` (the containers/
 images built without a registry and loaded into it)."""
 
 from __future__ import annotations
@@ -17,26 +17,69 @@ def register(root: click.Group) -> None:
 
 
 cluster_group = group(
-    "cluster", "run a real single-node Kubernetes here (containerd, kubelet, CoreDNS)",
-    "A real single-node Kubernetes on this machine: pods are Linux containers with cgroup limits. Needs root and "
-    "`make setup-cluster`. State lives under .aitax/cluster (or $AITAX_HOME).")
+    "cluster", "run a real Kubernetes of N nodes here (containerd, kubelet, CoreDNS), links shaped",
+    "A real Kubernetes on this machine: each node a network namespace with its own kubelet, containerd and link; "
+    "pods are Linux containers with cgroup limits. Needs root and `make setup-cluster`. State lives under "
+    ".aitax/cluster (or $AITAX_HOME). docs/kubernetes.md has the layout.")
 
 
-def _cluster():
+def _cluster(nodes: int = 0, link=None):
+    from cluster.links import LinkShape
     from cluster.node import RealCluster
 
-    return RealCluster()
+    return RealCluster(nodes=nodes, link=link or LinkShape())
 
 
-@cluster_group.command("up", short_help="start the cluster (idempotent) and wait for a Ready node")
+def _link_options(function):
+    """--link-rate/--link-delay/--link-loss."""
+    function = click.option("--link-loss", "loss_percent", type=float,
+                            help="per cent of packets dropped each way  [default: none]")(function)
+    function = click.option("--link-delay", "delay_ms", type=float,
+                            help="milliseconds added each way (needs the kernel's netem qdisc)")(function)
+    return click.option("--link-rate", "rate",
+                        help="each way, e.g. 1gbit, 250mbit  [default: as fast as the machine]")(function)
+
+
+def _shape(rate: str | None, delay_ms: float | None, loss_percent: float | None):
+    from cluster.links import LinkShape, parse_rate
+
+    return LinkShape(rate_mbit=parse_rate(rate) if rate else None, delay_ms=delay_ms, loss_percent=loss_percent)
+
+
+@cluster_group.command("up", short_help="start the cluster (idempotent) and wait for every node Ready")
+@click.option("--nodes", type=click.IntRange(1, 8), default=None,
+              help="nodes, each its own network namespace and link  [default: as running, else 1]")
 @click.option("--fresh", is_flag=True, help="start from an empty etcd (every object gone)")
-def cluster_up(fresh: bool) -> int:
-    """Start the cluster (idempotent) and wait for a Ready node."""
-    cluster = _cluster()
+@_link_options
+def cluster_up(nodes: int | None, fresh: bool, rate: str | None, delay_ms: float | None,
+               loss_percent: float | None) -> int:
+    """Start the cluster (idempotent) and wait for every node Ready; every node's link shaped as given."""
+    cluster = _cluster(nodes or 0, _shape(rate, delay_ms, loss_percent))
     started = time.monotonic()
     cluster.up(fresh=fresh)
-    print(f"cluster up in {time.monotonic() - started:.1f} s; kubeconfig: {cluster.kubeconfig}")
+    print(f"cluster of {len(cluster.node_list)} node(s) up in {time.monotonic() - started:.1f} s; "
+          f"links: {cluster.link.describe()}; kubeconfig: {cluster.kubeconfig}")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+@cluster_group.command("link", short_help="shape nodes' links while the cluster runs (no option: unshaped)")
+@click.option("--node", "names", multiple=True, metavar="NAME",
+              help="a node (aitax-node-<i>); repeatable  [default: every node]")
+@_link_options
+def cluster_link(names: tuple[str, ...], rate: str | None, delay_ms: float | None, loss_percent: float | None) -> int:
+    """Shape the nodes' links, each way: what a node sends and what it receives. No option clears the shaping."""
+    cluster = _cluster()
+    if not cluster.is_running():
+        raise UserError("the cluster is not running: `aitax cluster up` first")
+    known = {node.name: node for node in cluster.node_list}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise click.BadParameter(f"{unknown[0]!r}: the nodes are {', '.join(known)}", param_hint="--node")
+    shape = _shape(rate, delay_ms, loss_percent)
+    chosen = [known[name] for name in names] or list(known.values())
+    cluster.reshape(shape, chosen)
+    print(f"{', '.join(node.name for node in chosen)}: {shape.describe()}")
     return 0
 
 
@@ -48,6 +91,9 @@ def cluster_status() -> int:
         pid = process.pid()
         print(f"{process.name:24s} {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
     if cluster.is_running():
+        from cluster import links
+        for node in cluster.node_list:
+            print(f"{node.name:24s} {node.ip:12s} link: {links.current(node.host_device) or 'unshaped'}")
         print(f"kubeconfig: {cluster.kubeconfig}")
         print(cluster.kubectl("get", "nodes,pods", "-A", "-o", "wide", check=False).stdout.rstrip())
         return 0
@@ -65,10 +111,12 @@ def cluster_status() -> int:
 @click.option("--seconds", type=float, default=90.0, show_default=True,
               help="identities to let flow before scoring")
 @click.option("--namespace", default="aitax", show_default=True, help="namespace of the release")
-def cluster_demo(seconds: float, namespace: str) -> int:
+@click.option("--nodes", type=click.IntRange(1, 8), default=None,
+              help="nodes of a cluster it starts  [default: as running, else 1]")
+def cluster_demo(seconds: float, namespace: str, nodes: int | None) -> int:
     from cluster.demo import run_demo
 
-    return run_demo(seconds, namespace=namespace)
+    return run_demo(seconds, namespace=namespace, nodes=nodes or 0)
 
 
 @cluster_group.command(
@@ -135,16 +183,17 @@ def cluster_grant_acls(bootstrap: str, topics: tuple[str, ...], timeout_s: float
     return 0
 
 
-@cluster_group.command("down", short_help="stop every pod and process; remove the bridge, mounts and iptables rules")
+@cluster_group.command("down", short_help="stop every pod and process; remove the nodes, links, mounts and cgroups")
 def cluster_down() -> int:
-    """Stop every pod and process; remove the bridge, mounts and iptables rules."""
+    """Stop every pod and process; remove the nodes' namespaces (their iptables rules and ipsets with them), the
+    links and bridge, mounts and cgroups."""
     cluster = _cluster()
     cluster.down()
     left = {what: items for what, items in cluster.leftovers().items() if items}
     if left:
         print(f"cluster down, but left behind: {left}")
         return 1
-    print("cluster down: no process, mount, network device, iptables chain or ipset left")
+    print("cluster down: no process, mount, network namespace or device, or cgroup left")
     return 0
 
 
@@ -170,7 +219,7 @@ def images_build(names: tuple[str, ...], no_load: bool) -> int:
     cluster = _cluster()
     if not no_load and cluster.is_running():
         wanted = [i.reference for i in images.IMAGES if not names or i.folder in names]
-        images.load_into(cluster.ctr, cluster.home / "loaded-images", [images.PAUSE_REFERENCE, *wanted])
+        cluster.load_images([images.PAUSE_REFERENCE, *wanted])
     elif not no_load:
         print("the cluster is not running: images load at the next `aitax images build` or `make k8s-demo`")
     return 0

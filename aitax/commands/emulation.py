@@ -307,35 +307,59 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
 
 @click.command("faults", short_help="fault scenarios under emulated load: lost, duplicated, stall",
                help="Runs the emulated pipeline at a steady rate while a broker, the KRaft controller, two brokers, "
-                    "a consumer or Elasticsearch fails, then accounts for every face.")
-@click.option("--scenarios", default="all", show_default=True, help="comma-separated names, or all")
+                    "a consumer or Elasticsearch fails, then accounts for every face. `node-failure` runs on "
+                    "`aitax cluster` instead: a node holding a broker loses power under the release's emulated load "
+                    "(--release, --namespace), then comes back.")
+@click.option("--scenarios", default="all", show_default=True,
+              help="comma-separated names, or all (the local stack's; node-failure only by name)")
 @click.option("--factor", type=float, default=2.0, show_default=True, help="acceleration factor of the load")
+@click.option("--release", default="aitax", show_default=True, help="node-failure: the release on the cluster")
+@click.option("--namespace", default="aitax", show_default=True, help="node-failure: the release's namespace")
+@click.option("--down", "down_s", type=float, default=30.0, show_default=True,
+              help="node-failure: seconds the node stays down")
 @click.option("--json", "json_out", type=FILE, help="write the results as JSON")
-def faults_command(scenarios: str, factor: float, json_out: Path | None) -> int:
+def faults_command(scenarios: str, factor: float, release: str, namespace: str, down_s: float,
+                   json_out: Path | None) -> int:
     from common.paths import aitax_home
     from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
-    from stack.stack import running_config
     from telemetry.results import FaultResults, write_results
 
     every = [*SCENARIOS, "broker-disk-full"]
     names = every if scenarios == "all" else scenarios.split(",")
-    unknown = [n for n in names if n not in every]
+    unknown = [n for n in names if n not in [*every, "node-failure"]]
     if unknown:
-        raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(every)}")
-    config = running_config()
-    if not config.elasticsearch and "elasticsearch-outage" in names:
-        raise UserError("the elasticsearch-outage scenario needs the local stack with Elasticsearch")
+        raise UserError(f"--scenarios {unknown[0]!r}: choose from {', '.join(every)}, node-failure")
+    local = [n for n in names if n not in ("broker-disk-full", "node-failure")]
+    config = _local_stack(local) if local else None  # checked before any scenario runs
     results = []
     for name in names:
         print(f"== {name}", flush=True)
         if name == "broker-disk-full":  # a Kafka-only stack of its own, on size-limited filesystems
             results.append(run_disk_full(aitax_home() / "faults"))
+        elif name == "node-failure":  # on the cluster of this machine, not the local stack
+            from aitax.experiment.node_failure import run_node_failure
+            from cluster.node import RealCluster
+
+            cluster = RealCluster()
+            if not cluster.is_running():
+                raise UserError("node-failure runs on `aitax cluster`, which is not running: `aitax cluster up "
+                                "--nodes 3` and a release with mode=emulated, prometheus.enabled=true")
+            results.append(run_node_failure(cluster, release, namespace, down_s=down_s, factor=factor))
         else:
             results.append(run_scenario(name, config, factor=factor))
     print_table(results)
     if json_out:
         write_results(FaultResults(results=results), json_out)
     return 0 if all(r.verdict.held for r in results) else 1
+
+
+def _local_stack(scenarios: list[str]):
+    from stack.stack import running_config
+
+    config = running_config()
+    if not config.elasticsearch and "elasticsearch-outage" in scenarios:
+        raise UserError("the elasticsearch-outage scenario needs the local stack with Elasticsearch")
+    return config
 
 
 @click.command(

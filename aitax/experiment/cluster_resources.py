@@ -5,14 +5,14 @@ Read once, after the drain, over the measurement window: Prometheus sampled all 
 nothing runs beside the load. The queries go through the API server's service proxy, so the experiment driver
 needs no route into the cluster.
 
-- Each broker (pod `<kafka StatefulSet>-N`, keyed N): its pod's CPU cores, from the kubelet's cAdvisor; from its
-  JMX exporter (the local stack's meters), its log appends (bytes in as leader and as follower: what it writes to
-  its log), its network (client and replication bytes, in and out), its request-handler and network-thread busy
-  shares, under-min-ISR partitions, and produce / fetch p99. The kubelet here (containerd, cgroup v1) gives cAdvisor
-  only pod-level cgroups, with CPU and memory and no network or filesystem bytes: the brokers' own byte counters
-  stand in for those, on any cluster alike.
-- The node: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
-- The load's own pods: CPU cores, by stage, as the local verdict names whoever burnt the CPU.
+- Each broker (pod `<kafka StatefulSet>-N`, keyed N), from its JMX exporter (the local stack's meters): its JVM's
+  CPU cores, its log appends (bytes in as leader and as follower: what it writes to its log), its network (client
+  and replication bytes, in and out), its request-handler and network-thread busy shares, under-min-ISR
+  partitions, and produce / fetch p99. The kubelet here (containerd, cgroup v1) gives cAdvisor only pod-level
+  cgroups, with CPU and memory and no network or filesystem bytes, and the release's Prometheus reads its own
+  node's kubelet only: the brokers' own counters stand in for those, on any cluster and node alike.
+- The machine: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
+- The load's own pods: CPU cores, by stage (each process's own), as the local verdict names whoever burnt the CPU.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from load.resources import Usage
 
 PROMETHEUS_COMPONENT = "prometheus"
 SHORTEST_WINDOW_S = 10  # two scrapes at the chart's 5 s: a shorter window has no rate
-# A pod's own cgroup (`.../pod<uid>`, `...-pod<uid>.slice`), not its containers' below it: every kubelet reports it.
-POD_CGROUP = 'id=~".*pod[^/]*"'
 # cAdvisor's samples carry its housekeeping time (every 10-15 s), not the scrape's: a rate over a 10-20 s window
 # found two samples for one broker of three. Its rates look back at least this far from the window's end.
 CADVISOR_RANGE_S = 30
@@ -43,9 +41,6 @@ class PhaseQueries:
     namespace: str
     kafka: str  # the StatefulSet: its pods are `<kafka>-<ordinal>`
     roles: dict[str, str]  # role (as the verdict names it) -> Deployment name
-
-    def broker_pods(self) -> str:
-        return f'namespace="{self.namespace}",pod=~"{_literal(self.kafka)}-[0-9]+"'
 
 
 class ClusterResources:
@@ -63,11 +58,12 @@ class ClusterResources:
         pass
 
     def watch(self, role: str, pids: list[int]) -> None:
-        """Pods have no local processes: their CPU is cAdvisor's."""
+        """Pods have no local processes: each process reports its own CPU (process_cpu_seconds_total), wherever
+        its node is; a Prometheus reads cAdvisor on its own node only."""
 
     def usage(self, start: float, end: float) -> Usage:
         seconds = max(SHORTEST_WINDOW_S, round(end - start))
-        at, window, brokers = end + self.wall_offset_s, f"{seconds}s", self.selects.broker_pods()
+        at, window = end + self.wall_offset_s, f"{seconds}s"
         kafka = f'component="kafka",pod=~"{_literal(self.selects.kafka)}-[0-9]+"'
 
         def per_broker(promql: str) -> dict[int, float]:
@@ -79,8 +75,7 @@ class ClusterResources:
 
         cadvisor_window = f"{max(seconds, CADVISOR_RANGE_S)}s"
         usage = Usage(float(seconds))
-        usage.broker_cpu_cores = per_broker(rate("container_cpu_usage_seconds_total", f"{brokers},{POD_CGROUP}",
-                                                 cadvisor_window))
+        usage.broker_cpu_cores = per_broker(rate("process_cpu_seconds_total", kafka))  # the JVM's, from JMX
 
         def bytes_per_s(*meters: str) -> dict[int, float]:
             each = [per_broker(rate(f"kafka_server_brokertopicmetrics_{meter}_total", f'{kafka},topic=""'))
@@ -101,13 +96,16 @@ class ClusterResources:
             setattr(usage, field, max(per_broker(
                 f'max by (pod) (kafka_network_request_total_time_ms{{{kafka},quantile="0.99",request="{request}"}})'
             ).values(), default=0.0))
-        busy = self.query(f'sum(rate(container_cpu_usage_seconds_total{{id="/"}}[{cadvisor_window}])) '
-                          f'/ sum(machine_cpu_cores)', at)
+        # The machine: every node of `aitax cluster` is a namespace on it, and each kubelet reports it whole.
+        busy = self.query(f'max(rate(container_cpu_usage_seconds_total{{id="/"}}[{cadvisor_window}])) '
+                          f'/ max(machine_cpu_cores)', at)
         usage.machine_cpu_busy = min(1.0, busy[0][1]) if busy else 0.0
         for role, deployment in self.selects.roles.items():
-            pods = f'namespace="{self.selects.namespace}",pod=~"{_literal(deployment)}-[a-z0-9]+-[a-z0-9]+"'
-            used = self.query(f"sum(rate(container_cpu_usage_seconds_total{{{pods},{POD_CGROUP}}}[{cadvisor_window}]))",
-                              at)
+            # A stage's process names its pod (its host name) in aitax_process_info; its target has no pod label.
+            pods = f'host=~"{_literal(deployment)}-[a-z0-9]+-[a-z0-9]+"'
+            # Over the window: the producers' pods are gone by its end.
+            used = self.query(f"sum(rate(process_cpu_seconds_total[{window}]) * on (instance) group_left() "
+                              f"max_over_time(aitax_process_info{{{pods}}}[{window}]))", at)
             usage.role_cpu_cores[role] = used[0][1] if used else 0.0
         return usage
 

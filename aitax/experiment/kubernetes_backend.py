@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.cluster_resources import (
@@ -26,10 +27,14 @@ from aitax.experiment.cluster_resources import (
 )
 from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
+from cluster.links import LinkShape
 from common.errors import UserError
 from load.engine import REAL_DRAIN_S, print_result, run_load
 from pipeline.transport.readback import Collected
 from telemetry.results import RunResult, Workload
+
+if TYPE_CHECKING:
+    from cluster.node import RealCluster
 
 PROFILE_CONFIGMAP = "emulator-profile"  # the chart's ConfigMap when emulator.profileYaml is given
 PROFILE_KEY = "profile.yaml"
@@ -51,6 +56,9 @@ class KubernetesBackend:
         self.offered_per_producer: float | None = None  # emulated: faces/s one instance offers at 1x
         self.prometheus: str | None = None  # the release's own Prometheus Service: each phase's resources
         self.brokers: str | None = None  # the brokers' StatefulSet, whose pods the resources are read for
+        self.phase_load: ClusterLoad | None = None  # the last phase's
+        self.nodes: RealCluster | None = None  # `aitax cluster`, when a phase shapes its links
+        self.links: LinkShape | None = None  # as the phases left them
 
     @property
     def consumers(self) -> Scaled:
@@ -81,6 +89,8 @@ class KubernetesBackend:
                         raise UserError(f"{self.spec.source}: phases[{index}].instances.{key}: "
                                         f"{phase.instances.get(key, 1)}, but release {self.spec.release} runs "
                                         f"{running} per {scaled.stage} pod (its emulator.{key}.instances)")
+        if any(phase.links is not None for phase in self.spec.phases):
+            self.nodes = self._local_cluster()
         self.prometheus = self.cluster.service(self.spec.release, PROMETHEUS_COMPONENT)
         if self.prometheus is not None:
             self.brokers = self.cluster.find_workload(self.spec.release, KAFKA).name
@@ -89,6 +99,16 @@ class KubernetesBackend:
                     "no resources (the release runs no Prometheus: prometheus.enabled)")
         self.log(f"kubernetes {version} at {self.cluster.host}, namespace {self.cluster.namespace}: {found}; "
                  f"{measured}")
+
+    def _local_cluster(self) -> RealCluster:
+        """`aitax cluster` on this machine, which a phase's `links:` shape: only there are the nodes' links ours."""
+        from cluster.node import RealCluster
+
+        local = RealCluster()
+        if not local.is_running() or local.server.rstrip("/") != self.cluster.host.rstrip("/"):
+            raise UserError(f"{self.spec.source}: phases[].links: shaping needs `aitax cluster` on this machine, "
+                            f"but the experiment talks to {self.cluster.host}")
+        return local
 
     def _release_profile(self):
         """The profile the release's emulator pods run, which must be the spec's: the offered load is computed
@@ -117,8 +137,11 @@ class KubernetesBackend:
                             f"the emulator with another profile (emulator.profileYaml, configmap/{name})")
         return release_profile
 
-    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
-        """The phase through the load engine: the replicas it ran and what it measured."""
+    def run_phase(self, index: int, run_id: str, disruption: Callable[[], None] | None = None,
+                  disruption_after_s: float | None = None) -> tuple[dict[str, int], RunResult]:
+        """The phase through the load engine: the replicas it ran and what it measured. `disruption`: a fault
+        scenario's, run `disruption_after_s` into the load (`load.engine.run_load`); `self.phase_load` then holds
+        the phase's read-back for its accounting."""
         phase, mode = self.spec.phases[index], self.spec.mode
         replicas = {stage: phase.replicas.get(stage, scaled.original_replicas)
                     for stage, scaled in self.workloads.items()}
@@ -142,7 +165,15 @@ class KubernetesBackend:
         load = ClusterLoad(self.cluster, self.spec.release, pods, workload, run_id,
                            resize_kafka=lambda: self._resize_kafka(replicas.get(KAFKA)),
                            rollout_timeout_s=self.rollout_timeout_s, collect=self.collect)
-        result = run_load(load, offered_faces_per_s=offered, sampler=self._resources())
+        self.phase_load = load
+        if self.nodes is not None and phase.links is not None and phase.links != self.links:
+            self.nodes.reshape(phase.links)
+            self.links = phase.links
+            self.log(f"every node's link: {phase.links.describe()}")
+        result = run_load(load, offered_faces_per_s=offered, sampler=self._resources(), disruption=disruption,
+                          disruption_after_s=disruption_after_s)
+        if self.links is not None:
+            result.notes.append(f"every node's link: {self.links.describe()}")
         print_result(result)
         return replicas, result
 
@@ -177,8 +208,12 @@ class KubernetesBackend:
         self.log(f"job/{name}: topics spread over {brokers} brokers in {time.monotonic() - started:.0f} s")
 
     def restore(self) -> None:
-        """Put back the replica counts and environment found at the start (best effort, every workload)."""
+        """Put back the replica counts and environment found at the start (best effort, every workload), and the
+        nodes' links unshaped if a phase shaped them."""
         problems = []
+        if self.nodes is not None and self.links is not None:
+            self.nodes.reshape(LinkShape())
+            self.links = None
         for workload in self.workloads.values():
             try:
                 if workload.kind == "Deployment":

@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 
+from cluster.links import LinkShape, parse_rate
 from common.errors import UserError
 
 MODES = ("real", "emulated")
@@ -143,6 +144,21 @@ class InstancesFile(_File):
         return self
 
 
+class LinksFile(_File):
+    """Every node's link of `aitax cluster` during this phase and the ones after it, until a phase sets another
+    (cluster.links). `rate: unshaped` and no other field removes the shaping."""
+
+    rate: Annotated[str, Field(min_length=1, description="each way, e.g. 1gbit, 250mbit; or unshaped")] = None  # type: ignore[assignment]
+    delay_ms: Annotated[float, Field(gt=0)] = None  # type: ignore[assignment]
+    loss_percent: Annotated[float, Field(ge=0, lt=100)] = None  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _something(self) -> LinksFile:
+        if self.rate is None and self.delay_ms is None and self.loss_percent is None:
+            raise ValueError("expected a mapping like {rate: 1gbit, loss_percent: 0.1}, got an empty one")
+        return self
+
+
 class PhaseFile(_File):
     name: Name
     duration: Duration
@@ -153,6 +169,7 @@ class PhaseFile(_File):
         "description": "replicas per stage of the spec's mode, kafka at least 3; stages not named keep the "
                        "previous phase's count"})] | None = None
     instances: InstancesFile = None  # type: ignore[assignment]
+    links: LinksFile = None  # type: ignore[assignment]
 
 
 class SpecFile(_File):
@@ -186,6 +203,8 @@ class Phase:
     # Only the stages this phase names: a kubernetes phase leaves the others as they are.
     changed: frozenset[str]
     instances: Mapping[str, int] = field(default_factory=dict)
+    # The nodes' links from this phase on (inherited); None: no phase so far shaped them, they are left alone.
+    links: LinkShape | None = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +275,7 @@ def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = No
     phases: list[Phase] = []
     replicas: dict[str, int] = {}
     instances = {"producers": 1, "consumers": 1}
+    links: LinkShape | None = None
     factor = 1.0
     for index, raw in enumerate(spec.phases):
         where = f"phases[{index}]"
@@ -270,10 +290,25 @@ def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = No
             if mode != "emulated":
                 raise fail(f"{where}.instances", "only for mode: emulated (processes per emulator pod)")
             instances.update(raw.instances.model_dump(exclude_none=True))
-        phases.append(Phase(raw.name, raw.duration, factor, dict(replicas), frozenset(changed), dict(instances)))
+        if raw.links is not None:
+            links = _links(raw.links, f"{where}.links", fail)
+        phases.append(Phase(raw.name, raw.duration, factor, dict(replicas), frozenset(changed), dict(instances),
+                            links))
     return ExperimentSpec(name=spec.name, mode=mode, phases=tuple(phases), release=spec.release,
                           namespace=spec.namespace, video=paths["video"], gallery=paths["gallery"], profile=profile,
                           source=source)
+
+
+def _links(raw: LinksFile, where: str, fail) -> LinkShape:
+    if raw.rate == "unshaped":
+        if raw.delay_ms is not None or raw.loss_percent is not None:
+            raise fail(where, "rate: unshaped removes all shaping; give no delay_ms or loss_percent with it")
+        return LinkShape()
+    try:
+        rate = None if raw.rate is None else parse_rate(raw.rate)
+        return LinkShape(rate_mbit=rate, delay_ms=raw.delay_ms, loss_percent=raw.loss_percent)
+    except UserError as error:
+        raise fail(where, str(error)) from None
 
 
 def _replicas(value: dict[str, int] | None, mode: str, where: str, fail, required: bool) -> dict[str, int]:
@@ -296,10 +331,12 @@ def _replicas(value: dict[str, int] | None, mode: str, where: str, fail, require
 # What a mapping at each place of the file holds, for the error that finds something else there.
 _MAPPING_OF = {(): "a mapping with name, mode and phases", ("phases", 0): "a mapping with name, duration and replicas",
                ("phases", 0, "replicas"): "a mapping of stage to replica count",
-               ("phases", 0, "instances"): "a mapping like {producers: 4, consumers: 8}"}
+               ("phases", 0, "instances"): "a mapping like {producers: 4, consumers: 8}",
+               ("phases", 0, "links"): "a mapping like {rate: 1gbit, loss_percent: 0.1}"}
 _MISSING_HINT = {"duration": "; write seconds (60) or with a unit (90s, 5m, 1h)",
                  "name": ": 1-40 lowercase letters, digits and '-'"}
-_MODEL_AT = {(): SpecFile, ("phases", 0): PhaseFile, ("phases", 0, "instances"): InstancesFile}
+_MODEL_AT = {(): SpecFile, ("phases", 0): PhaseFile, ("phases", 0, "instances"): InstancesFile,
+             ("phases", 0, "links"): LinksFile}
 
 
 def _spec_error(error: ValidationError, source: str) -> SpecError:

@@ -175,6 +175,7 @@ class RunReadback(_Model):
     identified_faces: int
     duplicates: int
     timelines: list[Timeline]  # one per identified face
+    stall_s: float = 0.0  # the longest gap between consecutive appends to `faces` while the run was read
 
 
 class Collected(_Model):
@@ -207,4 +208,4 @@ def read_run(bootstrap: str, run_id: str, faces_topic: str, identities_topic: st
     identities, duplicates = read_identities(bootstrap, run_id, topic=identities_topic, since_ms=since_ms)
     return RunReadback(run_id=run_id, produced_faces=len(faces.faces), face_bytes_mean=faces.thumbnail_bytes_mean,
                        identified_faces=len(identities), duplicates=duplicates,
-                       timelines=[Timeline.of(identity) for identity in identities])
+                       timelines=[Timeline.of(identity) for identity in identities], stall_s=faces.stall_s)

@@ -29,6 +29,7 @@ from common.paths import aitax_home
 
 NAMESPACE = "aitax-test"
 RELEASE = "t"
+NODES = 3  # one broker per node, as the paper places them
 BACKGROUND_BUILD: list[subprocess.Popen] = []
 
 
@@ -52,7 +53,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[RealCluster]:
-    real = RealCluster()
+    real = RealCluster(nodes=NODES)
     was_running = real.is_running()
     started = time.monotonic()
     try:
@@ -62,8 +63,7 @@ def cluster() -> Iterator[RealCluster]:
         for build in BACKGROUND_BUILD:  # its outcome is build_all's: all cached, or its error raised again here
             build.wait()
         images.build_all(None, tool("pause"))
-        images.load_into(real.ctr, real.home / "loaded-images",
-                         [images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
+        real.load_images([images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
         print(f"images built and loaded in {time.monotonic() - started:.1f} s")
         yield real
     finally:  # also when the setup failed: a half-started cluster must not outlive the tests

@@ -22,9 +22,9 @@ def answer(promql: str, _at: float) -> list[tuple[dict[str, str], float]]:
 
     if "container_cpu_usage_seconds_total" in promql and 'id="/"' in promql:
         return [({}, 0.5)]
-    if "container_cpu_usage_seconds_total" in promql and "kafka" in promql:
+    if "process_cpu_seconds_total" in promql and "kafka" in promql:
         return each([0.2, 0.9, 0.2])
-    if "container_cpu_usage_seconds_total" in promql:
+    if "process_cpu_seconds_total" in promql:
         return [({}, 0.4 if "emulate-producers" in promql else 0.6)]
     if "replicationbytesin" in promql:  # each broker follows the others' partitions
         return each([20e6, 20e6, 20e6])
@@ -70,8 +70,12 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     # Every query asks for the window's end, by the wall clock, over the window's length.
     assert {round(at) for _, at in asked} == {round(time.time())}
     assert all("[30s]" in promql for promql, _ in asked if "rate(" in promql or "increase(" in promql)
-    assert all('namespace="lab"' in promql and 'id=~".*pod[^/]*"' in promql for promql, _ in asked
-               if "container_" in promql and 'id="/"' not in promql)  # each pod's own cgroup, this namespace's
+    # A stage's CPU: its processes' own, joined to the pods they name (their targets carry only an address).
+    stages = [promql for promql, _ in asked if "process_cpu" in promql and "kafka" not in promql]
+    assert len(stages) == 2 and all("on (instance)" in q and 'aitax_process_info{host=~"t-aitax-emulate-' in q
+                                    for q in stages), stages
+    assert [q for q, _ in asked if "container_" in q] == [  # cAdvisor: the machine's root cgroup only
+        'max(rate(container_cpu_usage_seconds_total{id="/"}[30s])) / max(machine_cpu_cores)']
     assert all('topic=""' in promql for promql, _ in asked if "brokertopicmetrics" in promql)  # per broker, all topics
     verdict = resources(usage, 2.2e9, None)
     assert verdict.saturated.startswith("the brokers' request handlers at 95%"), verdict.saturated

@@ -150,3 +150,29 @@ def test_an_editor_with_the_schema_flags_a_misshapen_spec(document: dict) -> Non
 
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_a_phase_shapes_the_nodes_links_for_itself_and_the_phases_after() -> None:
+    from cluster.links import LinkShape
+
+    spec = parse_spec({"name": "links", "mode": "emulated", "phases": [
+        {"name": "open", "duration": 10, "replicas": {"emulate-producers": 1, "emulate-consumers": 1}},
+        {"name": "gigabit", "duration": 10, "links": {"rate": "1gbit", "loss_percent": 0.1}},
+        {"name": "still", "duration": 10},
+        {"name": "open-again", "duration": 10, "links": {"rate": "unshaped"}}]})
+    assert [phase.links for phase in spec.phases] == [
+        None, LinkShape(rate_mbit=1000.0, loss_percent=0.1), LinkShape(rate_mbit=1000.0, loss_percent=0.1),
+        LinkShape()]
+
+
+@pytest.mark.parametrize(("links", "message"), [
+    ({}, r"phases\[0\]\.links: expected a mapping like \{rate: 1gbit, loss_percent: 0.1\}"),
+    ({"rate": "fast"}, r"phases\[0\]\.links: link rate 'fast': give a number and kbit, mbit or gbit"),
+    ({"rate": "unshaped", "loss_percent": 1}, r"phases\[0\]\.links: rate: unshaped removes all shaping"),
+    ({"rate": "1gbit", "jitter_ms": 1}, r"phases\[0\]\.links\.jitter_ms"),
+])
+def test_a_phase_links_that_are_not_a_shape_are_refused_by_field(links: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_spec({"name": "links", "mode": "emulated", "phases": [
+            {"name": "p", "duration": 10, "replicas": {"emulate-producers": 1, "emulate-consumers": 1},
+             "links": links}]})
