@@ -46,11 +46,13 @@ def run_node_failure(cluster: RealCluster, release: str, namespace: str, *, brok
         raise UserError(f"{SCENARIO}: the cluster has {len(cluster.node_list)} node(s); it needs 3 or more, one "
                         "broker each (`aitax cluster up --nodes 3`)")
     kube = KubernetesCluster(str(cluster.kubeconfig), namespace=namespace)
-    instances = {key: int(kube.find_workload(release, f"emulate-{key}").arg("--instances", "1"))
-                 for key in ("producers", "consumers")}
+    load = {key: kube.find_workload(release, f"emulate-{key}") for key in ("producers", "consumers")}
     spec = parse_spec({"name": SCENARIO, "mode": "emulated", "release": release, "namespace": namespace,
                        "phases": [{"name": SCENARIO, "duration": f"{duration_s:g}s", "factor": factor,
-                                   "instances": instances}]}, source=SCENARIO)
+                                   # the release's load as it runs
+                                   "replicas": {w.stage: max(1, w.original_replicas) for w in load.values()},
+                                   "instances": {key: int(w.arg("--instances", "1")) for key, w in load.items()}}]},
+                      source=SCENARIO)
     backend = KubernetesBackend(spec, kube, log=log)
     backend.prepare()
     if backend.prometheus is None:
