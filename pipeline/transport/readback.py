@@ -107,7 +107,7 @@ class FaceTopic:
 
     faces: set[tuple]  # distinct face keys
     thumbnail_bytes: int  # of the distinct faces
-    stall_s: float  # the longest gap between consecutive broker append times (all runs)
+    stall_s: float  # the longest gap between consecutive broker append times (of the run, when asked for one)
 
     @property
     def thumbnail_bytes_mean(self) -> float:
@@ -118,11 +118,14 @@ def read_face_topic(bootstrap: str, topic: str, run_id: str | None = None, since
     faces: set[tuple] = set()
     thumbnail_bytes, appended = 0, []
     for message in read_to_end(bootstrap, topic, since_ms=since_ms):
-        appended.append(message.timestamp()[1])
+        if run_id is None:
+            appended.append(message.timestamp()[1])
         try:
             face = decode_face(message.value(), dict(message.headers() or []))
         except MalformedRecordError:
             continue
+        if run_id is not None and face.meta.run_id == run_id:
+            appended.append(message.timestamp()[1])  # the run's own appends: another run's quiet time is no stall
         if (run_id is None or face.meta.run_id == run_id) and face.key not in faces:
             faces.add(face.key)
             thumbnail_bytes += len(message.value() or b"")
