@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -379,28 +379,26 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return result
 
     def load_images(self, references: list[str], log=print) -> None:
-        """Each image into every node's containerd (there is no registry to pull from). The first node loads
-        alone; its layer blobs are then hard-linked into the others' content stores (a blob is immutable and named by
-        its digest), so their imports find every layer there and write none: the machine holds each layer once,
-        plus each node's unpacked snapshots. The other nodes load side by side."""
+        """Each image into every node's containerd (there is no registry to pull from). The first node loads each
+        image; its layer blobs are then hard-linked into the other nodes' content stores (a blob is immutable and
+        named by its digest), so their imports find every layer there and write none: the machine holds each layer
+        once, plus each node's unpacked snapshots. The other nodes load an image while the first loads the next."""
         first, *others = self.node_list
-        self._load_images(first, references, log)
-        errors: list[BaseException] = []
+        followers = {node.index: ThreadPoolExecutor(max_workers=1) for node in others}  # in order, per node
+        try:
+            pending = []
+            for reference in references:
+                self._load_images(first, [reference], log)
+                pending += [followers[node.index].submit(self._follow, first, node, reference, log) for node in others]
+            for future in pending:
+                future.result()  # the first error, raised here
+        finally:
+            for follower in followers.values():
+                follower.shutdown(cancel_futures=True)
 
-        def load(node: Node) -> None:
-            try:
-                self._share_blobs(first, node)
-                self._load_images(node, references, log)
-            except BaseException as error:  # raised again below, in the caller's thread
-                errors.append(error)
-
-        threads = [threading.Thread(target=load, args=(node,)) for node in others]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
+    def _follow(self, first: Node, node: Node, reference: str, log) -> None:
+        self._share_blobs(first, node)
+        self._load_images(node, [reference], log)
 
     def _load_images(self, node: Node, references: list[str], log) -> None:
         images.load_into(lambda *a, **k: self.ctr(node, *a, **k), self.node_home(node) / "loaded-images",
