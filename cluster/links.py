@@ -37,10 +37,6 @@ class LinkShape:
         if self.loss_percent is not None and not 0 <= self.loss_percent < 100:
             raise UserError(f"link loss_percent {self.loss_percent:g}: give a share in [0, 100)")
 
-    @property
-    def is_shaped(self) -> bool:
-        return any(value for value in (self.rate_mbit, self.delay_ms, self.loss_percent))
-
     def describe(self) -> str:
         parts = [f"{self.rate_mbit:g} Mbit/s" if self.rate_mbit else "",
                  f"{self.delay_ms:g} ms" if self.delay_ms else "",

@@ -489,17 +489,17 @@ class FaultResults(_Model):
     results: list[FaultResult]
 
 
-def judge_fault(*, acknowledged: int, in_topic: int, lost: int, isr_restored: bool | None,
+def judge_fault(*, acknowledged: int | None, in_topic: int, lost: int, isr_restored: bool | None,
                 process_failures: Sequence[str], events: dict[str, int] | None = None,
                 expected_events: dict[str, int] | None = None) -> Verdict:
-    """The conditions a fault is held to: nothing acknowledged is lost, whatever broke."""
-    conditions = [
+    """The conditions a fault is held to: nothing acknowledged is lost, whatever broke. `acknowledged` None: the
+    producers' own count is not known (a cluster's pods), so that condition is not claimed."""
+    conditions = [] if acknowledged is None else [
         Condition(name="acknowledged faces kept", held=in_topic >= acknowledged,
                   measured=f"{in_topic} of {acknowledged} acknowledged faces in the topic",
-                  required="all of them"),
-        Condition(name="no acknowledged face lost", held=lost == 0,
-                  measured=f"{lost} faces in the topic never identified", required="0"),
-    ]
+                  required="all of them")]
+    conditions.append(Condition(name="no acknowledged face lost", held=lost == 0,
+                                measured=f"{lost} faces in the topic never identified", required="0"))
     if isr_restored is not None:
         conditions.append(Condition(name="replicas back in sync", held=isr_restored,
                                     measured="every partition's ISR complete" if isr_restored
