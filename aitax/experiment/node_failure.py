@@ -55,8 +55,11 @@ def run_node_failure(cluster: RealCluster, release: str, namespace: str, *, brok
     broker = _pick_broker(kube, release, brokers, broker)
     node = Node(int(brokers[broker].removeprefix(NODE_PREFIX)))
     moments: dict[str, float] = {}
+    on_node: set[str] = set()  # the load's pods that go down with the node (the phase's own: taken when it fails)
 
     def fail_then_restore() -> None:
+        on_node.update(pod.metadata.name for component in LOAD_COMPONENTS for pod in _pods(kube, release, component)
+                       if pod.spec.node_name == node.name)
         cluster.fail_node(node)
         log(f"{node.name} (broker {broker}) failed: link cut, kubelet, containerd and its containers killed")
         time.sleep(down_s)
@@ -82,8 +85,6 @@ def run_node_failure(cluster: RealCluster, release: str, namespace: str, *, brok
 
     isr_restored = poll_until(in_sync, RECOVERY_TIMEOUT_S, interval_s=2.0)
     recovery_s = round(time.monotonic() - moments["restored"], 1) if isr_restored and "restored" in moments else None
-    on_node = {pod.metadata.name for component in LOAD_COMPONENTS for pod in _pods(kube, release, component)
-               if pod.spec.node_name == node.name}
     notes = [f"{node.name}, holding broker {broker}, lost power {duration_s / 4:.0f} s into {duration_s:g} s of "
              f"load at {factor:g}x, for {down_s:g} s"]
     if "ready" in moments:
