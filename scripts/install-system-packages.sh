@@ -22,7 +22,8 @@ case "$group" in
     # package -> a command (or absolute path) it provides
     wanted=([containerd]="containerd" [runc]="runc" [containernetworking-plugins]="/usr/lib/cni/bridge"
             [iptables]="iptables" [ipset]="ipset" [conntrack]="conntrack" [mmdebstrap]="mmdebstrap"
-            [buildah]="buildah" [gcc]="gcc" [libc6-dev]="/usr/lib/x86_64-linux-gnu/libc.a" [openssl]="openssl")
+            [buildah]="buildah" [gcc]="gcc" [libc6-dev]="/usr/lib/x86_64-linux-gnu/libc.a" [openssl]="openssl"
+            [iproute2]="tc")  # ip and tc: the nodes' namespaces, links and shaping
     pinned=([containerd]="1.6.20~ds1-1+deb12u3" [runc]="1.1.5+ds1-1+deb12u1"
             [containernetworking-plugins]="1.1.1+ds1-3+b5" [mmdebstrap]="1.3.5-7"
             [buildah]="1.28.2+ds1-3+deb12u1+b3" [iptables]="1.8.9-2")
