@@ -237,20 +237,25 @@ def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[
     return reports
 
 
+def is_loaded(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, reference: str) -> bool:
+    """Whether the image's current build was imported last time (its stamp) and containerd still has it."""
+    stamp = _stamp(stamps, reference)
+    current = image_id(reference)
+    return current is not None and stamp.exists() and stamp.read_text() == current and \
+        bool(ctr("images", "ls", "-q", f"name=={_qualified(reference)}").stdout.strip())
+
+
 def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, references: list[str],
               log: Callable[[str], None] = print) -> list[str]:
-    """Import each image into containerd's k8s.io namespace unless the same ID was imported last time and containerd
-    still has it. The archive streams from buildah into containerd: an archive file would hold one more copy of a
-    multi-gigabyte image on disk."""
+    """Import each image into containerd's k8s.io namespace unless it is loaded already. The archive streams from
+    buildah into containerd: an archive file would hold one more copy of a multi-gigabyte image on disk."""
     stamps.mkdir(parents=True, exist_ok=True)
     loaded = []
     for reference in references:
         current = image_id(reference)
         if current is None:
             raise UserError(f"image {reference} is not built: run `aitax images build`")
-        stamp = stamps / hashlib.sha256(reference.encode()).hexdigest()[:16]
-        if stamp.exists() and stamp.read_text() == current and \
-                ctr("images", "ls", "-q", f"name=={_qualified(reference)}").stdout.strip():
+        if is_loaded(ctr, stamps, reference):
             continue
         with tempfile.TemporaryFile() as push_errors:
             push = subprocess.Popen(_buildah_argv("push", "-q", reference,
@@ -262,14 +267,21 @@ def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
                 push.stdout.close()
                 pushed = push.wait()
             push_errors.seek(0)
-            detail = push_errors.read().decode(errors="replace").strip() or imported.stderr.strip()
+            pushing = push_errors.read().decode(errors="replace").strip()
         if pushed != 0 or imported.returncode != 0:
+            # When the import fails, buildah's error is only the broken pipe it left: containerd's says why.
+            detail = imported.stderr.strip() if imported.returncode != 0 else pushing
+            free_gib = shutil.disk_usage(stamps).free / 2**30
             raise UserError(f"loading {reference} into containerd failed (buildah push exit {pushed}, ctr import exit "
-                            f"{imported.returncode}): {detail[-300:]}")
-        stamp.write_text(current)
+                            f"{imported.returncode}; {free_gib:.1f} GiB free on {stamps.anchor}): {detail[-300:]}")
+        _stamp(stamps, reference).write_text(current)
         loaded.append(reference)
         log(f"loaded {reference} into the cluster's containerd")
     return loaded
+
+
+def _stamp(stamps: Path, reference: str) -> Path:
+    return stamps / hashlib.sha256(reference.encode()).hexdigest()[:16]
 
 
 def _qualified(reference: str) -> str:

@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -50,6 +50,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 STORAGE_CLASS = "aitax-local"
 NODE_READY_TIMEOUT_S = 180
 POD_TEARDOWN_TIMEOUT_S = 90
+# A node's image store, under its containerd root: the blobs first (content), the unpacked layers, the metadata.
+IMAGE_STORES = ("io.containerd.content.v1.content", "io.containerd.snapshotter.v1.overlayfs",
+                "io.containerd.metadata.v1.bolt")
 
 
 @dataclass(frozen=True)
@@ -366,8 +369,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                    60, f"containerd of {node.name}", process)
         if images.image_id(images.PAUSE_REFERENCE) is None:
             images.build_pause(tool("pause"))
-        images.load_into(lambda *a, **k: self.ctr(node, *a, **k), self.node_home(node) / "loaded-images",
-                         [images.PAUSE_REFERENCE], log=lambda _: None)
+        images.load_into(self._ctr_on(node), self._stamps(node), [images.PAUSE_REFERENCE], log=lambda _: None)
 
     def ctr(self, node: Node, *args: str, check: bool = True,
             stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess:
@@ -379,35 +381,71 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return result
 
     def load_images(self, references: list[str], log=print) -> None:
-        """Each image into every node's containerd (there is no registry to pull from). The first node loads each
-        image; its layer blobs are then hard-linked into the other nodes' content stores (a blob is immutable and
-        named by its digest), so their imports find every layer there and write none: the machine holds each layer
-        once, plus each node's unpacked snapshots. The other nodes load an image while the first loads the next."""
+        """Each image into every node's containerd (there is no registry to pull from). The first node imports each
+        image. When no node runs a container yet (a new cluster), the nodes lacking an image then take a copy of
+        the first node's image store (`_copy_image_store`): a second import of a multi-gigabyte image would cost
+        minutes, and its unpacked layers the disk again per node. A node already running containers imports each
+        image itself, finding the layer blobs hard-linked from the first node's store."""
         first, *others = self.node_list
-        followers = {node.index: ThreadPoolExecutor(max_workers=1) for node in others}  # in order, per node
+        self._import_images(first, references, log)
+        behind = [node for node in others if not self._holds(node, references)]
+        if behind and not any(self._containers(node) for node in (first, *behind)):
+            log(f"{', '.join(node.name for node in behind)}: a copy of {first.name}'s images (layers hard-linked)")
+            self._clone_images(first, behind)
+            return
+        for node in behind:
+            self._share_blobs(first, node)
+            self._import_images(node, references, log)
+
+    def _import_images(self, node: Node, references: list[str], log) -> None:
+        images.load_into(self._ctr_on(node), self._stamps(node), references,
+                         log=lambda line: log(f"{node.name}: {line}"))
+
+    def _holds(self, node: Node, references: list[str]) -> bool:
+        return all(images.is_loaded(self._ctr_on(node), self._stamps(node), r) for r in references)
+
+    def _containers(self, node: Node) -> list[str]:
+        return self.ctr(node, "containers", "ls", "-q").stdout.split()
+
+    def _ctr_on(self, node: Node) -> Callable[..., subprocess.CompletedProcess]:
+        return lambda *args, **kwargs: self.ctr(node, *args, **kwargs)
+
+    def _stamps(self, node: Node) -> Path:
+        return self.node_home(node) / "loaded-images"
+
+    def _clone_images(self, source: Node, targets: list[Node]) -> None:
+        """With containerd stopped on the source and targets (a database is copied whole only when no one writes
+        it), each target's image store becomes a copy of the source's; containerd then starts again and reads it.
+        Kubelet rides out its runtime's restart, as in a containerd upgrade."""
+        nodes = [source, *targets]
+        for node in nodes:
+            self._process(f"containerd-{node.index}").stop(timeout_s=20)
         try:
-            pending = []
-            for reference in references:
-                self._load_images(first, [reference], log)
-                pending += [followers[node.index].submit(self._follow, first, node, reference, log) for node in others]
-            for future in pending:
-                future.result()  # the first error, raised here
+            for target in targets:
+                self._copy_image_store(source, target)
         finally:
-            for follower in followers.values():
-                follower.shutdown(cancel_futures=True)
+            for node in nodes:
+                self._start_containerd(node)
 
-    def _follow(self, first: Node, node: Node, reference: str, log) -> None:
-        self._share_blobs(first, node)
-        self._load_images(node, [reference], log)
-
-    def _load_images(self, node: Node, references: list[str], log) -> None:
-        images.load_into(lambda *a, **k: self.ctr(node, *a, **k), self.node_home(node) / "loaded-images",
-                         references, log=lambda line: log(f"{node.name}: {line}"))
+    def _copy_image_store(self, source: Node, target: Node) -> None:
+        """The content blobs (immutable, named by digest) and the committed snapshots (the unpacked layers, only
+        ever a container's read-only lower layers) hard-linked: the machine holds them once. The metadata databases
+        copied: each containerd writes its own. Uploads in progress (`ingest`) are not taken."""
+        source_root, target_root = (self.node_home(n) / "containerd" / "root" for n in (source, target))
+        target_root.mkdir(parents=True, exist_ok=True)
+        for store in IMAGE_STORES:
+            shutil.rmtree(target_root / store, ignore_errors=True)
+            subprocess.run(["cp", "-al", str(source_root / store), str(target_root / store)], check=True)
+            for database in (target_root / store).rglob("*.db"):
+                database.unlink()  # the hard link: writing through it would write the source's database
+                shutil.copy2(source_root / database.relative_to(target_root), database)
+        shutil.rmtree(target_root / IMAGE_STORES[0] / "ingest", ignore_errors=True)
+        shutil.rmtree(self._stamps(target), ignore_errors=True)
+        shutil.copytree(self._stamps(source), self._stamps(target))
 
     def _share_blobs(self, source: Node, target: Node) -> None:
         def blobs(node: Node) -> Path:
-            content = self.node_home(node) / "containerd" / "root" / "io.containerd.content.v1.content"
-            return content / "blobs" / "sha256"
+            return self.node_home(node) / "containerd" / "root" / IMAGE_STORES[0] / "blobs" / "sha256"
 
         blobs(target).mkdir(parents=True, exist_ok=True)
         for blob in blobs(source).iterdir():

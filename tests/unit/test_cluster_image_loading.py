@@ -1,59 +1,103 @@
-"""Images into every node of `aitax cluster` (no registry): the first node imports each image, the others follow it
-with its layer blobs hard-linked into their stores (containerd faked at its edge; the real cluster's fixture loads
-the real images)."""
+"""Images into every node of `aitax cluster` (no registry): the first node imports each image; on a new cluster the
+others take a copy of its image store (layers hard-linked, databases copied), and a node already running containers
+imports each image itself with the layer blobs hard-linked. containerd is faked at its edge (`ctr`, its start); the
+real cluster's fixture loads the real images."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from cluster.node import Node, RealCluster
+from cluster.node import IMAGE_STORES, Node, RealCluster
 from common.errors import UserError
+
+CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
 
 
 class Recording(RealCluster):
-    def __init__(self, home: Path, fail_on: str = "") -> None:
+    """A 3-node cluster whose containerd is files on disk: an import writes a blob, an unpacked layer, a stamp and
+    a line in each database, as the real one does."""
+
+    def __init__(self, home: Path, running: set[int] = frozenset(), fail_on: str = "") -> None:
         super().__init__(nodes=3)
         object.__setattr__(self, "_test_home", home)
         object.__setattr__(self, "events", [])
+        object.__setattr__(self, "running", running)
         object.__setattr__(self, "fail_on", fail_on)
-        object.__setattr__(self, "guard", threading.Lock())
 
     @property
     def home(self) -> Path:
         return self._test_home
 
-    def _load_images(self, node: Node, references: list[str], log) -> None:
-        with self.guard:
-            self.events.append(("load", node.index, references[0]))
-        if f"{node.index}:{references[0]}" == self.fail_on:
-            raise UserError(f"loading {references[0]} into containerd failed")
-        blobs = self._blobs(node)
-        blobs.mkdir(parents=True, exist_ok=True)
-        (blobs / f"layer-of-{references[0]}").write_text(references[0])
+    def root(self, node: Node) -> Path:
+        return self.node_home(node) / "containerd" / "root"
 
-    def _blobs(self, node: Node) -> Path:
-        return self.node_home(node) / "containerd" / "root" / "io.containerd.content.v1.content" / "blobs" / "sha256"
+    def _import_images(self, node: Node, references: list[str], log) -> None:
+        for reference in references:
+            self.events.append(("import", node.index, reference))
+            if f"{node.index}:{reference}" == self.fail_on:
+                raise UserError(f"loading {reference} into containerd failed")
+            root = self.root(node)
+            for path, text in ((root / CONTENT / "blobs" / "sha256" / f"layer-of-{reference}", reference),
+                               (root / SNAPSHOTS / "snapshots" / reference / "fs" / "bin", reference),
+                               (self._stamps(node) / reference, "id"),
+                               (root / CONTENT / "ingest" / "partial", "half")):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            for database in (root / METADATA / "meta.db", root / SNAPSHOTS / "metadata.db"):
+                database.parent.mkdir(parents=True, exist_ok=True)
+                database.write_text((database.read_text() if database.exists() else "") + reference)
+
+    def _holds(self, node: Node, references: list[str]) -> bool:
+        return all((self._stamps(node) / r).exists() for r in references)
+
+    def _containers(self, node: Node) -> list[str]:
+        return ["a-pod"] if node.index in self.running else []
+
+    def _start_containerd(self, node: Node) -> None:
+        self.events.append(("start containerd", node.index, ""))
 
 
-def test_the_first_node_loads_each_image_before_the_others_and_they_share_its_layers(tmp_path: Path) -> None:
+def test_a_new_clusters_nodes_take_a_copy_of_the_first_nodes_images(tmp_path: Path) -> None:
     cluster = Recording(tmp_path)
     cluster.load_images(["kafka", "pipeline"], log=lambda _: None)
-    loads = [event for event in cluster.events if event[0] == "load"]
-    assert [(node, image) for _, node, image in loads if node == 0] == [(0, "kafka"), (0, "pipeline")]
-    for follower in (1, 2):
-        mine = [image for _, node, image in loads if node == follower]
-        assert mine == ["kafka", "pipeline"]  # in the first node's order
-        assert loads.index(("load", follower, "pipeline")) > loads.index(("load", 0, "pipeline"))
-        # Each layer the first node wrote is the same file (one inode) in the follower's store.
-        for image in ("kafka", "pipeline"):
-            mine_blob = cluster._blobs(Node(follower)) / f"layer-of-{image}"
-            assert mine_blob.stat().st_ino == (cluster._blobs(Node(0)) / f"layer-of-{image}").stat().st_ino
+    assert [e for e in cluster.events if e[0] == "import"] == [("import", 0, "kafka"), ("import", 0, "pipeline")]
+    assert sorted(i for what, i, _ in cluster.events if what == "start containerd") == [0, 1, 2]
+    first = cluster.root(Node(0))
+    for follower in (Node(1), Node(2)):
+        mine = cluster.root(follower)
+        for shared in (CONTENT + "/blobs/sha256/layer-of-pipeline", SNAPSHOTS + "/snapshots/kafka/fs/bin"):
+            assert (mine / shared).stat().st_ino == (first / shared).stat().st_ino  # one file on disk
+        for database in (METADATA + "/meta.db", SNAPSHOTS + "/metadata.db"):
+            assert (mine / database).read_text() == "kafkapipeline"
+            assert (mine / database).stat().st_ino != (first / database).stat().st_ino  # each writes its own
+        assert not (mine / CONTENT / "ingest").exists()
+        assert cluster._holds(follower, ["kafka", "pipeline"])
+    # The copy's database is its own: a write to it leaves the first node's as it was.
+    (cluster.root(Node(1)) / METADATA / "meta.db").write_text("changed")
+    assert (first / METADATA / "meta.db").read_text() == "kafkapipeline"
+
+
+def test_nodes_that_run_containers_import_each_image_themselves_over_shared_blobs(tmp_path: Path) -> None:
+    cluster = Recording(tmp_path, running={1})
+    cluster.load_images(["kafka", "pipeline"], log=lambda _: None)
+    assert not [e for e in cluster.events if e[0] == "start containerd"]  # no node's containerd was stopped
+    assert [(i, r) for what, i, r in cluster.events if what == "import"] == [
+        (0, "kafka"), (0, "pipeline"), (1, "kafka"), (1, "pipeline"), (2, "kafka"), (2, "pipeline")]
+    blob = Path(CONTENT) / "blobs" / "sha256" / "layer-of-kafka"
+    assert (cluster.root(Node(2)) / blob).stat().st_ino == (cluster.root(Node(0)) / blob).stat().st_ino
 
 
 def test_a_node_that_fails_to_load_fails_the_whole_load(tmp_path: Path) -> None:
-    cluster = Recording(tmp_path, fail_on="2:kafka")
+    cluster = Recording(tmp_path, running={0}, fail_on="2:kafka")
     with pytest.raises(UserError, match="loading kafka into containerd failed"):
         cluster.load_images(["kafka", "pipeline"], log=lambda _: None)
+
+
+def test_only_the_nodes_lacking_an_image_are_copied(tmp_path: Path) -> None:
+    cluster = Recording(tmp_path)
+    cluster.load_images(["kafka"], log=lambda _: None)
+    cluster.events.clear()
+    cluster.load_images(["kafka"], log=lambda _: None)  # every node holds it: nothing stops
+    assert [e for e in cluster.events if e[0] != "import"] == []
