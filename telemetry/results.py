@@ -371,6 +371,16 @@ class ScalingResult(_Model):
     dimension: Literal["brokers", "drives", "face-size"]
     rows: list[ScalingRow]
 
+    def table(self, highest: str = "highest stable") -> list[str]:
+        """Per configuration: our highest stable factor (`highest`: what it was judged by) beside the paper's."""
+        lines = [f"{'configuration':<22}{highest:>15}{'paper (Fig. 15)':>17}"]
+        for row in self.rows:
+            ours, paper = row.sweep.highest_stable_factor, row.paper
+            lines.append(f"{self.dimension + ' ' + format(row.value, 'g'):<22}"
+                         f"{'none' if ours is None else format(ours, '.3g') + 'x':>15}"
+                         f"{'-' if paper is None else format(paper, 'g') + 'x':>17}")
+        return lines
+
 
 def judge(latency: LatencySummary | None, *, offered_faces: int | None, identified_in_window: int,
           produced_faces: int, identified_faces: int, backlog_faces: int, drained: bool,

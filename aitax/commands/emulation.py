@@ -293,13 +293,9 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
     spec = SweepSpec(factors, duration, producers, consumers, processes, load_profile(profile), profile,
                      warmup_s=warmup, latency_bound_ms=latency_bound, latency_bound_quantile=quantile)
     scaling = run_scaling(dimension, values, spec)
-    highest = "highest stable" if latency_bound is None else f"within {latency_bound:g} ms"
-    print(f"\n{'configuration':<22}{highest:>15}{'paper (Fig. 15)':>17}")
-    for row in scaling.rows:
-        ours, paper = row.sweep.highest_stable_factor, row.paper
-        print(f"{dimension + ' ' + format(row.value, 'g'):<22}"
-              f"{'none' if ours is None else format(ours, '.3g') + 'x':>15}"
-              f"{'-' if paper is None else format(paper, 'g') + 'x':>17}")
+    print()
+    for line in scaling.table("highest stable" if latency_bound is None else f"within {latency_bound:g} ms"):
+        print(line)
     if out:
         write_results(scaling, out)
     return 0

@@ -259,6 +259,10 @@ class KubernetesCluster:
         return self._call("listing pods", self.core.list_namespaced_pod, self.namespace,
                           label_selector=selector).items
 
+    def release_pods(self, release: str, component: str) -> list:
+        """The pods of one of the chart's components (kafka, emulate-producers, ...) in the release."""
+        return self.pods(f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={component}")
+
     def service(self, release: str, component: str) -> str | None:
         """The name of the release's Service of that component, or None when the release has none."""
         items = self._call("listing services", self.core.list_namespaced_service, self.namespace,

@@ -26,7 +26,7 @@ from aitax.experiment.cluster_resources import (
     prometheus_query,
 )
 from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
-from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
+from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec, PhaseLinks
 from cluster.links import LinkShape
 from common.errors import UserError
 from load.engine import REAL_DRAIN_S, print_result, run_load
@@ -58,7 +58,8 @@ class KubernetesBackend:
         self.brokers: str | None = None  # the brokers' StatefulSet, whose pods the resources are read for
         self.phase_load: ClusterLoad | None = None  # the last phase's
         self.nodes: RealCluster | None = None  # `aitax cluster`, when a phase shapes its links
-        self.links: LinkShape | None = None  # as the phases left them
+        self.links: PhaseLinks | None = None  # as the phases left them
+        self.shaped: list[str] = []  # the nodes whose link they shape
 
     @property
     def consumers(self) -> Scaled:
@@ -163,17 +164,13 @@ class KubernetesBackend:
                          producer_replicas=producers, members=consumers * per_consumer,
                          group=self.consumers.arg("--group", "identify"))
         load = ClusterLoad(self.cluster, self.spec.release, pods, workload, run_id,
-                           resize_kafka=lambda: self._resize_kafka(replicas.get(KAFKA)),
+                           resize_kafka=lambda: self._place_brokers(replicas.get(KAFKA), phase.links),
                            rollout_timeout_s=self.rollout_timeout_s, collect=self.collect)
         self.phase_load = load
-        if self.nodes is not None and phase.links is not None and phase.links != self.links:
-            self.nodes.reshape(phase.links)
-            self.links = phase.links
-            self.log(f"every node's link: {phase.links.describe()}")
         result = run_load(load, offered_faces_per_s=offered, sampler=self._resources(), disruption=disruption,
                           disruption_after_s=disruption_after_s)
         if self.links is not None:
-            result.notes.append(f"every node's link: {self.links.describe()}")
+            result.notes.append(self._links_note())
         print_result(result)
         return replicas, result
 
@@ -185,6 +182,32 @@ class KubernetesBackend:
         return ClusterResources(
             prometheus_query(lambda path, params: self.cluster.proxy_get(service, "http", path, params)),
             PhaseQueries(self.cluster.namespace, self.brokers, roles))
+
+    def _place_brokers(self, brokers: int | None, links: PhaseLinks | None) -> None:
+        """The brokers scaled with their data over unshaped links (moving partitions is not the phase's traffic,
+        and at a phase's rate it could outlast the rebalance's timeout), then the phase's links shaped: which nodes
+        run a broker is known only once they run."""
+        kafka = self.workloads.get(KAFKA)
+        moving = kafka is not None and brokers is not None and self.cluster.rollout_state(kafka).desired != brokers
+        if moving and self.nodes is not None and self.shaped:
+            self.nodes.reshape(LinkShape())
+            self.links, self.shaped = None, []
+        self._resize_kafka(brokers)
+        if self.nodes is None or links is None:
+            return
+        shaped = [node.name for node in self.nodes.node_list]
+        if links.nodes == "brokers":
+            running = {pod.spec.node_name for pod in self.cluster.release_pods(self.spec.release, KAFKA)}
+            shaped = [name for name in shaped if name in running]
+        if (links, shaped) == (self.links, self.shaped):
+            return
+        for node in self.nodes.node_list:
+            self.nodes.reshape(links.shape if node.name in shaped else LinkShape(), [node])
+        self.links, self.shaped = links, shaped
+        self.log(self._links_note())
+
+    def _links_note(self) -> str:
+        return f"links: {self.links.describe()} ({', '.join(self.shaped)})"
 
     def _resize_kafka(self, brokers: int | None) -> None:
         """Scale the brokers with their data (when the spec scales them): replicas move off leaving brokers
@@ -213,7 +236,7 @@ class KubernetesBackend:
         problems = []
         if self.nodes is not None and self.links is not None:
             self.nodes.reshape(LinkShape())
-            self.links = None
+            self.links, self.shaped = None, []
         for workload in self.workloads.values():
             try:
                 if workload.kind == "Deployment":

@@ -51,15 +51,16 @@ def run_node_failure(cluster: RealCluster, release: str, namespace: str, *, brok
         raise UserError(f"{SCENARIO}: release {release} runs no Prometheus (prometheus.enabled): the brokers' "
                         "recovery is read there")
     query = prometheus_query(lambda path, params: kube.proxy_get(backend.prometheus, "http", path, params))
-    brokers = {int(pod.metadata.name.rsplit("-", 1)[1]): pod.spec.node_name for pod in _pods(kube, release, "kafka")}
+    brokers = {int(pod.metadata.name.rsplit("-", 1)[1]): pod.spec.node_name
+               for pod in kube.release_pods(release, "kafka")}
     broker = _pick_broker(kube, release, brokers, broker)
     node = Node(int(brokers[broker].removeprefix(NODE_PREFIX)))
     moments: dict[str, float] = {}
     on_node: set[str] = set()  # the load's pods that go down with the node (the phase's own: taken when it fails)
 
     def fail_then_restore() -> None:
-        on_node.update(pod.metadata.name for component in LOAD_COMPONENTS for pod in _pods(kube, release, component)
-                       if pod.spec.node_name == node.name)
+        on_node.update(pod.metadata.name for component in LOAD_COMPONENTS
+                       for pod in kube.release_pods(release, component) if pod.spec.node_name == node.name)
         cluster.fail_node(node)
         log(f"{node.name} (broker {broker}) failed: link cut, kubelet, containerd and its containers killed")
         time.sleep(down_s)
@@ -105,16 +106,11 @@ def _phase_spec(kube, release: str, namespace: str, duration_s: float, factor: f
                       source=SCENARIO)
 
 
-def _pods(kube, release: str, component: str) -> list:
-    from aitax.experiment.kubernetes_api import COMPONENT_LABEL, INSTANCE_LABEL
-
-    return kube.pods(f"{INSTANCE_LABEL}={release},{COMPONENT_LABEL}={component}")
-
-
 def _pick_broker(kube, release: str, brokers: dict[int, str], broker: int | None) -> int:
     """The broker asked for, or the one whose node runs the fewest of the load's pods."""
     if broker is None:
-        load_nodes = [pod.spec.node_name for component in LOAD_COMPONENTS for pod in _pods(kube, release, component)]
+        load_nodes = [pod.spec.node_name for component in LOAD_COMPONENTS
+                      for pod in kube.release_pods(release, component)]
         broker = min(sorted(brokers), key=lambda index: load_nodes.count(brokers[index]))
     if broker not in brokers:
         raise UserError(f"{SCENARIO}: --broker {broker}: the release's brokers are {sorted(brokers)}")

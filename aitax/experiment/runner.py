@@ -9,9 +9,20 @@ from pathlib import Path
 from typing import Protocol
 
 from aitax.experiment.results import check_elasticsearch, stage_summaries
-from aitax.experiment.spec import ExperimentSpec
+from aitax.experiment.spec import KAFKA, MIN_KAFKA_REPLICAS, ExperimentSpec
 from common.errors import UserError
-from telemetry.results import ExperimentResult, FactorRuns, PhaseResult, RunResult, format_spread, write_results
+from common.paper import HIGHEST_STABLE_FACTOR
+from telemetry.results import (
+    ExperimentResult,
+    FactorRuns,
+    PhaseResult,
+    RunResult,
+    ScalingResult,
+    ScalingRow,
+    SweepResult,
+    format_spread,
+    write_results,
+)
 
 # Events reach Elasticsearch through a sink that flushes every second: wait a little before querying.
 EVENTS_SETTLE_S = 3.0
@@ -68,6 +79,10 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
     if repeats > 1:
         for line in repeat_summary(spec, results):
             log(line)
+    scaling = by_brokers(spec, results)
+    if scaling is not None:
+        for line in ["the phases by broker count (the paper's Fig. 15a):", *scaling.table()]:
+            log(line)
     return results, out_file
 
 
@@ -84,6 +99,24 @@ def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str
         lines.append(f"{phase.name}: held {group.stable_repeats}/{len(runs)}, {format_spread(rate, 1)} faces/s, "
                      f"p99 {format_spread(p99)} ms (median (min-max) over repeats)")
     return lines
+
+
+def by_brokers(spec: ExperimentSpec, results: list[PhaseResult]) -> ScalingResult | None:
+    """Phases at two or more broker counts, read as the paper's Fig. 15a: per count, its phases are one sweep over
+    their factors, whose highest stable factor the sweep's own rule gives (every factor below it held)."""
+    counts = sorted({result.replicas[KAFKA] for result in results if KAFKA in result.replicas})
+    if len(counts) < 2:
+        return None
+    rows = []
+    for brokers in counts:
+        runs = sorted((r.run for r in results if r.replicas.get(KAFKA) == brokers), key=lambda run: run.workload.factor)
+        sweep = SweepResult(run_id=f"{spec.name}-{brokers}-brokers", profile=spec.profile,
+                            replication_factor=MIN_KAFKA_REPLICAS,
+                            brokers=brokers, drives_per_broker=1, duration_s=runs[0].workload.duration_s,
+                            kafka_client=runs[0].driver.kafka_client, repeats=max(run.repeat for run in runs),
+                            runs=runs)
+        rows.append(ScalingRow(value=brokers, paper=HIGHEST_STABLE_FACTOR["brokers"].get(brokers), sweep=sweep))
+    return ScalingResult(dimension="brokers", rows=rows)
 
 
 def _write(path: Path, spec: ExperimentSpec, results: list[PhaseResult]) -> None:

@@ -44,7 +44,7 @@ STAGES = {
 }
 PRODUCER_STAGE = {"real": "ingest-detect", "emulated": "emulate-producers"}
 CONSUMER_STAGE = {"real": "identify", "emulated": "emulate-consumers"}
-MIN_KAFKA_REPLICAS = 3  # topics are replicated 3 times
+MIN_KAFKA_REPLICAS = 3  # topics are replicated 3 times (the chart's replication factor)
 MAX_REPLICAS = 1000
 MAX_DURATION_S = 7 * 24 * 3600
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
@@ -145,12 +145,15 @@ class InstancesFile(_File):
 
 
 class LinksFile(_File):
-    """Every node's link of `aitax cluster` during this phase and the ones after it, until a phase sets another
+    """The nodes' links of `aitax cluster` during this phase and the ones after it, until a phase sets another
     (cluster.links). `rate: unshaped` and no other field removes the shaping."""
 
     rate: Annotated[str, Field(min_length=1, description="each way, e.g. 1gbit, 250mbit; or unshaped")] = None  # type: ignore[assignment]
     delay_ms: Annotated[float, Field(gt=0)] = None  # type: ignore[assignment]
     loss_percent: Annotated[float, Field(ge=0, lt=100)] = None  # type: ignore[assignment]
+    nodes: Literal["all", "brokers"] = Field(
+        "all", description="whose links: every node's, or only those of the nodes running one of the release's "
+                           "brokers (checked once the phase's brokers run; the other nodes' unshaped)")
 
     @model_validator(mode="after")
     def _something(self) -> LinksFile:
@@ -194,6 +197,18 @@ def spec_json_schema() -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class PhaseLinks:
+    """The links a phase shapes: on every node, or on the nodes running the release's brokers alone."""
+
+    shape: LinkShape
+    nodes: Literal["all", "brokers"] = "all"
+
+    def describe(self) -> str:
+        whose = "every node" if self.nodes == "all" else "the brokers' nodes"
+        return f"{whose}: {self.shape.describe()}"
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     duration_s: float
@@ -204,7 +219,7 @@ class Phase:
     changed: frozenset[str]
     instances: Mapping[str, int] = field(default_factory=dict)
     # The nodes' links from this phase on (inherited); None: no phase so far shaped them, they are left alone.
-    links: LinkShape | None = None
+    links: PhaseLinks | None = None
 
 
 @dataclass(frozen=True)
@@ -275,7 +290,7 @@ def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = No
     phases: list[Phase] = []
     replicas: dict[str, int] = {}
     instances = {"producers": 1, "consumers": 1}
-    links: LinkShape | None = None
+    links: PhaseLinks | None = None
     factor = 1.0
     for index, raw in enumerate(spec.phases):
         where = f"phases[{index}]"
@@ -299,14 +314,14 @@ def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = No
                           source=source)
 
 
-def _links(raw: LinksFile, where: str, fail) -> LinkShape:
+def _links(raw: LinksFile, where: str, fail) -> PhaseLinks:
     if raw.rate == "unshaped":
         if raw.delay_ms is not None or raw.loss_percent is not None:
             raise fail(where, "rate: unshaped removes all shaping; give no delay_ms or loss_percent with it")
-        return LinkShape()
+        return PhaseLinks(LinkShape(), raw.nodes)
     try:
         rate = None if raw.rate is None else parse_rate(raw.rate)
-        return LinkShape(rate_mbit=rate, delay_ms=raw.delay_ms, loss_percent=raw.loss_percent)
+        return PhaseLinks(LinkShape(rate_mbit=rate, delay_ms=raw.delay_ms, loss_percent=raw.loss_percent), raw.nodes)
     except UserError as error:
         raise fail(where, str(error)) from None
 

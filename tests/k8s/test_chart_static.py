@@ -529,3 +529,17 @@ def test_kafka_image_uses_the_stacks_pinned_jars() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     pom = (PROJECT_ROOT / "stack" / "maven" / "kafka-pom.xml").read_text()
     assert f"<version>{chart['annotations']['aitax/kafka-version']}</version>" in pom
+
+
+def test_fig15a_values_keep_the_load_and_its_services_on_the_clients_node_and_the_brokers_off_it() -> None:
+    """benchmarks/fig15a.py taints node 5 aitax.io/clients: what tolerates it and is pinned there runs there alone."""
+    docs = render(PROJECT_ROOT / "benchmarks" / "experiments" / "fig15a-values.yaml")
+    placed = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]["spec"]
+              for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
+    for component in ("emulate-producers", "emulate-consumers", "elasticsearch", "prometheus"):
+        spec = placed[component]
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": "aitax-node-5"}, component
+        assert spec["tolerations"] == [{"key": "aitax.io/clients", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "tolerations" not in placed["kafka"] and "dashboard" not in placed
+    job = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]
+    assert any(arg.startswith("faces:15:") for arg in job["args"])  # even over 3 brokers and over 5

@@ -61,3 +61,48 @@ def test_repeats_run_every_phase_again_and_end_with_each_phases_spread(tmp_path:
     assert written.experiment == spec.name and written.schema_version == 1
     with pytest.raises(UserError, match="--repeat 0: at least 1"):
         run_experiment(spec, backend, None, tmp_path, lines.append, repeats=0)
+
+
+BROKERS_SPEC = """
+name: brokers
+mode: emulated
+profile: paper
+phases:
+  - {name: b3-1x, duration: 10s, factor: 1, replicas: {kafka: 3, emulate-producers: 1, emulate-consumers: 1}}
+  - {name: b3-2x, duration: 10s, factor: 2}
+  - {name: b3-4x, duration: 10s, factor: 4}
+  - {name: b5-1x, duration: 10s, factor: 1, replicas: {kafka: 5}}
+  - {name: b5-2x, duration: 10s, factor: 2}
+  - {name: b5-4x, duration: 10s, factor: 4}
+"""
+
+
+class BrokerBackend:
+    """3 brokers hold up to 2x, 5 up to 4x."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+
+    def prepare(self) -> None: ...
+
+    def run_phase(self, index: int, run_id: str):
+        phase = self.spec.phases[index]
+        brokers = phase.replicas["kafka"]
+        stable = phase.factor <= (2 if brokers == 3 else 4)
+        return {"kafka": brokers, **{s: 1 for s in ("emulate-consumers", "emulate-producers")}}, \
+            emulated_run(phase.factor, stable, writes=1e6, brokers=brokers).model_copy(update={"run_id": run_id})
+
+    def restore(self) -> None: ...
+
+
+def test_phases_at_several_broker_counts_end_with_the_highest_stable_factor_of_each(tmp_path: Path) -> None:
+    from aitax.experiment.runner import by_brokers
+
+    spec = parse_spec(yaml.safe_load(BROKERS_SPEC), "brokers.yaml")
+    lines: list[str] = []
+    results, _ = run_experiment(spec, BrokerBackend(spec), None, tmp_path, lines.append)
+    scaling = by_brokers(spec, results)
+    assert [(row.value, row.sweep.highest_stable_factor) for row in scaling.rows] == [(3, 2), (5, 4)]
+    assert [[run.workload.factor for run in row.sweep.runs] for row in scaling.rows] == [[1, 2, 4], [1, 2, 4]]
+    assert lines[-3:] == scaling.table() and "brokers 3" in lines[-2] and " 2x" in lines[-2]
+    assert by_brokers(spec, results[:3]) is None  # one broker count: nothing to compare

@@ -153,16 +153,19 @@ def test_an_editor_with_the_schema_flags_a_misshapen_spec(document: dict) -> Non
 
 
 def test_a_phase_shapes_the_nodes_links_for_itself_and_the_phases_after() -> None:
+    from aitax.experiment.spec import PhaseLinks
     from cluster.links import LinkShape
 
     spec = parse_spec({"name": "links", "mode": "emulated", "phases": [
         {"name": "open", "duration": 10, "replicas": {"emulate-producers": 1, "emulate-consumers": 1}},
         {"name": "gigabit", "duration": 10, "links": {"rate": "1gbit", "loss_percent": 0.1}},
         {"name": "still", "duration": 10},
+        {"name": "brokers-slow", "duration": 10, "links": {"rate": "10mbit", "nodes": "brokers"}},
         {"name": "open-again", "duration": 10, "links": {"rate": "unshaped"}}]})
+    gigabit = PhaseLinks(LinkShape(rate_mbit=1000.0, loss_percent=0.1))
     assert [phase.links for phase in spec.phases] == [
-        None, LinkShape(rate_mbit=1000.0, loss_percent=0.1), LinkShape(rate_mbit=1000.0, loss_percent=0.1),
-        LinkShape()]
+        None, gigabit, gigabit, PhaseLinks(LinkShape(rate_mbit=10.0), "brokers"), PhaseLinks(LinkShape())]
+    assert spec.phases[3].links.describe() == "the brokers' nodes: 10 Mbit/s"
 
 
 @pytest.mark.parametrize(("links", "message"), [
@@ -170,6 +173,7 @@ def test_a_phase_shapes_the_nodes_links_for_itself_and_the_phases_after() -> Non
     ({"rate": "fast"}, r"phases\[0\]\.links: link rate 'fast': give a number and kbit, mbit or gbit"),
     ({"rate": "unshaped", "loss_percent": 1}, r"phases\[0\]\.links: rate: unshaped removes all shaping"),
     ({"rate": "1gbit", "jitter_ms": 1}, r"phases\[0\]\.links\.jitter_ms"),
+    ({"rate": "1gbit", "nodes": "kafka"}, r"phases\[0\]\.links\.nodes"),
 ])
 def test_a_phase_links_that_are_not_a_shape_are_refused_by_field(links: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message):

@@ -366,18 +366,23 @@ spec:
         {{- with .extraVolumes }}
         {{- . | nindent 8 }}
         {{- end }}
-      {{- with .stage.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .stage.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with .stage.affinity }}
-      affinity:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
+      {{- include "aitax.placement" .stage | nindent 6 }}
+{{- end }}
+
+{{/* A pod's placement from its values block: nodeSelector, tolerations, affinity (each left out when empty). */}}
+{{- define "aitax.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/* Cross-field checks the JSON schema cannot express; each names the field to fix. */}}
