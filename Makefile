@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Nodes of `make cluster` and `make k8s-demo`: one broker each.
 NODES ?= 3
 
-.PHONY: emulate-accel setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel fig15a setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ images: setup-cluster  ## build the images without a registry (Debian bases, bui
 
 k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
 	@$(AITAX) cluster demo --nodes $(NODES)
+
+fig15a: setup-cluster  ## the paper's Fig. 15a on a cluster of 6 nodes: 3 against 5 brokers on shaped links (~40 min)
+	@$(BIN)/python benchmarks/fig15a.py
 
 setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and report tests
 	@bash scripts/install-system-packages.sh browser

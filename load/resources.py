@@ -58,6 +58,7 @@ class Usage:
     broker_network_bytes_per_s: dict[int, float] = field(default_factory=dict)  # in + out (pods; locally all is lo)
     broker_handler_busy: dict[int, float] = field(default_factory=dict)  # request handlers' busy share
     broker_network_busy: dict[int, float] = field(default_factory=dict)  # network threads' busy share (1-min mean)
+    broker_link_busy: dict[int, float] = field(default_factory=dict)  # a shaped link's busier way / its rate
     under_min_isr_partitions: int = 0  # the most seen at once in the window: acks=all writes fail there
     produce_p99_ms: float = 0.0  # the slowest broker's, at the window's end (the broker's recent reservoir)
     fetch_p99_ms: float = 0.0
@@ -208,8 +209,8 @@ def resources(usage: Usage, disk_write_capacity: float, latency: LatencySummary 
         machine_cpu_busy=usage.machine_cpu_busy, loopback_bytes_per_s=usage.loopback_bytes_per_s,
         broker_network_bytes_per_s=usage.broker_network_bytes_per_s,
         broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
-        under_min_isr_partitions=usage.under_min_isr_partitions, produce_p99_ms=usage.produce_p99_ms,
-        fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,
+        broker_link_busy=usage.broker_link_busy, under_min_isr_partitions=usage.under_min_isr_partitions,
+        produce_p99_ms=usage.produce_p99_ms, fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,
         saturated=saturated_resource(usage, disk_write_capacity, latency))
 
 
@@ -227,6 +228,8 @@ def saturated_resource(usage: Usage, disk_write_capacity: float, latency: Latenc
         "broker storage writes": (sum(writes.values()) / len(writes) if writes else 0.0) / disk_write_capacity,
         "cpu (machine)": usage.machine_cpu_busy,
     }
+    if usage.broker_link_busy:
+        utilisation["the brokers' links"] = max(usage.broker_link_busy.values())
     name, busiest = max(utilisation.items(), key=lambda item: item[1])
     under_min_isr = (f", {usage.under_min_isr_partitions} partition(s) under min ISR"
                      if usage.under_min_isr_partitions else "")

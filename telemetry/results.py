@@ -186,6 +186,8 @@ class Resources(_Model):
     broker_network_bytes_per_s: dict[int, float] = Field(default_factory=dict)  # in + out, pods (locally: loopback)
     broker_handler_busy: dict[int, float] = Field(default_factory=dict)
     broker_network_busy: dict[int, float] = Field(default_factory=dict)
+    # Each broker's shaped link (`aitax cluster`), its busier way as a share of the rate; empty: not shaped.
+    broker_link_busy: dict[int, float] = Field(default_factory=dict)
     under_min_isr_partitions: int = 0
     produce_p99_ms: float = 0.0
     fetch_p99_ms: float = 0.0

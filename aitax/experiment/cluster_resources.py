@@ -11,6 +11,8 @@ needs no route into the cluster.
   partitions, and produce / fetch p99. The kubelet here (containerd, cgroup v1) gives cAdvisor only pod-level
   cgroups, with CPU and memory and no network or filesystem bytes, and the release's Prometheus reads its own
   node's kubelet only: the brokers' own counters stand in for those, on any cluster and node alike.
+- Each broker's link, where `aitax cluster` shapes it: the busier way (client and replication bytes in, or out) as
+  a share of the rate. Payload only: the wire carries a few per cent more (docs/kubernetes.md, link_bench).
 - The machine: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
 - The load's own pods: CPU cores, by stage (each process's own), as the local verdict names whoever burnt the CPU.
 """
@@ -46,9 +48,11 @@ class PhaseQueries:
 class ClusterResources:
     """The engine's resource sampler for a release's pods: `usage(start, end)` over two monotonic times."""
 
-    def __init__(self, query: Query, selects: PhaseQueries) -> None:
+    def __init__(self, query: Query, selects: PhaseQueries,
+                 link_rate_mbit: Callable[[], float | None] = lambda: None) -> None:
         self.query = query
         self.selects = selects
+        self.link_rate_mbit = link_rate_mbit  # each broker's link as the phase shaped it, read after the phase
         self.wall_offset_s = time.time() - time.monotonic()
 
     def __enter__(self) -> ClusterResources:
@@ -82,9 +86,14 @@ class ClusterResources:
                     for meter in meters]
             return {node: sum(rates.get(node, 0.0) for rates in each) for node in set().union(*each)}
 
-        usage.broker_write_bytes_per_s = bytes_per_s("bytesin", "replicationbytesin")
-        usage.broker_network_bytes_per_s = bytes_per_s("bytesin", "bytesout", "replicationbytesin",
-                                                       "replicationbytesout")
+        usage.broker_write_bytes_per_s = bytes_per_s("bytesin", "replicationbytesin")  # = what comes in
+        sent = bytes_per_s("bytesout", "replicationbytesout")
+        usage.broker_network_bytes_per_s = {node: usage.broker_write_bytes_per_s.get(node, 0.0) + sent.get(node, 0.0)
+                                            for node in {*usage.broker_write_bytes_per_s, *sent}}
+        rate_mbit = self.link_rate_mbit()
+        if rate_mbit:
+            usage.broker_link_busy = {node: max(usage.broker_write_bytes_per_s.get(node, 0.0), sent.get(node, 0.0))
+                                      * 8 / (rate_mbit * 1e6) for node in usage.broker_network_bytes_per_s}
         idle = per_broker(f"sum by (pod) (increase(kafka_server_request_handler_idle_ns_total{{{kafka}}}[{window}]))")
         usage.broker_handler_busy = {node: min(1.0, max(0.0, 1 - ns / (seconds * 1e9))) for node, ns in idle.items()}
         usage.broker_network_busy = {node: min(1.0, max(0.0, 1 - ratio)) for node, ratio in per_broker(

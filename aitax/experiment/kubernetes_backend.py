@@ -181,7 +181,8 @@ class KubernetesBackend:
         roles = {scaled.stage: scaled.name for scaled in (self.producers, self.consumers)}
         return ClusterResources(
             prometheus_query(lambda path, params: self.cluster.proxy_get(service, "http", path, params)),
-            PhaseQueries(self.cluster.namespace, self.brokers, roles))
+            PhaseQueries(self.cluster.namespace, self.brokers, roles),
+            link_rate_mbit=lambda: self.links.shape.rate_mbit if self.links else None)
 
     def _place_brokers(self, brokers: int | None, links: PhaseLinks | None) -> None:
         """The brokers scaled with their data over unshaped links (moving partitions is not the phase's traffic,

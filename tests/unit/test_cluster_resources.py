@@ -82,6 +82,17 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     assert "2 partition(s) under min ISR" in verdict.saturated
 
 
+def test_a_shaped_link_is_measured_against_its_rate_and_named_when_it_ran_out() -> None:
+    end = time.monotonic()
+    shaped = ClusterResources(answer, PhaseQueries("lab", "t-aitax-kafka", {}), link_rate_mbit=lambda: 250.0)
+    usage = shaped.usage(end - 30, end)
+    # The busier way of each broker's link: 30, 31, 29 MB/s each way against 250 Mbit/s.
+    assert usage.broker_link_busy == pytest.approx({0: 0.96, 1: 0.992, 2: 0.928})
+    assert resources(usage, 2.2e9, None).saturated.startswith("the brokers' links at 99%")
+    unshaped = ClusterResources(answer, PhaseQueries("lab", "t-aitax-kafka", {}), link_rate_mbit=lambda: None)
+    assert unshaped.usage(end - 30, end).broker_link_busy == {}
+
+
 def test_a_window_shorter_than_two_scrapes_is_read_over_two() -> None:
     asked: list[str] = []
     sampler = ClusterResources(lambda promql, at: asked.append(promql) or [], PhaseQueries("lab", "k", {}))
