@@ -294,7 +294,7 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
                      warmup_s=warmup, latency_bound_ms=latency_bound, latency_bound_quantile=quantile)
     scaling = run_scaling(dimension, values, spec)
     print()
-    for line in scaling.table("highest stable" if latency_bound is None else f"within {latency_bound:g} ms"):
+    for line in scaling.table("below the knee" if latency_bound is None else f"within {latency_bound:g} ms"):
         print(line)
     if out:
         write_results(scaling, out)

@@ -103,7 +103,8 @@ def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str
 
 def by_brokers(spec: ExperimentSpec, results: list[PhaseResult]) -> ScalingResult | None:
     """Phases at two or more broker counts, read as the paper's Fig. 15a: per count, its phases are one sweep over
-    their factors, whose highest stable factor the sweep's own rule gives (every factor below it held)."""
+    their factors, read by the sweep's own rules (the highest factor whose latency did not run away, every factor
+    below it held too; and the highest also below the knee)."""
     counts = sorted({result.replicas[KAFKA] for result in results if KAFKA in result.replicas})
     if len(counts) < 2:
         return None
