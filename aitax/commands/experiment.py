@@ -105,7 +105,8 @@ def validate_command(spec: Path) -> int:
           f"{loaded.total_duration_s:g} s in all")
     for phase in loaded.phases:
         replicas = ", ".join(f"{stage}={count}" for stage, count in phase.replicas.items())
-        print(f"  {phase.name:<20} {phase.duration_s:>8g} s  factor {phase.factor:<5g} {replicas}")
+        links = f"; links: {phase.links.describe()}" if phase.links else ""
+        print(f"  {phase.name:<20} {phase.duration_s:>8g} s  factor {phase.factor:<5g} {replicas}{links}")
     return 0
 
 
