@@ -7,7 +7,7 @@ link of a set rate per broker node is a limit that more brokers share out, as th
 
 Six nodes: 0-4 hold the brokers (one each: the chart's anti-affinity), node 5 (tainted aitax.io/clients) the
 paper's compute side: the emulated load, Elasticsearch and Prometheus, on an unshaped link. The chart goes in with
-benchmarks/experiments/fig15a-values.yaml; then `aitax experiment` runs benchmarks/experiments/fig15a-brokers.yaml:
+charts/aitax/ci/fig15a-values.yaml; then `aitax experiment` runs benchmarks/experiments/fig15a-brokers.yaml:
 factors 1x-6x with 3 brokers, then with 5 (each resize rebalances the topics), the brokers' links at 10 Mbit/s
 (`links: {nodes: brokers}`), each phase judged as every run is. It ends with the highest stable factor per broker
 count, beside the paper's.
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=HERE / "experiments" / "fig15a-brokers.yaml",
                         help="the experiment's phases (default: %(default)s)")
-    parser.add_argument("--values", type=Path, default=HERE / "experiments" / "fig15a-values.yaml",
+    parser.add_argument("--values", type=Path, default=HERE.parent / "charts" / "aitax" / "ci" / "fig15a-values.yaml",
                         help="the chart's values (default: %(default)s)")
     parser.add_argument("--keep", action="store_true", help="leave the release installed at the end")
     args = parser.parse_args(argv)

@@ -533,7 +533,7 @@ def test_kafka_image_uses_the_stacks_pinned_jars() -> None:
 
 def test_fig15a_values_keep_the_load_and_its_services_on_the_clients_node_and_the_brokers_off_it() -> None:
     """benchmarks/fig15a.py taints node 5 aitax.io/clients: what tolerates it and is pinned there runs there alone."""
-    docs = render(PROJECT_ROOT / "benchmarks" / "experiments" / "fig15a-values.yaml")
+    docs = render(CHART / "ci" / "fig15a-values.yaml")
     placed = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]["spec"]
               for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
     for component in ("emulate-producers", "emulate-consumers", "elasticsearch", "prometheus"):
