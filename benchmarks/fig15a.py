@@ -8,9 +8,9 @@ link of a set rate per broker node is a limit that more brokers share out, as th
 Six nodes: 0-4 hold the brokers (one each: the chart's anti-affinity), node 5 (tainted aitax.io/clients) the
 paper's compute side: the emulated load, Elasticsearch and Prometheus, on an unshaped link. The chart goes in with
 charts/aitax/ci/fig15a-values.yaml; then `aitax experiment` runs benchmarks/experiments/fig15a-brokers.yaml:
-factors 1x-6x with 3 brokers, then with 5 (each resize rebalances the topics), the brokers' links at 10 Mbit/s
-(`links: {nodes: brokers}`), each phase judged as every run is. It ends with the highest stable factor per broker
-count, beside the paper's.
+factors 1x-4x with 3 brokers, then 1x-6x with 5 (the resize rebalances the topics), the brokers' links at 10
+Mbit/s (`links: {nodes: brokers}`), each phase judged as every run is. It ends with the highest stable factor per
+broker count, beside the paper's.
 
     .venv/bin/python benchmarks/fig15a.py [--spec FILE] [--values FILE] [--keep]
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
     from cluster import images
-    from cluster.demo import helm, install
+    from cluster.demo import helm, reinstall
     from cluster.k8s import tool
     from cluster.node import Node, RealCluster
     from common.errors import UserError
@@ -63,11 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         images.build_all(None, tool("pause"))
         cluster.load_images([images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)])
         namespace = spec.namespace or spec.release
-        if helm(cluster, "status", spec.release, "-n", namespace, check=False).returncode == 0:
-            helm(cluster, "uninstall", spec.release, "-n", namespace, "--wait")
-        cluster.kubectl("delete", "pvc", "-n", namespace, "--all", "--wait=true", check=False, timeout_s=300)
-        install(cluster, spec.release, namespace, "-f", str(args.values),
-                "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
+        reinstall(cluster, spec.release, namespace, "-f", str(args.values),
+                  "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
         print(f"release {spec.release} installed ({time.monotonic() - started:.0f} s so far)")
         backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=namespace))
         try:

@@ -47,6 +47,16 @@ def install(cluster: RealCluster, release: str, namespace: str, *args: str) -> N
                         f"{not_ready_report(cluster, namespace)}")
 
 
+def reinstall(cluster: RealCluster, release: str, namespace: str, *args: str) -> None:
+    """A fresh `install`: the release uninstalled first if it is there, and its volumes' claims deleted, so that no
+    broker starts on an earlier run's data."""
+    if helm(cluster, "status", release, "-n", namespace, check=False).returncode == 0:
+        helm(cluster, "uninstall", release, "-n", namespace, "--wait")
+    cluster.kubectl("delete", "pvc", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--wait=true",
+                    check=False, timeout_s=300)
+    install(cluster, release, namespace, *args)
+
+
 def not_ready_report(cluster: RealCluster, namespace: str, log_lines: int = 15) -> str:
     """Each pod of the namespace that is not ready: its phase, every container's state (waiting reason, last exit
     code and reason, restarts), the last log lines of a container that is not ready, and the namespace's warnings."""
@@ -152,14 +162,10 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", n
     cluster.load_images([images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)], log=log)
     log(f"== 3/5 helm install {release} {CHART.relative_to(PROJECT_ROOT)} (defaults, and the release's own "
         f"Prometheus) in namespace {namespace}")
-    if helm(cluster, "status", release, "-n", namespace, check=False).returncode == 0:
-        helm(cluster, "uninstall", release, "-n", namespace, "--wait")
-    cluster.kubectl("delete", "pvc", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "--wait=true",
-                    check=False, timeout_s=300)
     install_started = time.monotonic()
     # The release's own Prometheus: experiments read each phase's resources there.
-    install(cluster, release, namespace, "--set", "prometheus.enabled=true",
-            "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
+    reinstall(cluster, release, namespace, "--set", "prometheus.enabled=true",
+              "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
     log(f"   installed, every pod ready, in {time.monotonic() - install_started:.0f} s")
     log(f"== 4/5 faces flowing: {seconds:.0f} s of identities")
     deadline = time.monotonic() + max(seconds, 600)

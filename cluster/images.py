@@ -252,11 +252,11 @@ def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
     stamps.mkdir(parents=True, exist_ok=True)
     loaded = []
     for reference in references:
+        if is_loaded(ctr, stamps, reference):
+            continue
         current = image_id(reference)
         if current is None:
             raise UserError(f"image {reference} is not built: run `aitax images build`")
-        if is_loaded(ctr, stamps, reference):
-            continue
         with tempfile.TemporaryFile() as push_errors:
             push = subprocess.Popen(_buildah_argv("push", "-q", reference,
                                                   f"docker-archive:/dev/stdout:{_qualified(reference)}"),
@@ -273,7 +273,7 @@ def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
             detail = imported.stderr.strip() if imported.returncode != 0 else pushing
             free_gib = shutil.disk_usage(stamps).free / 2**30
             raise UserError(f"loading {reference} into containerd failed (buildah push exit {pushed}, ctr import exit "
-                            f"{imported.returncode}; {free_gib:.1f} GiB free on {stamps.anchor}): {detail[-300:]}")
+                            f"{imported.returncode}; {free_gib:.1f} GiB free at {stamps}): {detail[-300:]}")
         _stamp(stamps, reference).write_text(current)
         loaded.append(reference)
         log(f"loaded {reference} into the cluster's containerd")
