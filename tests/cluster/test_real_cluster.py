@@ -3,8 +3,8 @@ cgroup limits, each broker runs on its own node, Services and DNS work, the Netw
 nodes, faces flow from the demo video to identities with the
 chart's defaults, `helm test` passes, a broker pod deleted under load comes back with every partition fully
 replicated, a drain stops at the brokers' disruption budget, identify pods crashed and deleted under load lose no
-face, the brokers scale out and back with their partitions under a real load phase, `helm upgrade` switches the
-release to Object Detection and then to the emulator, an emulated experiment measures each phase on the pods, a node
+face, `helm upgrade` switches the release to Object Detection and then to the emulator, an emulated experiment
+measures each phase on the pods, the brokers scale out and back with their partitions under a load phase, a node
 that fails under load loses no acknowledged face, and nothing is left behind.
 
 The tests run in file order on one release: each leaves it serving faces for the next."""
@@ -340,36 +340,6 @@ def test_scaling_identify_runs_more_real_pods(cluster: RealCluster, release: str
     cluster.kubectl("scale", "-n", NAMESPACE, deployment, "--replicas=2")
 
 
-def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, release: str) -> None:
-    """The experiment driver's broker phase on real pods: a fourth broker, then the rebalance Job moves replicas onto
-    it; the phase's load runs on four brokers (real ingest-detect and identify pods) and loses no face; restoring
-    moves the replicas off again before the StatefulSet shrinks, so no partition is ever left short."""
-    spec = parse_spec({"name": "brokers", "mode": "real", "release": release, "namespace": NAMESPACE,
-                       "phases": [{"name": "four-brokers", "duration": "40s", "replicas": {"kafka": 4}}]})
-    backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
-                                rollout_timeout_s=600)
-    backend.prepare()
-    try:
-        ready, run = backend.run_phase(0, "brokers")
-        assert ready == {"kafka": 4, "identify": 2, "ingest-detect": 1}, ready
-        assert 3 in _brokers_holding(cluster, release, "faces")
-        assert not _under_replicated(cluster, release)
-        # The broker-only fourth pod stayed up through the phase: kubelet's probes find it healthy.
-        fourth = next(pod for pod in _pods(cluster, "app.kubernetes.io/component=kafka")
-                      if pod["metadata"]["name"].endswith("-kafka-3"))
-        assert [status["restartCount"] for status in fourth["status"]["containerStatuses"]] == [0], fourth["status"]
-        # Read back through `aitax collect` in an identify pod: every face acknowledged was identified.
-        assert run.run_id == "brokers" and run.produced_faces > 0, run
-        assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
-        assert run.latency is not None and run.latency.faces > 0
-    finally:
-        backend.restore()
-    assert _brokers_holding(cluster, release, "faces") == {0, 1, 2}
-    _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
-    assert len(_pods(cluster, "app.kubernetes.io/component=kafka")) == 3
-    assert len(_pods(cluster, "app.kubernetes.io/component=ingest-detect")) == 1  # restored after its scale to 0
-
-
 def test_helm_upgrade_runs_object_detection_on_the_demo_video(cluster: RealCluster, release: str) -> None:
     """`workload: object-detection` (the paper's Sec. 6) on the same brokers: ingest pods publish every frame,
     detect-objects pods (CenterNet from the image) answer each on `detections`, and no pod reads faces."""
@@ -466,6 +436,37 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     assert sum(used[1].broker_network_bytes_per_s.values()) > sum(used[0].broker_network_bytes_per_s.values())
     after = _pods(cluster, "app.kubernetes.io/component=emulate-producers")
     assert len(after) == 1 and {p["metadata"]["name"] for p in after} != before  # restored: one new pod
+
+
+def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, release: str) -> None:
+    """The experiment driver's broker phase on real pods: a fourth broker, then the rebalance Job moves replicas onto
+    it; the phase's load runs on four brokers (the emulator's pods, which the release runs from the previous test:
+    the brokers are what this moves) and loses no face; restoring moves the replicas off again before the
+    StatefulSet shrinks, so no partition is ever left short."""
+    spec = parse_spec({"name": "brokers", "mode": "emulated", "release": release, "namespace": NAMESPACE,
+                       "phases": [{"name": "four-brokers", "duration": "30s", "replicas": {"kafka": 4}}]})
+    backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
+                                rollout_timeout_s=600)
+    backend.prepare()
+    try:
+        ready, run = backend.run_phase(0, "brokers")
+        assert ready == {"kafka": 4, "emulate-consumers": 2, "emulate-producers": 1}, ready
+        assert 3 in _brokers_holding(cluster, release, "faces")
+        assert not _under_replicated(cluster, release)
+        # The broker-only fourth pod stayed up through the phase: kubelet's probes find it healthy.
+        fourth = next(pod for pod in _pods(cluster, "app.kubernetes.io/component=kafka")
+                      if pod["metadata"]["name"].endswith("-kafka-3"))
+        assert [status["restartCount"] for status in fourth["status"]["containerStatuses"]] == [0], fourth["status"]
+        # Read back through `aitax collect` in an emulator pod: every face acknowledged was identified.
+        assert run.run_id == "brokers" and run.produced_faces > 0, run
+        assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
+        assert run.latency is not None and run.latency.faces > 0
+    finally:
+        backend.restore()
+    assert _brokers_holding(cluster, release, "faces") == {0, 1, 2}
+    _wait_for(lambda: not _under_replicated(cluster, release), 180, "every partition fully replicated", 5)
+    assert len(_pods(cluster, "app.kubernetes.io/component=kafka")) == 3
+    assert len(_pods(cluster, "app.kubernetes.io/component=emulate-producers")) == 1  # restored after its scale to 0
 
 
 def test_a_node_that_fails_under_load_loses_no_acknowledged_face(cluster: RealCluster, release: str) -> None:

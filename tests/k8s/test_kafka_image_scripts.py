@@ -4,7 +4,9 @@ address, as pods on their own IPs), the topics Job's `kafka-ensure-topics` creat
 test` probe passes against them, and `kafka-rebalance-topics` moves replicas off a leaving broker and back.
 
 No container runtime runs here, so this is how the image's logic is exercised: same scripts, same jars (the local
-stack's pinned Kafka 4.3.1), same settings the chart renders."""
+stack's pinned Kafka 4.3.1), same settings the chart renders. `make test-k8s` runs them; `make test` does not, since
+its real cluster runs the same scripts in pods (tests/cluster: brokers formed, topics Job, `helm test` probe, each
+broker's metrics, the rebalance Job)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from stack.security import ADMIN, BROKER, ELASTICSEARCH, issue_identities
 from stack.stack import local_marker
 from tests.k8s.conftest import CI_VALUES, render
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.image_scripts]
 
 BIN = PROJECT_ROOT / "containers" / "kafka" / "bin"
 PORT_BASE = int(os.environ.get("AITAX_PORT_BASE", "19000"))
