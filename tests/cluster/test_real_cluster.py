@@ -399,11 +399,13 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     from emulation.profile import load_profile
 
     # 2 streams of the paper's profile offer 10 faces/s each at 1x; the release's emulated identify has an H200's
-    # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare.
+    # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare. 30 s phases: the new
+    # producer pods are found by DNS (SRV, refreshed every scrape interval, 5 s) and then scraped, and a rate of
+    # their CPU needs two scrapes inside the window (one 20 s phase saw none).
     spec = parse_spec({"name": "accel", "mode": "emulated", "release": release, "namespace": NAMESPACE,
-                       "phases": [{"name": "one-x", "duration": "20s", "factor": 1,
+                       "phases": [{"name": "one-x", "duration": "30s", "factor": 1,
                                    "replicas": {"emulate-producers": 2, "emulate-consumers": 6}},
-                                  {"name": "four-x", "duration": "20s", "factor": 4}]})
+                                  {"name": "four-x", "duration": "30s", "factor": 4}]})
     before = {p["metadata"]["name"] for p in _pods(cluster, "app.kubernetes.io/component=emulate-producers")}
     backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
                                 rollout_timeout_s=300)
