@@ -59,7 +59,7 @@ log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
 
 # The folder the Go module proxy's copy of module $1 (path@version) lies in, downloaded first if need be.
 module_dir() {
-  "$GO" mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
+  "$GO" mod download -json "$1" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
 }
 
 # Link every file of a cached tool folder's bin/ into this checkout, building it first when neither cache has it.
