@@ -21,17 +21,24 @@ class Relay:
         self.cut_next = threading.Event()
         self.packets_corrupted = 0
         self.streaming_since: float | None = None  # the first RTP packet passed to a client
+        self.accepted = 0  # client connections so far
         self._connections: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, path: str = "/stream") -> str:
         return f"rtsp://127.0.0.1:{self.port}{path}"
 
-    def stall(self, seconds: float) -> None:
-        """Nothing passes either way for `seconds`; connections stay open (as over a stalled link)."""
+    def stall(self, seconds: float, until_reconnect_s: float = 0.0) -> float:
+        """Nothing passes either way for `seconds`, connections open (as over a stalled link), and on until a client
+        connects anew, for at most `until_reconnect_s` in all. A reader that runs behind still reads what was on its
+        way when the link stalled: only a stall that outlasts that backlog is one it can see. Returns its length."""
+        started, accepted = time.monotonic(), self.accepted
         self.flowing.clear()
         time.sleep(seconds)
+        while self.accepted == accepted and time.monotonic() - started < until_reconnect_s:
+            time.sleep(0.05)
         self.flowing.set()
+        return time.monotonic() - started
 
     def wait_streaming(self, seconds: float, timeout_s: float = 120) -> None:
         """Until RTP has passed to a client for `seconds`."""
@@ -64,6 +71,7 @@ class Relay:
                 client.close()
                 continue
             camera.settimeout(None)
+            self.accepted += 1
             self._connections += [client, camera]
             threading.Thread(target=self._pump, args=(client, camera, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(camera, client, True), daemon=True).start()

@@ -52,9 +52,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[RealCluster]:
+def cluster_was_running() -> bool:
+    """A developer's cluster, left as found; one started here goes down at the end with all it runs."""
+    return RealCluster(nodes=NODES).is_running()
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_was_running: bool) -> Iterator[RealCluster]:
     real = RealCluster(nodes=NODES)
-    was_running = real.is_running()
     started = time.monotonic()
     try:
         real.up()
@@ -67,15 +72,15 @@ def cluster() -> Iterator[RealCluster]:
         print(f"images built and loaded in {time.monotonic() - started:.1f} s")
         yield real
     finally:  # also when the setup failed: a half-started cluster must not outlive the tests
-        if not was_running:
+        if not cluster_was_running:
             real.down()
-    if not was_running:
+    if not cluster_was_running:
         left = {what: items for what, items in real.leftovers().items() if items}
         assert not left, f"`aitax cluster down` left {left}"
 
 
 @pytest.fixture(scope="session")
-def release(cluster: RealCluster) -> Iterator[str]:
+def release(cluster: RealCluster, cluster_was_running: bool) -> Iterator[str]:
     """The chart with no values at all, as `helm install aitax charts/aitax` does."""
     if cluster_helm(cluster, "status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
         cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
@@ -84,5 +89,9 @@ def release(cluster: RealCluster) -> Iterator[str]:
     install(cluster, RELEASE, NAMESPACE)
     print(f"helm install --wait with defaults: {time.monotonic() - started:.0f} s")
     yield RELEASE
-    cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False, timeout_s=300)
+    # A cluster started here goes down next, with every pod: the release's objects go from etcd (so that the next
+    # `up` does not bring them back), with no wait for its pods to end.
+    cluster_helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, *(("--wait",) if cluster_was_running else ()),
+                 check=False)
+    if cluster_was_running:
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False, timeout_s=300)
