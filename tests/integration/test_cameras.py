@@ -57,14 +57,21 @@ def run_cameras(cameras: list[SimulatedCamera], gallery: Path, workdir: Path, ru
                                 str(gallery), "--duration", f"{duration_s:g}", "--run-id", run_id, "--events-dir",
                                 str(events), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
+    fault_errors: list[BaseException] = []
+
     def apply_fault() -> None:
-        if cameras[0].playing.wait(300) and process.poll() is None:
-            time.sleep(after_s)
-            fault()
+        try:
+            if cameras[0].playing.wait(300) and process.poll() is None:
+                time.sleep(after_s)
+                fault()
+        except BaseException as error:  # raised again in the test, not lost in a thread
+            fault_errors.append(error)
 
     if fault is not None:
         threading.Thread(target=apply_fault, daemon=True).start()
     output, _ = process.communicate(timeout=600)
+    if fault_errors:
+        raise fault_errors[0]
     assert process.returncode == 0, output[-4000:]
     report = build_report(run_id, load_events(run_id, events).documents)
     logs = "\n".join(path.read_text() for path in sorted((events / "logs").glob("ingest-detect-*.log")))
@@ -92,11 +99,14 @@ def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack:
     with SimulatedCamera(CameraSpec(video, free_port())) as restarting, \
             SimulatedCamera(CameraSpec(video, free_port())) as damaged, \
             SimulatedCamera(CameraSpec(video, free_port())) as stalling:
-        relay, link = Relay(damaged.spec.port), Relay(stalling.spec.port)
+        # cam-1 through a relay that only passes bytes: it tells when its reader is streaming
+        passing, relay, link = Relay(restarting.spec.port), Relay(damaged.spec.port), Relay(stalling.spec.port)
 
         def faults() -> None:
             damaged.playing.wait(60)  # its reader started too
-            # The stall hits a stream that flows: one that stalls while it is being set up is another fault.
+            # Each fault hits a stream that flows: a camera that restarts, or a link that stalls, while its reader
+            # is still opening the stream is another fault (a loaded machine once took that long to open cam-1).
+            passing.wait_streaming(2.0)
             link.wait_streaming(2.0)
             # A reader that runs behind on a loaded machine still reads seconds of video that were on their way: a
             # fixed 10 s stall was once 3.8 s without a frame, under the reader's stall timeout (5 s).
@@ -106,7 +116,7 @@ def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack:
             off["stopped"] = time.monotonic()
             restarting.stop()
             time.sleep(2.0)
-            restarting.start()
+            restarting.start(timeout_s=60)  # a loaded machine starts its server slowly
             off["back"] = time.monotonic()
             time.sleep(1.0)
             relay.cut()
@@ -116,10 +126,10 @@ def test_a_restart_a_stall_and_a_corrupt_then_truncated_stream_in_one_run(stack:
             # 30 s, one run on a machine also compiling (three MTCNNs slow to start) saw the stall detected and a
             # first retry find the link still silent, and ended before the next.
             run = run_cameras([restarting, damaged, stalling], gallery, tmp_path, unique_name, faults, after_s=2.0,
-                              duration_s=STALL_S + 30, urls=[restarting.url, relay.url(), link.url()])
+                              duration_s=STALL_S + 30, urls=[passing.url(), relay.url(), link.url()])
         finally:
-            relay.close()
-            link.close()
+            for each in (passing, relay, link):
+                each.close()
     assert_nothing_lost(run)
     restarted, corrupted, stalled = run.cameras["cam-1"], run.cameras["cam-2"], run.cameras["cam-3"]
     assert restarted.reconnects >= 1 and restarted.connected, restarted
