@@ -58,14 +58,15 @@ def reinstall(cluster: RealCluster, release: str, namespace: str, *args: str) ->
 
 
 def not_ready_report(cluster: RealCluster, namespace: str, log_lines: int = 15) -> str:
-    """Each pod of the namespace that is not ready: its phase, every container's state (waiting reason, last exit
-    code and reason, restarts), the last log lines of a container that is not ready, and the namespace's warnings."""
+    """Each node in trouble (its taints and pressure say why pods wait unscheduled), each pod of the namespace that
+    is not ready: its phase, every container's state (waiting reason, last exit code and reason, restarts), the last
+    log lines of a container that is not ready, and the namespace's warnings."""
+    lines = [f"node {name}: {trouble}" for name, trouble in cluster.node_troubles().items() if trouble]
     listing = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
     try:
         pods = json.loads(listing.stdout)["items"]
     except (ValueError, KeyError):
-        return f"no pod listing: {listing.stderr.strip()[-300:]}"
-    lines = []
+        return "\n".join([*lines, f"no pod listing: {listing.stderr.strip()[-300:]}"])
     for pod in pods:
         name, status = pod["metadata"]["name"], pod.get("status", {})
         main = status.get("containerStatuses", [])

@@ -49,6 +49,9 @@ NETNS_DIR = Path("/var/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STORAGE_CLASS = "aitax-local"
 NODE_READY_TIMEOUT_S = 180
+# What the node lifecycle controller and kubelet put on a node that cannot take pods (not a user's own taints).
+TROUBLE_TAINTS = frozenset(f"node.kubernetes.io/{trouble}" for trouble in (
+    "not-ready", "unreachable", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"))
 POD_TEARDOWN_TIMEOUT_S = 90
 # A node's image store, under its containerd root: the blobs first (content), the unpacked layers, the metadata.
 IMAGE_STORES = ("io.containerd.content.v1.content", "io.containerd.snapshotter.v1.overlayfs",
@@ -426,6 +429,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         finally:
             for node in nodes:
                 self._start_containerd(node)
+        self._wait_for_nodes(nodes, "the nodes after their containerd restarted", self._process("kubelet-0"))
 
     def _copy_image_store(self, source: Node, target: Node) -> None:
         """The content blobs (immutable, named by digest) and the committed snapshots (the unpacked layers, only
@@ -463,8 +467,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         self._apply_storage_class()
         self._forget_other_nodes()
         self._route_pods()
-        wait_until(self._nodes_ready, NODE_READY_TIMEOUT_S, f"{len(self.node_list)} Ready node(s)",
-                   self._process("kubelet-0"))
+        self._wait_for_nodes(self.node_list, f"{len(self.node_list)} Ready node(s)", self._process("kubelet-0"))
         for node in self.node_list:
             self._start_network_policy(node)  # it reads its Node object at start and exits if there is none yet
 
@@ -499,10 +502,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "failSwapOn": False,
             # Images cannot be pulled back (no registry): never collect them.
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            # The machine's disk is shared with other work: evict only when really short. A share of a large disk is
-            # gigabytes (3% of 252 GB is 7.5 GB): at that threshold kubelet deleted the pause image in CI, which
-            # containerd could not pull back (there is no registry), and no pod could start after it.
-            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "1Gi", "imagefs.available": "1Gi"},
+            # No node-pressure eviction ("0%" turns a signal off), as kind does. Every node's kubelet measures the
+            # one shared machine, so one pressure signal taints every node at once, keeps the taint 5 min after it
+            # clears and relieves no node. Disk pressure once made kubelet delete the pause image, which cannot be
+            # pulled back (there is no registry). What really runs out still stops: the OOM killer, a full disk.
+            "evictionHard": {signal: "0%" for signal in ("memory.available", "nodefs.available", "nodefs.inodesFree",
+                                                         "imagefs.available", "imagefs.inodesFree")},
             "serializeImagePulls": False, "maxPods": 110,
             "podLogsDir": str(self.node_home(node) / "pod-logs"),  # not /var/log/pods: `down` leaves nothing behind
         }, indent=2))
@@ -576,14 +581,36 @@ volumeBindingMode: WaitForFirstConsumer
 """)
         self.apply_when_accepted(manifest, 60)
 
-    def ready_nodes(self) -> set[str]:
-        result = self.kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}="
-                              "{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}", check=False, timeout_s=10)
-        return {line.split("=")[0] for line in result.stdout.split() if line.endswith("=True")} \
-            if result.returncode == 0 else set()
+    def node_troubles(self) -> dict[str, str]:
+        """Each node's trouble, "" for a node that can take pods: Ready, with no pressure and none of the taints
+        the system puts on a node in trouble (not ready, unreachable, pressure, no network)."""
+        result = self.kubectl("get", "nodes", "-o", "json", check=False, timeout_s=10)
+        if result.returncode != 0:
+            return {}
+        troubles = {}
+        for item in json.loads(result.stdout)["items"]:
+            conditions = {c["type"]: c for c in item["status"].get("conditions", [])}
+            ready = conditions.get("Ready", {}).get("status", "Unknown")
+            trouble = [] if ready == "True" else [f"Ready={ready}: {conditions.get('Ready', {}).get('message', '')}"]
+            trouble += [f"{kind}: {c.get('message', '')}" for kind, c in conditions.items()
+                        if kind.endswith("Pressure") and c["status"] == "True"]
+            trouble += [f"taint {t['key']}:{t['effect']}" for t in item["spec"].get("taints", [])
+                        if t["key"] in TROUBLE_TAINTS]
+            troubles[item["metadata"]["name"]] = "; ".join(trouble)
+        return troubles
 
-    def _nodes_ready(self) -> bool:
-        return {node.name for node in self.node_list} <= self.ready_nodes()
+    def ready_nodes(self) -> set[str]:
+        return {name for name, trouble in self.node_troubles().items() if not trouble}
+
+    def _wait_for_nodes(self, nodes: list[Node], what: str, process: ManagedProcess) -> None:
+        """Until every one of `nodes` can take pods; a timeout names each node's trouble."""
+        try:
+            wait_until(lambda: {node.name for node in nodes} <= self.ready_nodes(), NODE_READY_TIMEOUT_S, what,
+                       process)
+        except UserError as error:
+            troubles = self.node_troubles()
+            states = "; ".join(f"{n.name}: {troubles.get(n.name, 'no Node object') or 'ready'}" for n in nodes)
+            raise UserError(f"{error} ({states})") from None
 
     def _api_ready(self) -> bool:
         if not port_is_open(self.apiserver_port, host=CONTROL_IP):
@@ -616,8 +643,7 @@ volumeBindingMode: WaitForFirstConsumer
         self._start_containerd(node)
         self._start_kubelet(node)
         self._start_kube_proxy(node)
-        wait_until(lambda: node.name in self.ready_nodes(), NODE_READY_TIMEOUT_S, f"{node.name} Ready again",
-                   self._process(f"kubelet-{node.index}"))
+        self._wait_for_nodes([node], f"{node.name} Ready again", self._process(f"kubelet-{node.index}"))
         self._start_network_policy(node)
 
     # --- down ---------------------------------------------------------------------------------------------------

@@ -58,12 +58,17 @@ class Recording(RealCluster):
     def _start_containerd(self, node: Node) -> None:
         self.events.append(("start containerd", node.index, ""))
 
+    def _wait_for_nodes(self, nodes: list[Node], what: str, process) -> None:
+        self.events.append(("wait until ready", tuple(n.index for n in nodes), ""))
+
 
 def test_a_new_clusters_nodes_take_a_copy_of_the_first_nodes_images(tmp_path: Path) -> None:
     cluster = Recording(tmp_path)
     cluster.load_images(["kafka", "pipeline"], log=lambda _: None)
     assert [e for e in cluster.events if e[0] == "import"] == [("import", 0, "kafka"), ("import", 0, "pipeline")]
     assert sorted(i for what, i, _ in cluster.events if what == "start containerd") == [0, 1, 2]
+    # Kubelets ride out their runtime's restart: nothing goes on until every node can take pods again.
+    assert cluster.events[-1] == ("wait until ready", (0, 1, 2), "")
     first = cluster.root(Node(0))
     for follower in (Node(1), Node(2)):
         mine = cluster.root(follower)
