@@ -305,12 +305,14 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
     """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings; retried with
     a fresh client on transient errors (`retry_transient`: a stack just started)."""
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
 
     from pipeline.transport.admin import retry_transient
 
     specs = config.topics() if specs is None else specs
     try:
-        retry_transient(lambda: _ensure_topics_once(config, specs, timeout_s), timeout_s)
+        retry_transient(lambda: ensure_topics_with(AdminClient(admin_settings(config)), specs,
+                                                   config.replication_factor, config.tls, timeout_s), timeout_s)
     except KafkaException as exception:
         raise UserError(f"creating topics {[s.name for s in specs]} failed: {exception.args[0]}") from exception
 
@@ -325,18 +327,19 @@ def grant_acls(admin, topics: list[tuple[str, str | None]], timeout_s: float) ->
         future.result()  # creating an ACL that exists is a no-op
 
 
-def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:
+def ensure_topics_with(admin, specs: list[TopicSpec], replication_factor: int, acls: bool, timeout_s: float) -> None:
+    """One attempt, through an admin client: the local stack's `ensure_topics` and the chart's topics Job
+    (`aitax cluster ensure-topics`). `acls`: also each principal's ACLs on them (brokers with TLS)."""
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-    admin = AdminClient(admin_settings(config))
     existing = admin.list_topics(timeout=timeout_s).topics
     missing = [s for s in specs if s.name not in existing]
     if missing:
         futures = admin.create_topics(
             [
                 NewTopic(
-                    s.name, num_partitions=s.partitions, replication_factor=config.replication_factor, config=s.config
+                    s.name, num_partitions=s.partitions, replication_factor=replication_factor, config=s.config
                 )
                 for s in missing
             ],
@@ -346,7 +349,7 @@ def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: 
             exception = future.exception()
             if exception is not None and exception.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise exception  # a race with another creator is fine; anything else is the caller's to judge
-    if config.tls:
+    if acls:
         grant_acls(admin, [(s.name, s.carries) for s in specs], timeout_s)
     for spec in specs:
         if spec.name in existing and spec.config:

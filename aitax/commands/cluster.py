@@ -4,11 +4,15 @@ images built without a registry and loaded into it)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from aitax.commands.options import group
 from common.errors import UserError
+
+if TYPE_CHECKING:
+    from stack.config import TopicSpec
 
 
 def register(root: click.Group) -> None:
@@ -149,38 +153,54 @@ def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsea
 
 
 @cluster_group.command(
-    "grant-acls", short_help="each principal's ACLs on a release's topics (the chart's topics Job runs it)",
-    help="In the chart's topics Job, as the admin ($AITAX_KAFKA_TLS): grant each stage's principal what it needs on "
-         "the topics (stack/security.py's table), waiting up to --timeout for the brokers. Granting an ACL that "
-         "exists changes nothing.")
+    "ensure-topics", short_help="create a release's topics, apply their settings, grant ACLs (the topics Job)",
+    help="In the chart's topics Job: create the topics that are missing, apply each one's settings to those that "
+         "exist (a `helm upgrade` may change them) and, with TLS ($AITAX_KAFKA_TLS, the admin), grant each stage's "
+         "principal what it needs on them (stack/security.py's table); the local stack's code "
+         "(stack.kafka.ensure_topics_with). Waits up to --timeout for the brokers; running it again changes nothing.")
 @click.option("--bootstrap", required=True, help="the brokers, HOST:PORT[,...]")
-@click.option("--topic", "topics", multiple=True, required=True, metavar="NAME=ROLE",
-              help="a topic and the `Topics` field it is (faces, identities, dlq, frames, detections); repeatable")
+@click.option("--topic", "topics", multiple=True, required=True, metavar="NAME:PARTITIONS:ROLE[:KEY=VALUE,...]",
+              help="a topic, its partitions, the `Topics` field it is (faces, identities, dlq, frames, detections) "
+                   "and its settings; repeatable")
+@click.option("--replication-factor", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
               help="seconds to wait for the brokers")
-def cluster_grant_acls(bootstrap: str, topics: tuple[str, ...], timeout_s: float) -> int:
+def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_factor: int, timeout_s: float) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from pipeline.schema import Topics
     from pipeline.transport.admin import retry_transient
-    from pipeline.transport.security import librdkafka_settings
-    from stack.kafka import grant_acls
+    from pipeline.transport.security import librdkafka_settings, tls_from_environment
+    from stack.kafka import ensure_topics_with
 
-    pairs = [tuple(topic.split("=", 1)) for topic in topics]
-    roles = set(Topics.__dataclass_fields__)
-    bad = next((topic for topic, pair in zip(topics, pairs, strict=True) if len(pair) != 2 or pair[1] not in roles),
-               None)
-    if bad is not None:
-        raise click.BadParameter(f"{bad!r}: give NAME=ROLE, ROLE one of {', '.join(sorted(roles))}",
-                                 param_hint="--topic")
+    specs = [_topic_spec(topic) for topic in topics]
+    acls = tls_from_environment() is not None
     try:
-        retry_transient(lambda: grant_acls(AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})),
-                                           pairs, 30.0), timeout_s)
+        retry_transient(lambda: ensure_topics_with(AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})),
+                                                   specs, replication_factor, acls, 30.0), timeout_s)
     except KafkaException as exception:
-        raise UserError(f"granting ACLs at {bootstrap} failed: {exception.args[0]}") from exception
-    print(f"ACLs granted on {', '.join(name for name, _ in pairs)}")
+        raise UserError(f"ensuring topics at {bootstrap} failed: {exception.args[0]}") from exception
+    for spec in specs:
+        settings = ",".join(f"{key}={value}" for key, value in spec.config.items())
+        print(f"topic {spec.name}: {spec.partitions} partitions, RF {replication_factor}, {settings}")
+    if acls:
+        print(f"ACLs granted on {', '.join(spec.name for spec in specs)}")
     return 0
+
+
+def _topic_spec(text: str) -> TopicSpec:
+    """NAME:PARTITIONS:ROLE[:KEY=VALUE,...] as a TopicSpec; a bad one is named."""
+    from pipeline.schema import Topics
+    from stack.config import TopicSpec
+
+    name, partitions, role, settings = (*text.split(":", 3), "", "", "")[:4]
+    entries = [entry.split("=", 1) for entry in settings.split(",") if entry]
+    roles = set(Topics.__dataclass_fields__)
+    if not name or not partitions.isdigit() or int(partitions) < 1 or role not in roles \
+            or any(len(entry) != 2 for entry in entries):
+        raise click.BadParameter(f"{text!r}: give NAME:PARTITIONS:ROLE[:KEY=VALUE,...], PARTITIONS at least 1, "
+                                 f"ROLE one of {', '.join(sorted(roles))}", param_hint="--topic")
+    return TopicSpec(name, int(partitions), dict(entries), carries=role)
 
 
 @cluster_group.command("down", short_help="stop every pod and process; remove the nodes, links, mounts and cgroups")

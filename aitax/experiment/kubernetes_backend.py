@@ -139,10 +139,13 @@ class KubernetesBackend:
         return release_profile
 
     def run_phase(self, index: int, run_id: str, disruption: Callable[[], None] | None = None,
-                  disruption_after_s: float | None = None) -> tuple[dict[str, int], RunResult]:
+                  disruption_after_s: float | None = None, drain_s: float | None = None
+                  ) -> tuple[dict[str, int], RunResult]:
         """The phase through the load engine: the replicas it ran and what it measured. `disruption`: a fault
         scenario's, run `disruption_after_s` into the load (`load.engine.run_load`); `self.phase_load` then holds
-        the phase's read-back for its accounting."""
+        the phase's read-back for its accounting. `drain_s`: the longest wait for the backlog after the load (it
+        ends once the consumers caught up), instead of the workload's default."""
+        drain = {} if drain_s is None else {"drain_s": drain_s}
         phase, mode = self.spec.phases[index], self.spec.mode
         replicas = {stage: phase.replicas.get(stage, scaled.original_replicas)
                     for stage, scaled in self.workloads.items()}
@@ -152,13 +155,13 @@ class KubernetesBackend:
         if mode == "real":
             workload = Workload(mode="real", producers=producers, consumers=consumers, duration_s=phase.duration_s,
                                 video=self.producers.env.get("AITAX_VIDEO"), gallery=self.consumers.arg("--gallery"),
-                                pace=self.producers.arg("--pace", "native"), drain_s=REAL_DRAIN_S)
+                                pace=self.producers.arg("--pace", "native"), **{"drain_s": REAL_DRAIN_S, **drain})
             offered = None
         else:
             workload = Workload(mode="emulated", producers=producers * per_producer,
                                 consumers=consumers * per_consumer, producer_processes=producers,
                                 consumer_processes=consumers, duration_s=phase.duration_s, factor=phase.factor,
-                                profile=self.spec.profile)
+                                profile=self.spec.profile, **drain)
             offered = self.offered_per_producer * workload.producers * phase.factor
         pods = PhasePods(consumers=self.consumers, producers=self.producers, consumer_replicas=consumers,
                          producer_replicas=producers, members=consumers * per_consumer,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from cluster.node import NODE_PREFIX, Node, RealCluster
 from common.daemons import poll_until
 from common.errors import UserError
+from emulation.faults import DRAIN_S as FAULT_DRAIN_S
 from telemetry.results import FaultResult, judge_fault
 
 SCENARIO = "node-failure"
@@ -71,7 +72,10 @@ def run_node_failure(cluster: RealCluster, release: str, namespace: str, *, brok
 
     run_id = f"{SCENARIO}-{random.Random().randrange(16**6):06x}"
     try:
-        _, run = backend.run_phase(0, run_id, disruption=fail_then_restore, disruption_after_s=duration_s / 4)
+        # A consumer that died with the node holds its partitions until its session times out: the drain waits
+        # for the group to recover, as the local fault scenarios' does.
+        _, run = backend.run_phase(0, run_id, disruption=fail_then_restore, disruption_after_s=duration_s / 4,
+                                   drain_s=FAULT_DRAIN_S)
     finally:
         if node.name not in cluster.ready_nodes():  # the disruption failed half-way: never leave a node down
             cluster.restore_node(node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -30,6 +31,8 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
     next_note = 0.0
     while True:
         try:
+            if not wait_s and _nothing_listens(bootstrap_servers):  # retrying cannot help: say so now
+                raise KafkaException(f"nothing listens at {bootstrap_servers}")
             existing = admin.list_topics(timeout=timeout_s).topics
             missing = [t for t in topics if t not in existing]
             # A principal sees only the topics its ACLs name: a topic it may not use looks missing.
@@ -54,6 +57,21 @@ def require_brokers(bootstrap_servers: str, timeout_s: float = 10.0, topics: Seq
             log.info("waiting for Kafka: %s", problem)
             next_note = time.monotonic() + 30
         time.sleep(2)
+
+
+def _nothing_listens(bootstrap_servers: str) -> bool:
+    """Every bootstrap address refuses a TCP connection at once: no broker runs there, so a client would only
+    retry until its timeout. Anything else (accepted, slow, unresolvable) is left to the client to judge."""
+    for address in bootstrap_servers.split(","):
+        host, _, port = address.strip().split("://")[-1].rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return False
+        except ConnectionRefusedError:
+            continue
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def partition_count(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.transport.security import READER, READER_MOUNT
+from pipeline.transport.security import READER, READER_MOUNT, TLS_ENV
 from stack.elasticsearch import SECURITY_SETTINGS
 from stack.security import ADMIN, BROKER, COMMAND_PRINCIPALS, ELASTICSEARCH
 from tests.k8s.conftest import CHART, CI_VALUES, render
@@ -63,13 +63,11 @@ def test_kafka_and_its_tools_carry_the_broker_and_admin_identities() -> None:
     assert "/etc/kafka/tls" in {m["mountPath"] for m in brokers["containers"][0]["volumeMounts"]}
     job = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]
     assert _secrets(job)["identity"] == f"t-aitax-identity-{ADMIN}"
-    topics, acls, template = job["containers"]
-    assert _env(topics)["KAFKA_TLS_DIR"] == "/etc/aitax/identity"
-    assert acls["args"][:2] == ["cluster", "grant-acls"] and _env(acls)["AITAX_KAFKA_TLS"] == "/etc/aitax/identity"
-    granted = [acls["args"][i + 1] for i, arg in enumerate(acls["args"]) if arg == "--topic"]
-    created = [arg.split(":", 1)[0] for arg in topics["args"]]
-    assert [g.split("=")[0] for g in granted] == created
-    assert granted == ["faces=faces", "identities=identities", "faces.dlq=dlq"]
+    topics, template = job["containers"]
+    # One client creates the topics and grants their ACLs, as the admin: each topic's role says who may use it.
+    assert topics["args"][:2] == ["cluster", "ensure-topics"] and _env(topics)[TLS_ENV] == "/etc/aitax/identity"
+    granted = [topics["args"][i + 1].split(":")[:3:2] for i, arg in enumerate(topics["args"]) if arg == "--topic"]
+    assert granted == [["faces", "faces"], ["identities", "identities"], ["faces.dlq", "dlq"]]
     assert template["args"][:2] == ["events", "template"]
     assert _env(template)["AITAX_ELASTICSEARCH_CREDENTIALS"] == "/etc/aitax/identity"
     probe = next(d for d in docs if d["kind"] == "Pod")["spec"]

@@ -231,26 +231,29 @@ def test_broker_settings_are_the_local_stacks() -> None:
         assert chart == local, sets
 
 
+def _job_topics(docs: list[dict]) -> tuple[dict[str, tuple[int, str, dict[str, str]]], list[str]]:
+    """The topics Job's --topic NAME:PARTITIONS:ROLE:SETTINGS as {name: (partitions, role, settings)}, and its
+    arguments."""
+    args = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]["args"]
+    topics = {}
+    for arg in (args[i + 1] for i, flag in enumerate(args) if flag == "--topic"):
+        name, partitions, role, settings = arg.split(":", 3)
+        topics[name] = (int(partitions), role, dict(entry.split("=", 1) for entry in settings.split(",")))
+    return topics, args
+
+
 def test_topics_are_the_local_stacks() -> None:
     docs = render(CI_VALUES[0])
     job = _named(docs, "Job", "-topics")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    chart_topics = {}
-    for arg in container["args"]:
-        name, partitions, configs = arg.split(":", 2)
-        chart_topics[name] = (int(partitions), dict(entry.split("=", 1) for entry in configs.split(",")))
-    local = {spec.name: (spec.partitions, spec.config) for spec in StackConfig().topics()}
-    assert chart_topics == local
-    for values, frames, detections in (("three-stage", True, False), ("object-detection", True, True)):
-        container = _named(render(CHART / "ci" / f"{values}-values.yaml"), "Job", "-topics")["spec"]["template"][
-            "spec"]["containers"][0]
-        chart_topics = {arg.split(":", 2)[0]: (int(arg.split(":", 2)[1]), dict(
-            entry.split("=", 1) for entry in arg.split(":", 2)[2].split(","))) for arg in container["args"]}
-        local = {spec.name: (spec.partitions, spec.config)
+    for values, frames, detections in ((CI_VALUES[0], False, False), (CHART / "ci" / "three-stage-values.yaml", True,
+                                       False), (CHART / "ci" / "object-detection-values.yaml", True, True)):
+        topics, args = _job_topics(render(values))
+        local = {spec.name: (spec.partitions, spec.carries, spec.config)
                  for spec in StackConfig().topics(frames=frames, detections=detections)}
-        assert chart_topics == local, values
-    assert {e["name"]: e.get("value") for e in container["env"]}["KAFKA_REPLICATION_FACTOR"] == "3"
+        assert topics == local, values
+        assert args[:2] == ["cluster", "ensure-topics"]  # the local stack's code, in the emulator image
+        assert args[args.index("--replication-factor") + 1] == "3"
 
 
 def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
@@ -391,8 +394,7 @@ def test_the_three_stage_design_and_object_detection_split_ingestion_off() -> No
     # one emulated detect instance per emulated stream
     assert (deployments["t-aitax-emulate-detectors"]["spec"]["replicas"], args["t-aitax-emulate-detectors"][2]) == (
         deployments["t-aitax-emulate-producers"]["spec"]["replicas"], args["t-aitax-emulate-producers"][2])
-    topics = _named(emulated, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert any(arg.startswith("frames:") for arg in topics)
+    assert "frames" in _job_topics(emulated)[0]
 
 
 def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:
@@ -541,5 +543,4 @@ def test_fig15a_values_keep_the_load_and_its_services_on_the_clients_node_and_th
         assert spec["nodeSelector"] == {"kubernetes.io/hostname": "aitax-node-5"}, component
         assert spec["tolerations"] == [{"key": "aitax.io/clients", "operator": "Exists", "effect": "NoSchedule"}]
     assert "tolerations" not in placed["kafka"] and "dashboard" not in placed
-    job = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]
-    assert any(arg.startswith("faces:15:") for arg in job["args"])  # even over 3 brokers and over 5
+    assert _job_topics(docs)[0]["faces"][0] == 15  # even over 3 brokers and over 5

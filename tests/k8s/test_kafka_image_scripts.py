@@ -1,7 +1,8 @@
 """The Kafka image's scripts, run for real: four `kafka-broker` entrypoints fed the chart's rendered ConfigMap and
 StatefulSet environment form a KRaft cluster (three controllers and one broker-only pod, each on its own loopback
-address, as pods on their own IPs), the topics Job's `kafka-ensure-topics` creates the chart's topics, the `helm
-test` probe passes against them, and `kafka-rebalance-topics` moves replicas off a leaving broker and back.
+address, as pods on their own IPs), the topics Job's `aitax cluster ensure-topics` creates the chart's topics and
+grants their ACLs, the `helm test` probe passes against them, and `kafka-rebalance-topics` moves replicas off a
+leaving broker and back.
 
 No container runtime runs here, so this is how the image's logic is exercised: same scripts, same jars (the local
 stack's pinned Kafka 4.3.1), same settings the chart renders. `make test-k8s` runs them; `make test` does not, since
@@ -124,17 +125,20 @@ def test_entrypoint_generates_per_pod_settings(image_cluster: dict) -> None:
     assert props["broker.session.timeout.ms"] == "3000" and props["min.insync.replicas"] == "2"
 
 
-def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: dict) -> None:
+def test_topics_job_and_probe_against_the_image_cluster(image_cluster: dict) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    container, acls = image_cluster["job"]["spec"]["template"]["spec"]["containers"][:2]
-    env = {**os.environ, "KAFKA_HOME": str(image_cluster["home"]), "KAFKA_BOOTSTRAP": image_cluster["bootstrap"],
-           "KAFKA_REPLICATION_FACTOR": "3", "KAFKA_WAIT_TIMEOUT_S": "120", "KAFKA_HEAP_OPTS": "-Xmx256m",
-           "KAFKA_TLS_DIR": str(image_cluster["pki"] / ADMIN)}
+    container = image_cluster["job"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:4:2] == ["cluster", "--bootstrap"]
+    args = [*container["args"][:3], image_cluster["bootstrap"], *container["args"][4:]]  # the brokers here
+
+    def ensure_topics() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "aitax.cli", *args], capture_output=True, text=True,
+                              timeout=300, env=os.environ)  # as the admin ($AITAX_KAFKA_TLS), as in the Job
+
     started = time.monotonic()
-    result = subprocess.run([str(BIN / "kafka-ensure-topics"), *container["args"]], env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = ensure_topics()
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
     print(f"cluster formed and topics created in {time.monotonic() - started:.1f} s")
     admin = AdminClient(librdkafka_settings(image_cluster["bootstrap"], {"log_level": 0}))
@@ -147,18 +151,14 @@ def test_topics_job_script_and_probe_against_the_image_cluster(image_cluster: di
     assert configs["message.timestamp.type"].value == "LogAppendTime"
     assert configs["min.insync.replicas"].value == "2"
     # Running it again (helm upgrade) is fine: existing topics just get their settings re-applied.
-    again = subprocess.run([str(BIN / "kafka-ensure-topics"), *container["args"]], env=env, capture_output=True,
-                           text=True, timeout=300)
+    again = ensure_topics()
     assert again.returncode == 0, again.stderr[-1500:]
     summary = run_probe(image_cluster["bootstrap"], "aitax.probe", replication_factor=3, min_insync=2,
                         timeout_s=60)
     assert summary.startswith("probe ok: aitax.probe@")
     assert summary.endswith("listeners SSL:SSL,CONTROLLER:SSL, client certificates required, "
                             "authorizer StandardAuthorizer")
-    # The Job's second container grants the stages their ACLs: identify may then read faces, never write them.
-    granted = subprocess.run([sys.executable, "-m", "aitax.cli", *acls["args"][:3], image_cluster["bootstrap"],
-                              *acls["args"][4:]], capture_output=True, text=True, timeout=300, env=os.environ)
-    assert granted.returncode == 0, granted.stderr[-1500:]
+    # The Job granted the stages their ACLs: identify may read faces, never write them.
     identify = KafkaTls(image_cluster["pki"] / "identify").confluent()
     producer = Producer({"bootstrap.servers": image_cluster["bootstrap"], "log_level": 0,
                          "message.timeout.ms": 10_000, **identify})
