@@ -169,12 +169,25 @@ def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_f
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    from common.daemons import poll_until
     from pipeline.transport.admin import retry_transient
     from pipeline.transport.security import librdkafka_settings, tls_from_environment
     from stack.kafka import ensure_topics_with
 
     specs = [_topic_spec(topic) for topic in topics]
     acls = tls_from_environment() is not None
+    admin = AdminClient(librdkafka_settings(bootstrap, {"log_level": 0}))
+
+    def registered() -> int:
+        try:
+            return len(admin.list_topics(timeout=10).brokers)
+        except KafkaException:
+            return 0
+
+    # A broker pod is Ready a moment before the controller registers it: a topic of RF 3 needs 3 registered.
+    if not poll_until(lambda: registered() >= replication_factor, timeout_s, interval_s=2.0):
+        raise UserError(f"ensuring topics at {bootstrap} failed: fewer than {replication_factor} brokers registered "
+                        f"after {timeout_s:g} s")
     try:
         retry_transient(lambda: ensure_topics_with(AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})),
                                                    specs, replication_factor, acls, 30.0), timeout_s)
