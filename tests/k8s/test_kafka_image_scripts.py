@@ -126,7 +126,7 @@ def test_entrypoint_generates_per_pod_settings(image_cluster: dict) -> None:
 
 
 def test_topics_job_and_probe_against_the_image_cluster(image_cluster: dict) -> None:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     container = image_cluster["job"]["spec"]["template"]["spec"]["containers"][0]
@@ -137,11 +137,23 @@ def test_topics_job_and_probe_against_the_image_cluster(image_cluster: dict) -> 
         return subprocess.run([sys.executable, "-m", "aitax.cli", *args], capture_output=True, text=True,
                               timeout=300, env=os.environ)  # as the admin ($AITAX_KAFKA_TLS), as in the Job
 
+    # The Job runs after every broker pod is Ready (helm's --wait): here, once all four are registered, so the
+    # topics' replicas spread over the broker-only one too.
+    admin = AdminClient(librdkafka_settings(image_cluster["bootstrap"], {"log_level": 0}))
+
+    def registered() -> list[int]:
+        try:
+            return sorted(admin.list_topics(timeout=5).brokers)
+        except KafkaException:  # the cluster still forming
+            return []
+
     started = time.monotonic()
+    while len(registered()) < BROKERS:
+        assert time.monotonic() - started < 120, f"brokers registered: {registered()}"
+        time.sleep(1)
     result = ensure_topics()
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
     print(f"cluster formed and topics created in {time.monotonic() - started:.1f} s")
-    admin = AdminClient(librdkafka_settings(image_cluster["bootstrap"], {"log_level": 0}))
     metadata = admin.list_topics(timeout=10)
     assert sorted(metadata.brokers) == [0, 1, 2, 3]
     faces = metadata.topics["faces"]
