@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
+UV_VERSION := 0.13.8
+UV := UV_NATIVE_TLS=1 UV_FIND_LINKS="$${PIP_FIND_LINKS:-}" $(BIN)/uv
 # Nodes of `make cluster` and `make k8s-demo`: one broker each.
 NODES ?= 3
 
@@ -23,11 +25,13 @@ setup-k8s: setup  ## also the Kubernetes tools the chart tests use (helm, kubeco
 setup-cluster: setup-k8s  ## also a real node: containerd, runc, CNI, kubelet, kube-proxy, CoreDNS, mmdebstrap, buildah
 	@bash scripts/install-k8s-tools.sh --node
 
-$(STAMP): pyproject.toml
+# uv installs the venv: the same pinned versions as pip, downloaded in parallel and linked from its machine-wide
+# cache (about 25 s from an empty cache here, against 80 s with pip). It reads pip's find-links and the system CAs.
+$(STAMP): pyproject.toml Makefile  # the Makefile: it pins uv
 	@bash scripts/install-system-packages.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -q --upgrade pip
-	@$(BIN)/pip install -q -e ".[dev]"
+	@$(BIN)/pip install -q uv==$(UV_VERSION)
+	@$(UV) pip install -q --python $(BIN)/python -e ".[dev]"
 	@touch $@
 
 demo: setup  ## the whole pipeline end to end on the local stack: accuracy and latency

