@@ -101,6 +101,11 @@ def images_home() -> Path:
     return Path(os.environ.get("AITAX_IMAGES_HOME") or cache / "aitax" / "images")
 
 
+def node_images_home() -> Path:
+    """The machine's copy of a cluster node's image store (`RealCluster.load_images`), beside buildah's."""
+    return images_home().with_name("node-images")
+
+
 def store_bytes() -> int:
     if not images_home().exists():
         return 0

@@ -386,10 +386,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     def load_images(self, references: list[str], log=print) -> None:
         """Each image into every node's containerd (there is no registry to pull from). The first node imports each
         image. When no node runs a container yet (a new cluster), the nodes lacking an image then take a copy of
-        the first node's image store (`_copy_image_store`): a second import of a multi-gigabyte image would cost
+        the first node's image store (`_clone_images`): a second import of a multi-gigabyte image would cost
         minutes, and its unpacked layers the disk again per node. A node already running containers imports each
-        image itself, finding the layer blobs hard-linked from the first node's store."""
+        image itself, finding the layer blobs hard-linked from the first node's store.
+
+        A first node that runs nothing and lacks an image starts from the machine's copy of the image store that
+        the last new cluster's first node held (`images.node_images_home()`, layers hard-linked, kept by
+        `_clone_images`): a fresh clone's cluster then imports only the images built since (in CI, those holding
+        the changed code), not every image again."""
         first, *others = self.node_list
+        if not self._holds(first, references) and not self._containers(first):
+            self._seed_from_machine(first, log)
         self._import_images(first, references, log)
         behind = [node for node in others if not self._holds(node, references)]
         if behind and not any(self._containers(node) for node in (first, *behind)):
@@ -418,34 +425,52 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _clone_images(self, source: Node, targets: list[Node]) -> None:
         """With containerd stopped on the source and targets (a database is copied whole only when no one writes
-        it), each target's image store becomes a copy of the source's; containerd then starts again and reads it.
-        Kubelet rides out its runtime's restart, as in a containerd upgrade."""
+        it), each target's image store becomes a copy of the source's, and so does the machine's copy; containerd
+        then starts again and reads it. Kubelet rides out its runtime's restart, as in a containerd upgrade."""
         nodes = [source, *targets]
         for node in nodes:
             self._process(f"containerd-{node.index}").stop(timeout_s=20)
         try:
             for target in targets:
-                self._copy_image_store(source, target)
+                _copy_image_store(self._image_root(source), self._stamps(source), self._image_root(target),
+                                  self._stamps(target))
+            self._keep_for_machine(source)
         finally:
             for node in nodes:
                 self._start_containerd(node)
         self._wait_for_nodes(nodes, "the nodes after their containerd restarted", self._process("kubelet-0"))
 
-    def _copy_image_store(self, source: Node, target: Node) -> None:
-        """The content blobs (immutable, named by digest) and the committed snapshots (the unpacked layers, only
-        ever a container's read-only lower layers) hard-linked: the machine holds them once. The metadata databases
-        copied: each containerd writes its own. Uploads in progress (`ingest`) are not taken."""
-        source_root, target_root = (self.node_home(n) / "containerd" / "root" for n in (source, target))
-        target_root.mkdir(parents=True, exist_ok=True)
-        for store in IMAGE_STORES:
-            shutil.rmtree(target_root / store, ignore_errors=True)
-            subprocess.run(["cp", "-al", str(source_root / store), str(target_root / store)], check=True)
-            for database in (target_root / store).rglob("*.db"):
-                database.unlink()  # the hard link: writing through it would write the source's database
-                shutil.copy2(source_root / database.relative_to(target_root), database)
-        shutil.rmtree(target_root / IMAGE_STORES[0] / "ingest", ignore_errors=True)
-        shutil.rmtree(self._stamps(target), ignore_errors=True)
-        shutil.copytree(self._stamps(source), self._stamps(target))
+    def _seed_from_machine(self, node: Node, log) -> None:
+        """The node's image store replaced by the machine's copy, when there is one from this containerd."""
+        kept = images.node_images_home()
+        if not (kept / ".complete").exists() or (kept / "containerd-version").read_text() != _containerd_version():
+            return
+        log(f"{node.name}: the machine's image store from {kept} (layers hard-linked)")
+        self._process(f"containerd-{node.index}").stop(timeout_s=20)
+        try:
+            _copy_image_store(kept / "root", kept / "loaded-images", self._image_root(node), self._stamps(node))
+        finally:
+            self._start_containerd(node)
+        self._wait_for_nodes([node], f"{node.name} after its containerd restarted", self._process("kubelet-0"))
+
+    def _keep_for_machine(self, node: Node) -> None:
+        """The node's image store as the machine's copy (replacing the last), hard-linked; none when the machine's
+        cache is on another filesystem (a copy would cost the disk again)."""
+        kept = images.node_images_home()
+        partial = kept.with_name(kept.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            _copy_image_store(self._image_root(node), self._stamps(node), partial / "root", partial / "loaded-images")
+        except subprocess.CalledProcessError:
+            shutil.rmtree(partial, ignore_errors=True)
+            return
+        (partial / "containerd-version").write_text(_containerd_version())
+        (partial / ".complete").touch()
+        shutil.rmtree(kept, ignore_errors=True)
+        partial.rename(kept)
+
+    def _image_root(self, node: Node) -> Path:
+        return self.node_home(node) / "containerd" / "root"
 
     def _share_blobs(self, source: Node, target: Node) -> None:
         def blobs(node: Node) -> Path:
@@ -745,3 +770,27 @@ def _run(*argv: str) -> str:
     if result.returncode != 0:
         raise UserError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
     return result.stdout
+
+
+def _copy_image_store(source_root: Path, source_stamps: Path, target_root: Path, target_stamps: Path) -> None:
+    """A containerd root's image store and its import stamps: the content blobs (immutable, named by digest) and the
+    committed snapshots (the unpacked layers, only ever a container's read-only lower layers) hard-linked, so the
+    machine holds them once; the metadata databases copied, as each containerd writes its own. Uploads in progress
+    (`ingest`) are not taken."""
+    target_root.mkdir(parents=True, exist_ok=True)
+    for store in IMAGE_STORES:
+        shutil.rmtree(target_root / store, ignore_errors=True)
+        subprocess.run(["cp", "-al", str(source_root / store), str(target_root / store)], check=True,
+                       capture_output=True)
+        for database in (target_root / store).rglob("*.db"):
+            database.unlink()  # the hard link: writing through it would write the source's database
+            shutil.copy2(source_root / database.relative_to(target_root), database)
+    shutil.rmtree(target_root / IMAGE_STORES[0] / "ingest", ignore_errors=True)
+    shutil.rmtree(target_stamps, ignore_errors=True)
+    shutil.copytree(source_stamps, target_stamps)
+
+
+def _containerd_version() -> str:
+    """The machine's containerd: a store it kept is read only by the same version."""
+    return subprocess.run([shutil.which("containerd") or "containerd", "--version"], capture_output=True,
+                          text=True).stdout.strip()

@@ -1,6 +1,7 @@
 """Images into every node of `aitax cluster` (no registry): the first node imports each image; on a new cluster the
 others take a copy of its image store (layers hard-linked, databases copied), and a node already running containers
-imports each image itself with the layer blobs hard-linked. containerd is faked at its edge (`ctr`, its start); the
+imports each image itself with the layer blobs hard-linked. A new cluster's first node leaves its store to the
+machine, and the next clone's new cluster starts from it. containerd is faked at its edge (`ctr`, its start); the
 real cluster's fixture loads the real images."""
 
 from __future__ import annotations
@@ -9,10 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from cluster import images
 from cluster.node import IMAGE_STORES, Node, RealCluster
 from common.errors import UserError
 
 CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
+
+
+@pytest.fixture(autouse=True)
+def machine_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The machine-wide caches in this test's folder, and a containerd of a known version."""
+    monkeypatch.setenv("AITAX_IMAGES_HOME", str(tmp_path / "machine" / "images"))
+    monkeypatch.setattr("cluster.node._containerd_version", lambda: "containerd 1.6.20")
+    return images.node_images_home()
 
 
 class Recording(RealCluster):
@@ -35,6 +45,8 @@ class Recording(RealCluster):
 
     def _import_images(self, node: Node, references: list[str], log) -> None:
         for reference in references:
+            if (self._stamps(node) / reference).exists():  # imported already, as `images.load_into` skips it
+                continue
             self.events.append(("import", node.index, reference))
             if f"{node.index}:{reference}" == self.fail_on:
                 raise UserError(f"loading {reference} into containerd failed")
@@ -106,3 +118,33 @@ def test_only_the_nodes_lacking_an_image_are_copied(tmp_path: Path) -> None:
     cluster.events.clear()
     cluster.load_images(["kafka"], log=lambda _: None)  # every node holds it: nothing stops
     assert [e for e in cluster.events if e[0] != "import"] == []
+
+
+def test_a_new_clusters_first_node_leaves_its_store_to_the_machine(tmp_path: Path, machine_cache: Path) -> None:
+    cluster = Recording(tmp_path / "checkout")
+    cluster.load_images(["kafka", "pipeline"], log=lambda _: None)
+    assert machine_cache == tmp_path / "machine" / "node-images"
+    layer = Path(SNAPSHOTS) / "snapshots" / "pipeline" / "fs" / "bin"
+    assert (machine_cache / "root" / layer).stat().st_ino == (cluster.root(Node(0)) / layer).stat().st_ino
+    assert sorted(p.name for p in (machine_cache / "loaded-images").iterdir()) == ["kafka", "pipeline"]
+    assert (machine_cache / "containerd-version").read_text() == "containerd 1.6.20"
+
+
+def test_another_clones_new_cluster_imports_only_what_the_machines_store_lacks(tmp_path: Path) -> None:
+    Recording(tmp_path / "first-clone").load_images(["kafka", "pipeline"], log=lambda _: None)
+    cluster = Recording(tmp_path / "second-clone")
+    cluster.load_images(["kafka", "pipeline", "emulator"], log=lambda _: None)
+    assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "emulator")]
+    for node in cluster.node_list:
+        assert cluster._holds(node, ["kafka", "pipeline", "emulator"])
+    # The first clone's cluster is untouched: its node's database is its own.
+    first = Recording(tmp_path / "first-clone")
+    assert (first.root(Node(0)) / METADATA / "meta.db").read_text() == "kafkapipeline"
+
+
+def test_a_store_kept_by_another_containerd_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Recording(tmp_path / "first-clone").load_images(["kafka"], log=lambda _: None)
+    monkeypatch.setattr("cluster.node._containerd_version", lambda: "containerd 2.1.0")
+    cluster = Recording(tmp_path / "second-clone")
+    cluster.load_images(["kafka"], log=lambda _: None)
+    assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "kafka")]
