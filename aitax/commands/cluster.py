@@ -162,7 +162,8 @@ def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsea
 @click.option("--topic", "topics", multiple=True, required=True, metavar="NAME:PARTITIONS:ROLE[:KEY=VALUE,...]",
               help="a topic, its partitions, the `Topics` field it is (faces, identities, dlq, frames, detections) "
                    "and its settings; repeatable")
-@click.option("--replication-factor", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--replication-factor", type=click.IntRange(min=1), default=3, show_default=True,
+              help="replicas of each topic's partitions (the release's kafka.replicationFactor)")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
               help="seconds to wait for the brokers")
 def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_factor: int, timeout_s: float) -> int:
