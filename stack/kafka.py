@@ -305,16 +305,20 @@ def ensure_topics(config: StackConfig, specs: list[TopicSpec] | None = None, tim
     """Create missing topics (RF 3, min.insync 2) and bring existing ones to the configured settings; retried with
     a fresh client on transient errors (`retry_transient`: a stack just started)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     from pipeline.transport.admin import retry_transient
 
     specs = config.topics() if specs is None else specs
     try:
-        retry_transient(lambda: ensure_topics_with(AdminClient(admin_settings(config)), specs,
-                                                   config.replication_factor, config.tls, timeout_s), timeout_s)
+        retry_transient(lambda: _ensure_topics_once(config, specs, timeout_s), timeout_s)
     except KafkaException as exception:
         raise UserError(f"creating topics {[s.name for s in specs]} failed: {exception.args[0]}") from exception
+
+
+def _ensure_topics_once(config: StackConfig, specs: list[TopicSpec], timeout_s: float) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    ensure_topics_with(AdminClient(admin_settings(config)), specs, config.replication_factor, config.tls, timeout_s)
 
 
 def grant_acls(admin, topics: list[tuple[str, str | None]], timeout_s: float) -> None:
