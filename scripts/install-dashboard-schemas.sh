@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Grafana's own dashboard and panel types (npm @grafana/schema, pinned in scripts/dashboard-schemas), turned into
 # JSON Schema by ts-json-schema-generator, under .aitax/tools/dashboard-schemas/grafana/. Cached: runs again only
-# when the lock file changes. `aitax grafana check` validates the shipped dashboard against them.
+# when the lock file changes; also machine-wide, keyed by the lock file, so a fresh clone (CI) copies them instead of
+# generating them again (about 80 s). `aitax grafana check` validates the shipped dashboard against them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_dir=scripts/dashboard-schemas
@@ -9,7 +10,14 @@ work=.aitax/tools/dashboard-schemas
 out=$work/grafana
 stamp=$work/.lock.sha256
 wanted=$(sha256sum "$source_dir/package-lock.json" | cut -d' ' -f1)
+machine="${XDG_CACHE_HOME:-$HOME/.cache}/aitax/tools/dashboard-schemas-$wanted"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] && [ -f "$out/dashboard.schema.json" ]; then exit 0; fi
+if [ -f "$machine/dashboard.schema.json" ]; then
+  mkdir -p "$work" && rm -rf "$out" && cp -a "$machine" "$out"
+  echo "$wanted" > "$stamp"
+  echo "Grafana's schemas ($(cat "$out/VERSION")) in $out, from $machine"
+  exit 0
+fi
 command -v npm >/dev/null || { echo "install-dashboard-schemas: npm not found (Node.js 20 or later)" >&2; exit 1; }
 mkdir -p "$work" "$out"
 cp "$source_dir/package.json" "$source_dir/package-lock.json" "$work/"
@@ -32,4 +40,6 @@ done
 node -e 'console.log(require(process.argv[1]).version)' "$(pwd)/$work/node_modules/@grafana/schema/package.json" \
   > "$out/VERSION"
 echo "$wanted" > "$stamp"
+mkdir -p "$(dirname "$machine")" && rm -rf "$machine.partial" && cp -a "$out" "$machine.partial" \
+  && rm -rf "$machine" && mv "$machine.partial" "$machine"
 echo "Grafana's schemas ($(cat "$out/VERSION")) in $out"
