@@ -474,7 +474,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _share_blobs(self, source: Node, target: Node) -> None:
         def blobs(node: Node) -> Path:
-            return self.node_home(node) / "containerd" / "root" / IMAGE_STORES[0] / "blobs" / "sha256"
+            return self._image_root(node) / IMAGE_STORES[0] / "blobs" / "sha256"
 
         blobs(target).mkdir(parents=True, exist_ok=True)
         for blob in blobs(source).iterdir():
