@@ -35,16 +35,27 @@ def pipeline_description(width: int, height: int, fps: int) -> str:
 
 
 class Feed:
-    """Frames from stdin into the shared media's appsrc once a client has prepared it; dropped before that."""
+    """Frames from stdin into the appsrc of every prepared media; dropped while there is none.
+
+    Every, not the latest: a client that connects as the last one leaves (a reader back from a stalled link: its
+    TEARDOWN and its new DESCRIBE arrive together) can be handed the shared media that is being unprepared while a
+    new one is configured. Fed only the newest, that client's media got no frame again, nor did any later client's
+    (it was the factory's cached one)."""
 
     def __init__(self, width: int, height: int) -> None:
         self.frame_bytes = width * height * 3
-        self.appsrc: Gst.Element | None = None
+        self.appsrcs: list[Gst.Element] = []
         self.lock = threading.Lock()
 
     def attach(self, _factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
+        appsrc = media.get_element().get_by_name_recurse_up("frames")
         with self.lock:
-            self.appsrc = media.get_element().get_by_name_recurse_up("frames")
+            self.appsrcs.append(appsrc)
+        media.connect("unprepared", self.detach, appsrc)
+
+    def detach(self, _media: GstRtspServer.RTSPMedia, appsrc: Gst.Element) -> None:
+        with self.lock:
+            self.appsrcs = [each for each in self.appsrcs if each is not appsrc]
 
     def run(self, loop: GLib.MainLoop) -> None:
         stdin = sys.stdin.buffer
@@ -53,8 +64,8 @@ class Feed:
             if len(data) < self.frame_bytes:
                 break
             with self.lock:
-                appsrc = self.appsrc
-            if appsrc is not None:
+                appsrcs = list(self.appsrcs)
+            for appsrc in appsrcs:  # a buffer each: appsrc stamps its own
                 appsrc.emit("push-buffer", Gst.Buffer.new_wrapped(data))
         loop.quit()  # the feeder went away: the camera is off
 

@@ -8,6 +8,19 @@ import random
 import socket
 import threading
 import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Connection:
+    """One client connection through the relay, by the monotonic clock."""
+
+    accepted: float
+    first_rtp: float | None = None  # RTP passed towards the client: first and latest
+    last_rtp: float | None = None
+
+    def streamed_s(self) -> float:
+        return 0.0 if self.first_rtp is None or self.last_rtp is None else self.last_rtp - self.first_rtp
 
 
 class Relay:
@@ -19,10 +32,10 @@ class Relay:
         self.flowing.set()
         self.corrupt_until = 0.0
         self.cut_next = threading.Event()
+        self.cut_at: float | None = None  # when a packet was cut
         self.packets_corrupted = 0
-        self.streaming_since: float | None = None  # the first RTP packet passed to a client
-        self.accepted = 0  # client connections so far
-        self._connections: list[socket.socket] = []
+        self.connections: list[Connection] = []  # every client connection so far, oldest first
+        self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, path: str = "/stream") -> str:
@@ -32,20 +45,31 @@ class Relay:
         """Nothing passes either way for `seconds`, connections open (as over a stalled link), and on until a client
         connects anew, for at most `until_reconnect_s` in all. A reader that runs behind still reads what was on its
         way when the link stalled: only a stall that outlasts that backlog is one it can see. Returns its length."""
-        started, accepted = time.monotonic(), self.accepted
+        started, accepted = time.monotonic(), len(self.connections)
         self.flowing.clear()
         time.sleep(seconds)
-        while self.accepted == accepted and time.monotonic() - started < until_reconnect_s:
+        while len(self.connections) == accepted and time.monotonic() - started < until_reconnect_s:
             time.sleep(0.05)
         self.flowing.set()
         return time.monotonic() - started
 
+    def streamed(self, seconds: float, since: float = 0.0) -> bool:
+        """Whether a connection accepted at `since` or later has passed RTP to its client for `seconds`."""
+        return any(c.accepted >= since and c.streamed_s() >= seconds for c in self.connections)
+
     def wait_streaming(self, seconds: float, timeout_s: float = 120) -> None:
         """Until RTP has passed to a client for `seconds`."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and \
-                (self.streaming_since is None or time.monotonic() - self.streaming_since < seconds):
+        while time.monotonic() < deadline and not self.streamed(seconds):
             time.sleep(0.1)
+
+    def timeline(self, since: float) -> str:
+        """Each connection's times from `since`: for a failure message."""
+        def at(moment: float | None) -> str:
+            return "-" if moment is None else f"{moment - since:+.1f}s"
+
+        return "; ".join(f"accepted {at(c.accepted)}, RTP {at(c.first_rtp)}..{at(c.last_rtp)}"
+                         for c in self.connections)
 
     def corrupt(self, seconds: float) -> None:
         self.corrupt_until = time.monotonic() + seconds
@@ -56,8 +80,8 @@ class Relay:
 
     def close(self) -> None:
         self.listener.close()
-        for connection in self._connections:
-            connection.close()
+        for each in self._sockets:
+            each.close()
 
     def _accept(self) -> None:
         while True:
@@ -71,12 +95,13 @@ class Relay:
                 client.close()
                 continue
             camera.settimeout(None)
-            self.accepted += 1
-            self._connections += [client, camera]
-            threading.Thread(target=self._pump, args=(client, camera, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(camera, client, True), daemon=True).start()
+            connection = Connection(time.monotonic())
+            self.connections.append(connection)
+            self._sockets += [client, camera]
+            threading.Thread(target=self._pump, args=(client, camera, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(camera, client, connection), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, towards_client: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, towards_client: Connection | None) -> None:
         pending = b""
         try:
             while True:
@@ -84,7 +109,7 @@ class Relay:
                 if not data:
                     break
                 self.flowing.wait()
-                if not towards_client:
+                if towards_client is None:
                     sink.sendall(data)
                     continue
                 pending += data
@@ -92,13 +117,16 @@ class Relay:
                 for packet in ready:
                     if self.cut_next.is_set() and packet[:1] == b"$":
                         self.cut_next.clear()
+                        self.cut_at = time.monotonic()
                         sink.sendall(packet[: len(packet) // 2])
                         raise ConnectionAbortedError
                     if packet[:1] == b"$" and time.monotonic() < self.corrupt_until:
                         packet = self._damage(packet)
-                    if packet[:1] == b"$" and self.streaming_since is None:
-                        self.streaming_since = time.monotonic()
                     sink.sendall(packet)
+                    if packet[:1] == b"$":
+                        towards_client.last_rtp = time.monotonic()
+                        if towards_client.first_rtp is None:
+                            towards_client.first_rtp = towards_client.last_rtp
         except OSError:
             pass
         finally:
