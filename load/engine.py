@@ -6,9 +6,10 @@ the fault scenarios all run their load through `run_load` and get the same `RunR
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -76,6 +77,21 @@ class ResourceSampler(Protocol):
     def usage(self, start: float, end: float) -> Usage: ...
 
 
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a supervisor's or a script's stop) ends the load as Ctrl-C does: Python's default for it would exit
+    at once, leaving the children (each in its own session) running and nothing collected. Ctrl-C itself may be
+    ignored: a process started in the background by a non-interactive shell inherits SIGINT ignored."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
              sampler: ResourceSampler | None = None, disk_write_capacity: float = DISK_WRITE_CAPACITY,
              disruption: Callable[[], None] | None = None, disruption_after_s: float | None = None,
@@ -83,8 +99,8 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     """Run `load`'s workload once. `offered_faces_per_s`: what the producers' schedule offers (None for a
     real video). `stack`: the local brokers, sampled for CPU, disk and their own meters; `sampler`: where else the
     resources come from (a release's Prometheus). `disruption` runs in a thread `disruption_after_s` into the load
-    (default: a quarter in; a fault scenario). Ctrl-C during the load ends it early and still drains and
-    collects."""
+    (default: a quarter in; a fault scenario). Ctrl-C or SIGTERM during the load ends it early and still drains
+    and collects."""
     from tqdm import tqdm
 
     workload = load.workload
@@ -103,7 +119,8 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
             disrupter = _start_later(disruption, workload.duration_s / 4 if disruption_after_s is None
                                      else disruption_after_s)
             try:
-                with tqdm(total=round(workload.duration_s), desc="load", unit="s", disable=not progress) as bar:
+                with terminated_as_interrupt(), \
+                        tqdm(total=round(workload.duration_s), desc="load", unit="s", disable=not progress) as bar:
                     while (elapsed := time.monotonic() - spawned) < workload.duration_s and load.alive():
                         time.sleep(min(1.0, workload.duration_s - elapsed))
                         bar.update(round(time.monotonic() - spawned) - bar.n)

@@ -54,7 +54,8 @@ def run_cameras(cameras: list[SimulatedCamera], gallery: Path, workdir: Path, ru
                 until: Callable[[], bool] | None = None) -> CameraRun:
     """`aitax run` on the cameras (through `urls` when given). `fault` runs `after_s` into the run's load, once
     every camera's process is ready (its detector loaded, its frames flowing). With `until`, the run is ended
-    (Ctrl-C: drained and collected) `SETTLE_S` after `until()` holds, past the fault; `duration_s` is then a cap."""
+    (SIGTERM: drained and collected) `SETTLE_S` after `until()` holds, past the fault; `duration_s` is then a cap.
+    Not SIGINT: a test run started in the background by a shell inherits it ignored."""
     events = workdir / run_id
     urls = urls or [camera.url for camera in cameras]
     process = subprocess.Popen([*AITAX, "run", *(arg for url in urls for arg in ("--camera", url)), "--gallery",
@@ -81,7 +82,7 @@ def run_cameras(cameras: list[SimulatedCamera], gallery: Path, workdir: Path, ru
             if until is not None and process.poll() is None:
                 time.sleep(SETTLE_S)
                 interrupted.set()
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal.SIGTERM)
         except BaseException as error:  # raised again in the test, not lost in a thread
             fault_errors.append(error)
 
