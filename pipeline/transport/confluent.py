@@ -36,6 +36,10 @@ COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDI
                       KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
                       KafkaError._TRANSPORT, KafkaError.NETWORK_EXCEPTION, KafkaError._WAIT_COORD}
 MISSING_TOPIC_WARNING_S = 30.0
+# A chart's topics Job grants the ACLs as it creates the topics, after the pods start: a consumer refused in its
+# first minutes waits for them (a crash there restarts the pod while it is being used). Refused later: fatal.
+NOT_YET_AUTHORIZED = {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+ACL_GRACE_S = 180.0
 # A subscribed topic created after the consumer started is seen at the next metadata refresh (default 5 min).
 TOPIC_METADATA_REFRESH_MS = 10_000
 REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
@@ -107,6 +111,7 @@ class ConfluentConsumer:
         self.commit_failures = 0
         self._revoke_handler: RevokeHandler | None = None
         self._next_missing_topic_warning = 0.0
+        self._created = time.monotonic()
         self._consumer = _Consumer(
             librdkafka_settings(bootstrap_servers, {
                 "group.id": group_id,
@@ -129,9 +134,9 @@ class ConfluentConsumer:
         if self._revoke_handler is not None and partitions:
             self._revoke_handler([(p.topic, p.partition) for p in partitions])
 
-    def _topic_missing(self, error: KafkaError) -> None:
+    def _not_yet(self, what: str, error: KafkaError) -> None:
         if time.monotonic() >= self._next_missing_topic_warning:
-            log.warning("waiting for the subscribed topics to exist: %s", error.str())
+            log.warning("waiting for %s: %s", what, error.str())
             self._next_missing_topic_warning = time.monotonic() + MISSING_TOPIC_WARNING_S
 
     def _committed(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
@@ -147,7 +152,10 @@ class ConfluentConsumer:
                     continue
                 if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     # Not yet created (a chart's topics Job runs after the pods start): wait, do not crash-loop.
-                    self._topic_missing(error)
+                    self._not_yet("the subscribed topics to exist", error)
+                    continue
+                if error.code() in NOT_YET_AUTHORIZED and time.monotonic() - self._created < ACL_GRACE_S:
+                    self._not_yet(f"this client's ACLs (at most {ACL_GRACE_S:.0f} s from its start)", error)
                     continue
                 raise KafkaException(error)
             timestamp_type, timestamp_ms = message.timestamp()
