@@ -121,6 +121,8 @@ SCENARIOS: dict[str, tuple[Callable[[Context], None], float]] = {
 
 
 DRAIN_S = 300.0  # after the load: generous, a consumer group recovering from two dead brokers is slow when starved
+DISK_FILL_TIMEOUT_S = 90.0  # the disk-full scenario's disks fill in about 30 s here
+BROKER_RETURN_S = 180.0  # restarting the brokers a full disk stopped, each restart waiting for the others' quorum
 BROKER_SCENARIOS = {"broker-kill", "controller-kill", "two-brokers-down"}
 
 
@@ -239,7 +241,6 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
     import subprocess
     import sys
 
-    from common.daemons import port_is_open
     from common.errors import UserError
     from common.paths import downloads_dir
 
@@ -271,18 +272,40 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
             load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
                                  workdir, drain_s=180)
 
+            def stopped() -> list[int]:
+                return [n for n in config.node_ids if not kafka.Broker(n, config).process.is_running()]
+
             def fill_then_grow() -> None:
-                poll_until(lambda: any(shutil.disk_usage(d).free <= 1 << 20 for d in log_dirs), 60)
-                notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started")
+                # A broker halts when a write to its log dir fails, which can leave more than a record's space free.
+                filled = poll_until(lambda: stopped() or any(shutil.disk_usage(d).free <= 1 << 20 for d in log_dirs),
+                                    DISK_FILL_TIMEOUT_S)
+                notes.append(f"log dirs full ({size_mb} MB tmpfs each) after the load started" if filled
+                             else f"log dirs not full {DISK_FILL_TIMEOUT_S:g} s into the load")
                 time.sleep(5)
-                dead = [n for n in config.node_ids if not port_is_open(config.broker_port(n))]
                 for log_dir in log_dirs:
                     subprocess.run(["mount", "-o", f"remount,size={size_mb * 20}m", str(log_dir)], check=True)
-                notes.append(f"brokers down on full disks: {dead or 'none'}; space returned, brokers restarted")
-                restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
-                                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in dead]
-                for restart in restarts:
-                    restart.wait(300)
+                restarted: set[int] = set()
+                failed: list[str] = []
+                # A broker can halt after the space returned (its failed write came before): restart until all run.
+                deadline = time.monotonic() + BROKER_RETURN_S
+                while time.monotonic() < deadline:
+                    if not (dead := stopped()):
+                        if set(config.node_ids) <= set(kafka.cluster_health(config).brokers_in_metadata):
+                            break
+                        time.sleep(1)
+                        continue
+                    # Together: brokers that are also the KRaft quorum wait for each other to start.
+                    restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
+                                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                for n in dead]
+                    for n, restart in zip(dead, restarts, strict=True):
+                        _, error = restart.communicate()
+                        if restart.returncode:
+                            last = (error.strip().splitlines() or [f"exit {restart.returncode}"])[-1]
+                            failed.append(f"broker {n}: {last}")
+                    restarted.update(dead)
+                notes.append(f"brokers down on full disks: {sorted(restarted) or 'none'}; space returned, brokers "
+                             f"restarted" + (f" (failed: {'; '.join(failed)})" if failed else ""))
 
             # The disks fill from the start: the disruption begins at once rather than a quarter in.
             run = run_load(load, disruption=fill_then_grow, disruption_after_s=0)
