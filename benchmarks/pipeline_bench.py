@@ -102,7 +102,7 @@ def time_identify(assets, faces: list) -> dict:
     return {"batch1": timed["reference"][0], "batch8": timed["reference"][1], "fastest1": timed["fastest"][0],
             "fastest8": timed["fastest"][1], "fastest": f"{fastest.runtime} {fastest.precision}",
             "agreement": float((embedder.embed(batch) * fastest.embed(batch)).sum(axis=1).min()),
-            "gflop_per_face": facenet_gflop(embedder.model), "matmul_gflops": matmul_rate()}
+            "gflop_per_face": facenet_gflop(embedder.graph.model), "matmul_gflops": matmul_rate()}
 
 
 def time_objects(assets, frames: list) -> tuple[list[float], float, int, int]:
@@ -143,7 +143,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from pipeline.assets import ensure_assets
-    from pipeline.facenet import set_tf_threads
+    from pipeline.facenet_keras import set_tf_threads
 
     set_tf_threads(1, 1)
     assets = ensure_assets()

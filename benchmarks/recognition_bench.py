@@ -46,7 +46,8 @@ def main() -> int:
 
     from pipeline.assets import ensure_assets
     from pipeline.evaluate import Evaluation, plot_det, score
-    from pipeline.facenet import FaceEmbedder, set_tf_threads
+    from pipeline.facenet import FaceEmbedder
+    from pipeline.facenet_keras import set_tf_threads
     from pipeline.frames import read_frames
     from pipeline.gallery import load_gallery
     from pipeline.identify import FaceNetIdentifier

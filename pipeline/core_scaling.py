@@ -58,7 +58,7 @@ def check_request(kinds: list[str], cores: list[int]) -> None:
 def _pin(cores: int) -> None:
     import cv2
 
-    from pipeline.facenet import set_tf_threads
+    from pipeline.facenet_keras import set_tf_threads
 
     os.sched_setaffinity(0, set(usable_cpus()[:cores]))
     set_tf_threads(cores, 1)

@@ -1,20 +1,19 @@
 """FaceNet feature extraction: Inception-ResNet-v1 (160x160 RGB face -> 128-D), the paper's identification AI.
 
-The architecture is built here in code (after Sandberg's facenet and its Keras port) and the weights are read from
-the h5 with h5py as plain arrays: nothing stored in the file is executed (`keras.models.load_model` would
-unmarshal the Lambda layers' Python bytecode). Layer names match the h5's, so weights are assigned by name and
-any missing or mis-shaped layer fails loudly.
-
-The whole computation (prewhitening, the network, L2 normalisation) is one `tf.function` for any batch size: on one
-thread a single face took 38 ms that way and 125 ms through `model.predict`, which sets up a data pipeline on every
-call. That graph is the FP32 reference (`runtime="tensorflow"`).
+The network, its weights and the FP32 reference computation are TensorFlow's (`pipeline.facenet_keras`); this
+module picks the runtime that computes it and imports TensorFlow only when that runtime needs it.
 
 Runtime and precision, chosen by measuring (one thread, AMD EPYC with AVX-512 BF16, per face at batch 8 / batch 1):
 TensorFlow FP32 13.5 / 20.6 ms; TensorFlow under Keras' mixed_bfloat16 policy 10.7 / 21.0 ms (1.3x at batch 8,
-none for a lone face); OpenVINO (the same graph converted at start-up) FP32 11.4 / 13.4 ms and bf16 6.2 / 7.7 ms
+none for a lone face); OpenVINO (the same graph converted) FP32 11.4 / 13.4 ms and bf16 6.2 / 7.7 ms
 (2.2x / 2.7x), every embedding within cosine 0.9997 of TensorFlow FP32's. So `runtime="openvino"` is the default,
 in bf16 where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX; elsewhere it would be emulated, slower than
 FP32, and `auto` keeps FP32).
+
+The conversion to OpenVINO is kept beside the downloaded weights (`openvino_ir`), keyed by the weights, OpenVINO's
+version and the graph's source: converting took 9-11 CPU-seconds and TensorFlow's import 15 more at every identify
+start; from the kept conversion an identify process starts without TensorFlow (about 1 CPU-second, 0.8 GB less
+memory). The pipeline image keeps the conversion its build made.
 
 `runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX at start-up (tf2onnx) and run by ONNX
 Runtime's CUDA provider, in FP32. It needs the optional `gpu` extra and a GPU; asked for without either, it is a
@@ -24,17 +23,24 @@ wrote it); `aitax calibrate identify --runtime cuda` measures it where there is 
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
-import keras
 import numpy as np
-import tensorflow as tf
-from keras import layers
 
 from common.errors import UserError
+from common.paths import downloads_dir
 from pipeline.assets import sha256_of
+
+if TYPE_CHECKING:
+    from pipeline.facenet_keras import FaceNetGraph
 
 log = logging.getLogger(__name__)
 
@@ -45,179 +51,6 @@ RUNTIMES = ("openvino", "tensorflow", "cuda")
 CUDA_PROVIDER = "CUDAExecutionProvider"
 GPU_EXTRA = "pip install -e '.[gpu]' (ONNX Runtime with CUDA, tf2onnx)"
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-_BN_EPSILON = 0.001
-_BN_MOMENTUM = 0.995
-
-
-class ScaleSum(layers.Layer):
-    """The residual connection of Inception-ResNet: shortcut + scale * residual."""
-
-    def __init__(self, scale: float, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self.scale = scale
-
-    def call(self, inputs: list[tf.Tensor]) -> tf.Tensor:
-        shortcut, residual = inputs
-        return shortcut + residual * self.scale
-
-
-def _conv_bn(x: tf.Tensor, filters: int, kernel: int | tuple[int, int], name: str, strides: int = 1,
-             padding: str = "same") -> tf.Tensor:
-    x = layers.Conv2D(filters, kernel, strides=strides, padding=padding, use_bias=False, name=name)(x)
-    x = layers.BatchNormalization(axis=3, momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, scale=False,
-                                  name=f"{name}_BatchNorm")(x)
-    return layers.Activation("relu", name=f"{name}_Activation")(x)
-
-
-def _residual_block(x: tf.Tensor, branches: list[tf.Tensor], name: str, scale: float, activate: bool) -> tf.Tensor:
-    mixed = layers.Concatenate(axis=3, name=f"{name}_Concatenate")(branches)
-    up = layers.Conv2D(x.shape[-1], 1, padding="same", use_bias=True, name=f"{name}_Conv2d_1x1")(mixed)
-    x = ScaleSum(scale, name=f"{name}_ScaleSum")([x, up])
-    return layers.Activation("relu", name=f"{name}_Activation")(x) if activate else x
-
-
-def _block35(x: tf.Tensor, name: str) -> tf.Tensor:
-    branch_0 = _conv_bn(x, 32, 1, f"{name}_Branch_0_Conv2d_1x1")
-    branch_1 = _conv_bn(x, 32, 1, f"{name}_Branch_1_Conv2d_0a_1x1")
-    branch_1 = _conv_bn(branch_1, 32, 3, f"{name}_Branch_1_Conv2d_0b_3x3")
-    branch_2 = _conv_bn(x, 32, 1, f"{name}_Branch_2_Conv2d_0a_1x1")
-    branch_2 = _conv_bn(branch_2, 32, 3, f"{name}_Branch_2_Conv2d_0b_3x3")
-    branch_2 = _conv_bn(branch_2, 32, 3, f"{name}_Branch_2_Conv2d_0c_3x3")
-    return _residual_block(x, [branch_0, branch_1, branch_2], name, scale=0.17, activate=True)
-
-
-def _block17(x: tf.Tensor, name: str) -> tf.Tensor:
-    branch_0 = _conv_bn(x, 128, 1, f"{name}_Branch_0_Conv2d_1x1")
-    branch_1 = _conv_bn(x, 128, 1, f"{name}_Branch_1_Conv2d_0a_1x1")
-    branch_1 = _conv_bn(branch_1, 128, (1, 7), f"{name}_Branch_1_Conv2d_0b_1x7")
-    branch_1 = _conv_bn(branch_1, 128, (7, 1), f"{name}_Branch_1_Conv2d_0c_7x1")
-    return _residual_block(x, [branch_0, branch_1], name, scale=0.1, activate=True)
-
-
-def _block8(x: tf.Tensor, name: str, scale: float = 0.2, activate: bool = True) -> tf.Tensor:
-    branch_0 = _conv_bn(x, 192, 1, f"{name}_Branch_0_Conv2d_1x1")
-    branch_1 = _conv_bn(x, 192, 1, f"{name}_Branch_1_Conv2d_0a_1x1")
-    branch_1 = _conv_bn(branch_1, 192, (1, 3), f"{name}_Branch_1_Conv2d_0b_1x3")
-    branch_1 = _conv_bn(branch_1, 192, (3, 1), f"{name}_Branch_1_Conv2d_0c_3x1")
-    return _residual_block(x, [branch_0, branch_1], name, scale=scale, activate=activate)
-
-
-def _mixed_6a(x: tf.Tensor) -> tf.Tensor:
-    branch_0 = _conv_bn(x, 384, 3, "Mixed_6a_Branch_0_Conv2d_1a_3x3", strides=2, padding="valid")
-    branch_1 = _conv_bn(x, 192, 1, "Mixed_6a_Branch_1_Conv2d_0a_1x1")
-    branch_1 = _conv_bn(branch_1, 192, 3, "Mixed_6a_Branch_1_Conv2d_0b_3x3")
-    branch_1 = _conv_bn(branch_1, 256, 3, "Mixed_6a_Branch_1_Conv2d_1a_3x3", strides=2, padding="valid")
-    branch_2 = layers.MaxPooling2D(3, strides=2, padding="valid", name="Mixed_6a_Branch_2_MaxPool_1a_3x3")(x)
-    return layers.Concatenate(axis=3, name="Mixed_6a")([branch_0, branch_1, branch_2])
-
-
-def _mixed_7a(x: tf.Tensor) -> tf.Tensor:
-    branch_0 = _conv_bn(x, 256, 1, "Mixed_7a_Branch_0_Conv2d_0a_1x1")
-    branch_0 = _conv_bn(branch_0, 384, 3, "Mixed_7a_Branch_0_Conv2d_1a_3x3", strides=2, padding="valid")
-    branch_1 = _conv_bn(x, 256, 1, "Mixed_7a_Branch_1_Conv2d_0a_1x1")
-    branch_1 = _conv_bn(branch_1, 256, 3, "Mixed_7a_Branch_1_Conv2d_1a_3x3", strides=2, padding="valid")
-    branch_2 = _conv_bn(x, 256, 1, "Mixed_7a_Branch_2_Conv2d_0a_1x1")
-    branch_2 = _conv_bn(branch_2, 256, 3, "Mixed_7a_Branch_2_Conv2d_0b_3x3")
-    branch_2 = _conv_bn(branch_2, 256, 3, "Mixed_7a_Branch_2_Conv2d_1a_3x3", strides=2, padding="valid")
-    branch_3 = layers.MaxPooling2D(3, strides=2, padding="valid", name="Mixed_7a_Branch_3_MaxPool_1a_3x3")(x)
-    return layers.Concatenate(axis=3, name="Mixed_7a")([branch_0, branch_1, branch_2, branch_3])
-
-
-def build_inception_resnet_v1() -> keras.Model:
-    """The FaceNet network with the layer names of `facenet_keras.h5`; output: the (unnormalised) 128-D bottleneck."""
-    inputs = keras.Input(shape=(FACE_SIZE, FACE_SIZE, 3), name="input_1")
-    x = _conv_bn(inputs, 32, 3, "Conv2d_1a_3x3", strides=2, padding="valid")
-    x = _conv_bn(x, 32, 3, "Conv2d_2a_3x3", padding="valid")
-    x = _conv_bn(x, 64, 3, "Conv2d_2b_3x3")
-    x = layers.MaxPooling2D(3, strides=2, name="MaxPool_3a_3x3")(x)
-    x = _conv_bn(x, 80, 1, "Conv2d_3b_1x1", padding="valid")
-    x = _conv_bn(x, 192, 3, "Conv2d_4a_3x3", padding="valid")
-    x = _conv_bn(x, 256, 3, "Conv2d_4b_3x3", strides=2, padding="valid")
-    for index in range(1, 6):
-        x = _block35(x, f"Block35_{index}")
-    x = _mixed_6a(x)
-    for index in range(1, 11):
-        x = _block17(x, f"Block17_{index}")
-    x = _mixed_7a(x)
-    for index in range(1, 6):
-        x = _block8(x, f"Block8_{index}")
-    x = _block8(x, "Block8_6", scale=1.0, activate=False)
-    x = layers.GlobalAveragePooling2D(name="AvgPool")(x)
-    x = layers.Dropout(0.2, name="Dropout")(x)  # inert at inference; kept so the graph matches the trained one
-    x = layers.Dense(EMBEDDING_SIZE, use_bias=False, name="Bottleneck")(x)
-    outputs = layers.BatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, scale=False,
-                                        name="Bottleneck_BatchNorm")(x)
-    return keras.Model(inputs, outputs, name="inception_resnet_v1")
-
-
-def _stored_weights(weights: Path) -> dict[str, dict[str, np.ndarray]]:
-    """{layer name: {weight name ('kernel', 'beta', ...): array}} for every layer of the h5 that has weights."""
-    try:
-        with h5py.File(weights, "r") as file:
-            group = file.get("model_weights", file)  # a `save_weights` file has no model_weights group
-            stored: dict[str, dict[str, np.ndarray]] = {}
-            for raw_layer in group.attrs["layer_names"]:
-                layer_name = raw_layer.decode() if isinstance(raw_layer, bytes) else str(raw_layer)
-                layer_group = group[layer_name]
-                arrays = {}
-                for raw_weight in layer_group.attrs["weight_names"]:
-                    weight_name = raw_weight.decode() if isinstance(raw_weight, bytes) else str(raw_weight)
-                    # 'Block35_1_Conv2d_1x1/kernel:0' -> 'kernel'
-                    arrays[weight_name.rsplit("/", 1)[-1].split(":", 1)[0]] = np.asarray(layer_group[weight_name])
-                if arrays:
-                    stored[layer_name] = arrays
-            return stored
-    except (OSError, KeyError) as error:
-        raise UserError(f"{weights}: not a readable Keras h5 weights file ({error})") from None
-
-
-def load_h5_weights(model: keras.Model, weights: Path) -> int:
-    """Assign every weighted layer of `model` its arrays from the h5, by layer and weight name; return how many
-    layers were loaded. Any layer or weight missing on either side, or shaped differently, is a UserError, raised
-    before anything is assigned so a model is never left half-loaded."""
-    stored = _stored_weights(weights)
-    weighted_layers = [layer for layer in model.layers if layer.weights]
-    unused = set(stored) - {layer.name for layer in weighted_layers}
-    if unused:
-        raise UserError(f"{weights}: {len(unused)} layers have no place in the model, e.g. {sorted(unused)[0]}")
-    assignments = []
-    for layer in weighted_layers:
-        arrays = stored.get(layer.name)
-        if arrays is None:
-            raise UserError(f"{weights}: no weights for layer {layer.name}")
-        names = sorted(variable.name for variable in layer.weights)
-        if names != sorted(arrays):
-            raise UserError(f"{weights}: layer {layer.name} has weights {sorted(arrays)}, the model expects {names}")
-        for variable in layer.weights:
-            array = arrays[variable.name]
-            if tuple(variable.shape) != array.shape:
-                raise UserError(f"{weights}: {layer.name}/{variable.name} is shaped {array.shape}, the model "
-                                f"expects {tuple(variable.shape)}")
-            assignments.append((variable, array))
-    for variable, array in assignments:
-        variable.assign(array)
-    return len(weighted_layers)
-
-
-def set_tf_threads(intra_op: int, inter_op: int) -> None:
-    """TensorFlow's thread pools are per process and fixed once the runtime starts: set them before the first op.
-    If something already started it with other values, say so instead of failing."""
-    config = tf.config.threading
-    try:
-        config.set_intra_op_parallelism_threads(intra_op)
-        config.set_inter_op_parallelism_threads(inter_op)
-    except RuntimeError:
-        log.warning("TensorFlow already started with %d intra-op / %d inter-op threads (0: one per core); "
-                    "asked for %d / %d", config.get_intra_op_parallelism_threads(),
-                    config.get_inter_op_parallelism_threads(), intra_op, inter_op)
-
-
-def _prewhiten(faces: tf.Tensor) -> tf.Tensor:
-    """Per-image standardisation the model was trained with: (x - mean) / max(std, 1 / sqrt(pixel count))."""
-    x = tf.cast(faces, tf.float32)
-    mean, variance = tf.nn.moments(x, axes=[1, 2, 3], keepdims=True)
-    floor = 1.0 / np.sqrt(FACE_SIZE * FACE_SIZE * 3)
-    return (x - mean) / tf.maximum(tf.sqrt(variance), floor)
 
 
 def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -246,22 +79,42 @@ def resolve_precision(precision: str, has_bf16: bool, runtime: str = "openvino")
     return precision
 
 
+def facenet_openvino(weights_sha256: str, embed_function: Callable[[], object]):
+    """FaceNet's graph as an OpenVINO model: converted from `embed_function()` (a `tf.function`) once, and kept as
+    IR beside the downloads, keyed by the weights, OpenVINO's version and the graph's source, so that a change to any
+    of them converts again. Where that folder cannot be written (a pod's read-only image that lacks the conversion)
+    it is converted at every start, as before the cache."""
+    import openvino
+
+    source = Path(importlib.util.find_spec("pipeline.facenet_keras").origin).read_bytes()
+    key = hashlib.sha256(f"{weights_sha256} {openvino.__version__} ".encode() + source).hexdigest()[:16]
+    kept = downloads_dir() / "models" / "facenet-openvino" / f"facenet-{key}.xml"
+    if kept.exists() and kept.with_suffix(".bin").exists():
+        return openvino.Core().read_model(kept)
+    model = openvino.convert_model(embed_function())
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        # Whole or not at all (identify processes start side by side): the .bin first, then the .xml naming it.
+        with tempfile.TemporaryDirectory(dir=kept.parent) as scratch:
+            openvino.save_model(model, Path(scratch) / kept.name, compress_to_fp16=False)
+            os.replace(Path(scratch) / kept.with_suffix(".bin").name, kept.with_suffix(".bin"))
+            os.replace(Path(scratch) / kept.name, kept)
+    except (OSError, RuntimeError) as error:
+        log.info("FaceNet's OpenVINO conversion cannot be kept in %s (%s)", kept.parent, error)
+    return model
+
+
 class FaceEmbedder:
     """160x160 RGB uint8 faces -> L2-normalised 128-D float32 embeddings, in `precision` through `runtime` (see the
     module)."""
 
     def __init__(self, weights: Path, intra_op_threads: int = 1, inter_op_threads: int = 1,
                  precision: str = "auto", runtime: str = "openvino") -> None:
-        set_tf_threads(intra_op_threads, inter_op_threads)  # the paper gives each container one core
         self.precision = resolve_precision(precision, cpu_has_bf16(), runtime)
         self.runtime = runtime
-        self.model = build_inception_resnet_v1()
-        self.loaded_layers = load_h5_weights(self.model, weights)
+        self.weights = weights
+        self._threads = (intra_op_threads, inter_op_threads)
         self.weights_sha256 = sha256_of(weights)  # galleries record it: embeddings of other weights do not compare
-        self._embed = tf.function(
-            lambda faces: self._forward(faces, self.model),
-            input_signature=[tf.TensorSpec([None, FACE_SIZE, FACE_SIZE, 3], tf.uint8)],  # any batch, one trace
-        )
         self._request = None
         self._session = self.onnx_session([CUDA_PROVIDER]) if runtime == "cuda" else None
         if runtime == "openvino":
@@ -273,6 +126,15 @@ class FaceEmbedder:
                 log.warning("OpenVINO could not run FaceNet here (%s): TensorFlow FP32 instead",
                             str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__)
                 self.runtime, self.precision = "tensorflow", "fp32"
+        if self.runtime == "tensorflow":
+            _ = self.graph  # built now, not in the first batch
+
+    @cached_property
+    def graph(self) -> FaceNetGraph:
+        """The TensorFlow graph (the network with its weights): built when a runtime or a caller first needs it."""
+        from pipeline.facenet_keras import FaceNetGraph
+
+        return FaceNetGraph(self.weights, *self._threads)
 
     def _compile(self, threads: int):
         """FaceNet through OpenVINO, one inference run before it is trusted."""
@@ -280,7 +142,8 @@ class FaceEmbedder:
 
         # No pinning: OpenVINO pins each process's inference threads to the same first cores, so two identify
         # processes on this 2-core machine shared one core (each 0.5 core, twice the wall time per batch).
-        compiled = openvino.Core().compile_model(openvino.convert_model(self._embed), "CPU", {
+        model = facenet_openvino(self.weights_sha256, lambda: self.graph.embed)
+        compiled = openvino.Core().compile_model(model, "CPU", {
             "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False,
             "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
         request = compiled.create_infer_request()
@@ -301,17 +164,12 @@ class FaceEmbedder:
         if missing:
             raise UserError(f"--runtime cuda: ONNX Runtime here has no {missing[0]} (it has {', '.join(available)}); "
                             f"on a machine with an NVIDIA GPU and CUDA: {GPU_EXTRA}")
-        graph, _ = tf2onnx.convert.from_function(
-            tf.function(lambda faces: self._forward(faces, self.model)),
-            input_signature=[tf.TensorSpec([None, FACE_SIZE, FACE_SIZE, 3], tf.uint8)], opset=17)
+        from pipeline.facenet_keras import FACES_SIGNATURE
+
+        graph, _ = tf2onnx.convert.from_function(self.graph.embed, input_signature=[FACES_SIGNATURE], opset=17)
         session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=providers)
         session.run(None, {session.get_inputs()[0].name: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return session
-
-    @staticmethod
-    def _forward(faces: tf.Tensor, model: keras.Model) -> tf.Tensor:
-        features = model(_prewhiten(faces), training=False)
-        return tf.math.l2_normalize(features, axis=1)
 
     def embed(self, faces_rgb: np.ndarray) -> np.ndarray:
         """A batch (N, 160, 160, 3) of uint8 RGB faces -> (N, 128) float32 unit vectors."""
@@ -324,4 +182,4 @@ class FaceEmbedder:
             return self._request.infer({0: faces_rgb})[0].copy()  # the request reuses its output buffer
         if self._session is not None:
             return self._session.run(None, {self._session.get_inputs()[0].name: faces_rgb})[0]
-        return self._embed(tf.constant(faces_rgb)).numpy()
+        return self.graph.embed(faces_rgb).numpy()

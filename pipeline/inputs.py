@@ -35,7 +35,8 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
 
     from pipeline.assets import ensure_assets
     from pipeline.detect import FaceDetector
-    from pipeline.facenet import FaceEmbedder, set_tf_threads
+    from pipeline.facenet import FaceEmbedder
+    from pipeline.facenet_keras import set_tf_threads
     from pipeline.gallery import (
         calibrate,
         embed_in_batches,

@@ -212,7 +212,7 @@ def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, enco
     require_brokers(bootstrap)
     if not 1 <= jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {jpeg_quality}: must be 1-100")
-    from pipeline.facenet import set_tf_threads
+    from pipeline.facenet_keras import set_tf_threads
     from pipeline.ingest_detect import MtcnnFaceFinder
 
     set_tf_threads(threads, 1)
@@ -304,7 +304,7 @@ def detect(group: str, run_id: str | None, size: tuple[int, int], min_face_size:
 @stage_options
 def detect_objects(group: str, run_id: str | None, min_score: float, threads: int, batching: BatchPolicy,
                    settings: StageSettings) -> int:
-    from pipeline.facenet import set_tf_threads
+    from pipeline.facenet_keras import set_tf_threads
     from pipeline.objects import ObjectDetector, ObjectRecords
     from pipeline.schema import DETECTIONS_TOPIC
     from pipeline.transport.admin import require_brokers

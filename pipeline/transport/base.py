@@ -12,6 +12,11 @@ KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
 # (it ends the moment a record arrives, so this costs no latency; shorter only adds idle requests).
 FETCH_MIN_BYTES = 1
 FETCH_MAX_WAIT_MS = 500
+# A consumer that dies holds its partitions until its session times out: their faces wait that long. 10 s on both
+# clients (kafka-python's default; librdkafka's is 45 s): both heartbeat from a thread of their own, so a long batch
+# of inference does not miss one, and max.poll.interval still catches a stage that stopped polling.
+SESSION_TIMEOUT_MS = 10_000
+HEARTBEAT_INTERVAL_MS = 3_000
 # Producers: acks=all (every in-sync replica, min.insync 2) with retries through fail-over. Only the producers of
 # results (identities, detections) are idempotent, so a retried result is never published twice. Faces and frames
 # are not: librdkafka 2.16's idempotence cost 250-300 us of client CPU per 37 kB face against 40 us without it

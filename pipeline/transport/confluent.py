@@ -13,7 +13,9 @@ from confluent_kafka import Producer as _Producer
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
+    HEARTBEAT_INTERVAL_MS,
     PRODUCER_MAX_IN_FLIGHT,
+    SESSION_TIMEOUT_MS,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -120,6 +122,8 @@ class ConfluentConsumer:
                 "topic.metadata.refresh.interval.ms": TOPIC_METADATA_REFRESH_MS,
                 "fetch.min.bytes": FETCH_MIN_BYTES,
                 "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
                 "queued.max.messages.kbytes": CONSUMER_QUEUE_KB,
                 "on_commit": self._committed,
                 **settings,

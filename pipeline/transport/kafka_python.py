@@ -19,7 +19,9 @@ from common.errors import UserError
 from pipeline.transport.base import (
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
+    HEARTBEAT_INTERVAL_MS,
     PRODUCER_MAX_IN_FLIGHT,
+    SESSION_TIMEOUT_MS,
     CommitRejectedError,
     DeliveryCallback,
     DeliveryReport,
@@ -172,6 +174,8 @@ class KafkaPythonConsumer:
             auto_offset_reset="earliest",
             fetch_min_bytes=FETCH_MIN_BYTES,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             **kafka_python_settings(),
             **settings,
         )

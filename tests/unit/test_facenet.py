@@ -89,14 +89,14 @@ def test_every_layer_of_the_architecture_gets_weights_from_the_h5(embedder, asse
     with h5py.File(assets.facenet_weights, "r") as file:
         group = file["model_weights"]
         h5_layers_with_weights = sum(1 for name in group.attrs["layer_names"] if len(group[name].attrs["weight_names"]))
-    model_layers_with_weights = sum(1 for layer in embedder.model.layers if layer.weights)
+    model_layers_with_weights = sum(1 for layer in embedder.graph.model.layers if layer.weights)
 
-    assert embedder.loaded_layers == model_layers_with_weights == h5_layers_with_weights == 245
+    assert embedder.graph.loaded_layers == model_layers_with_weights == h5_layers_with_weights == 245
 
 
 def test_weights_of_the_wrong_shape_are_refused_before_anything_is_assigned(embedder, assets: Assets,
                                                                             tmp_path: Path) -> None:
-    from pipeline.facenet import load_h5_weights
+    from pipeline.facenet_keras import load_h5_weights
 
     tampered = tmp_path / "tampered.h5"
     shutil.copyfile(assets.facenet_weights, tampered)
@@ -104,12 +104,12 @@ def test_weights_of_the_wrong_shape_are_refused_before_anything_is_assigned(embe
         layer = file["model_weights/Bottleneck"]
         del layer["Bottleneck/kernel:0"]
         layer.create_dataset("Bottleneck/kernel:0", data=np.zeros((1792, 64), np.float32))
-    first_kernel = embedder.model.get_layer("Conv2d_1a_3x3").kernel.numpy().copy()
+    first_kernel = embedder.graph.model.get_layer("Conv2d_1a_3x3").kernel.numpy().copy()
 
     with pytest.raises(UserError, match=r"Bottleneck/kernel is shaped \(1792, 64\)"):
-        load_h5_weights(embedder.model, tampered)
+        load_h5_weights(embedder.graph.model, tampered)
 
-    np.testing.assert_array_equal(embedder.model.get_layer("Conv2d_1a_3x3").kernel.numpy(), first_kernel)
+    np.testing.assert_array_equal(embedder.graph.model.get_layer("Conv2d_1a_3x3").kernel.numpy(), first_kernel)
 
 
 def test_embeddings_are_unit_norm_and_closest_to_the_same_person(embedder, val_faces) -> None:
@@ -222,3 +222,33 @@ def test_cuda_asked_for_without_a_gpu_or_the_extra_is_one_line_naming_what_to_in
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # the extra not installed
     with pytest.raises(UserError, match=r"needs the optional gpu extra \(onnxruntime is missing\)"):
         embedder.onnx_session([CUDA_PROVIDER])
+
+
+def test_the_openvino_conversion_is_kept_and_an_embedder_then_starts_without_tensorflow(
+        embedder, assets: Assets, val_faces, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Converted once and kept beside the downloads: the next embedder reads it (no TensorFlow imported, which is
+    what makes an identify process start in about a second) and gives the embeddings of the graph it came from."""
+    import os
+    import subprocess
+    import sys
+
+    from common.paths import PROJECT_ROOT
+    from pipeline.facenet import facenet_openvino
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    facenet_openvino(embedder.weights_sha256, lambda: embedder.graph.embed)
+    kept = tmp_path / "downloads" / "models" / "facenet-openvino"
+    assert sorted(path.suffix for path in kept.iterdir()) == [".bin", ".xml"]  # no scratch folder left behind
+    facenet_openvino(embedder.weights_sha256, lambda: pytest.fail("converted again"))
+    faces, _ = val_faces
+    np.save(tmp_path / "faces.npy", faces[:4])
+    script = ("import sys\nfrom pathlib import Path\nimport numpy as np\nfrom pipeline.facenet import FaceEmbedder\n"
+              "embedder = FaceEmbedder(Path(sys.argv[1]), precision='fp32')\n"
+              "np.save(sys.argv[2], embedder.embed(np.load(sys.argv[3])))\n"
+              "print(embedder.runtime, 'tensorflow' in sys.modules)\n")
+    started = subprocess.run([sys.executable, "-c", script, str(assets.facenet_weights), str(tmp_path / "out.npy"),
+                              str(tmp_path / "faces.npy")], env={**os.environ, "AITAX_HOME": str(tmp_path)},
+                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert started.stdout.split() == ["openvino", "False"]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), embedder.embed(faces[:4]), atol=1e-4)
