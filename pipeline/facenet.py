@@ -38,13 +38,13 @@ import numpy as np
 from common.errors import UserError
 from common.paths import downloads_dir
 from pipeline.assets import sha256_of
+from pipeline.crop import THUMBNAIL_SIZE as FACE_SIZE
 
 if TYPE_CHECKING:
     from pipeline.facenet_keras import FaceNetGraph
 
 log = logging.getLogger(__name__)
 
-FACE_SIZE = 160
 EMBEDDING_SIZE = 128
 PRECISIONS = ("auto", "fp32", "bf16")
 RUNTIMES = ("openvino", "tensorflow", "cuda")
@@ -134,7 +134,7 @@ class FaceEmbedder:
         """The TensorFlow graph (the network with its weights): built when a runtime or a caller first needs it."""
         from pipeline.facenet_keras import FaceNetGraph
 
-        return FaceNetGraph(self.weights, *self._threads)
+        return FaceNetGraph(self.weights, EMBEDDING_SIZE, *self._threads)
 
     def _compile(self, threads: int):
         """FaceNet through OpenVINO, one inference run before it is trusted."""

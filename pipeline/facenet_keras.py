@@ -20,7 +20,7 @@ import tensorflow as tf
 from keras import layers
 
 from common.errors import UserError
-from pipeline.facenet import EMBEDDING_SIZE, FACE_SIZE
+from pipeline.crop import THUMBNAIL_SIZE as FACE_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def _mixed_7a(x: tf.Tensor) -> tf.Tensor:
     return layers.Concatenate(axis=3, name="Mixed_7a")([branch_0, branch_1, branch_2, branch_3])
 
 
-def build_inception_resnet_v1() -> keras.Model:
-    """The FaceNet network with the layer names of `facenet_keras.h5`; output: the (unnormalised) 128-D bottleneck."""
+def build_inception_resnet_v1(embedding_size: int) -> keras.Model:
+    """The FaceNet network with the layer names of `facenet_keras.h5`; output: the (unnormalised) bottleneck."""
     inputs = keras.Input(shape=(FACE_SIZE, FACE_SIZE, 3), name="input_1")
     x = _conv_bn(inputs, 32, 3, "Conv2d_1a_3x3", strides=2, padding="valid")
     x = _conv_bn(x, 32, 3, "Conv2d_2a_3x3", padding="valid")
@@ -124,7 +124,7 @@ def build_inception_resnet_v1() -> keras.Model:
     x = _block8(x, "Block8_6", scale=1.0, activate=False)
     x = layers.GlobalAveragePooling2D(name="AvgPool")(x)
     x = layers.Dropout(0.2, name="Dropout")(x)  # inert at inference; kept so the graph matches the trained one
-    x = layers.Dense(EMBEDDING_SIZE, use_bias=False, name="Bottleneck")(x)
+    x = layers.Dense(embedding_size, use_bias=False, name="Bottleneck")(x)
     outputs = layers.BatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, scale=False,
                                         name="Bottleneck_BatchNorm")(x)
     return keras.Model(inputs, outputs, name="inception_resnet_v1")
@@ -207,8 +207,9 @@ def forward(faces: tf.Tensor, model: keras.Model) -> tf.Tensor:
 class FaceNetGraph:
     """The network with its weights, and faces -> embeddings as one `tf.function` (`embed`)."""
 
-    def __init__(self, weights: Path, intra_op_threads: int = 1, inter_op_threads: int = 1) -> None:
+    def __init__(self, weights: Path, embedding_size: int, intra_op_threads: int = 1, inter_op_threads: int = 1
+                 ) -> None:
         set_tf_threads(intra_op_threads, inter_op_threads)  # the paper gives each container one core
-        self.model = build_inception_resnet_v1()
+        self.model = build_inception_resnet_v1(embedding_size)
         self.loaded_layers = load_h5_weights(self.model, weights)
         self.embed = tf.function(lambda faces: forward(faces, self.model), input_signature=[FACES_SIGNATURE])
