@@ -333,10 +333,15 @@ def grant_acls(admin, topics: list[tuple[str, str | None]], timeout_s: float) ->
 
 def ensure_topics_with(admin, specs: list[TopicSpec], replication_factor: int, acls: bool, timeout_s: float) -> None:
     """One attempt, through an admin client: the local stack's `ensure_topics` and the chart's topics Job
-    (`aitax cluster ensure-topics`). `acls`: also each principal's ACLs on them (brokers with TLS)."""
+    (`aitax cluster ensure-topics`). `acls`: also each principal's ACLs on them (brokers with TLS), granted before
+    any topic is created: a stage waits for its topics to exist, so that once they do, its ACLs are in force too
+    (the metadata log applies them in order). Granted after, a stage that started fast was refused in between:
+    identify's idempotent producer, refused once, is refused for good."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+    if acls:
+        grant_acls(admin, [(s.name, s.carries) for s in specs], timeout_s)
     existing = admin.list_topics(timeout=timeout_s).topics
     missing = [s for s in specs if s.name not in existing]
     if missing:
@@ -353,8 +358,6 @@ def ensure_topics_with(admin, specs: list[TopicSpec], replication_factor: int, a
             exception = future.exception()
             if exception is not None and exception.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise exception  # a race with another creator is fine; anything else is the caller's to judge
-    if acls:
-        grant_acls(admin, [(s.name, s.carries) for s in specs], timeout_s)
     for spec in specs:
         if spec.name in existing and spec.config:
             resource = ConfigResource(

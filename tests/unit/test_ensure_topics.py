@@ -56,3 +56,36 @@ def test_the_probe_topic_is_retried_too(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(admin, "RETRY_PAUSE_S", 0.0)
     kafka_probe.ensure_probe_topic("localhost:1", "probe", 3, 2, timeout_s=5.0)
     assert len(calls) == 2
+
+
+class _RecordingAdmin:
+    """An admin client that answers at once and records what it was asked, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _done(self, what: str, names: list[str]) -> dict:
+        from concurrent.futures import Future
+
+        self.calls.append(what)
+        future: Future = Future()
+        future.set_result(None)
+        return {name: future for name in names}
+
+    def create_acls(self, bindings: list, request_timeout: float) -> dict:
+        return self._done("acls", [str(binding) for binding in bindings])
+
+    def list_topics(self, timeout: float):
+        self.calls.append("list")
+        return type("Metadata", (), {"topics": {}})()
+
+    def create_topics(self, topics: list, operation_timeout: float) -> dict:
+        return self._done("topics", [topic.topic for topic in topics])
+
+
+def test_acls_are_granted_before_any_topic_exists() -> None:
+    """A stage waits for its topics: once they exist its ACLs must already hold (identify's idempotent producer,
+    refused once in between, is refused for good)."""
+    admin = _RecordingAdmin()
+    kafka.ensure_topics_with(admin, [TopicSpec("faces-x", 1, carries="faces")], 3, acls=True, timeout_s=1.0)
+    assert admin.calls == ["acls", "list", "topics"]
