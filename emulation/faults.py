@@ -233,6 +233,34 @@ def print_table(results: list[FaultResult]) -> None:
             print(f"{'':<22}{note}")
 
 
+def _restart_until_all_run(config: StackConfig, env: dict[str, str], stopped: Callable[[], list[int]]
+                           ) -> tuple[list[int], list[str]]:
+    """Restart every broker whose process has stopped, whenever it stops (one can halt after the space returned:
+    its failed write came before), until all run and are in the metadata or `BROKER_RETURN_S` has passed. Returns
+    the brokers restarted and a line per failed restart."""
+    import subprocess
+    import sys
+
+    restarted: set[int] = set()
+    failed: list[str] = []
+    deadline = time.monotonic() + BROKER_RETURN_S
+    while time.monotonic() < deadline:
+        if not (dead := stopped()):
+            if set(config.node_ids) <= set(kafka.cluster_health(config).brokers_in_metadata):
+                break
+            time.sleep(1)
+            continue
+        # Together: brokers that are also the KRaft quorum wait for each other to start.
+        restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in dead]
+        for n, restart in zip(dead, restarts, strict=True):
+            _, error = restart.communicate()
+            if restart.returncode:
+                failed.append(f"broker {n}: {(error.strip().splitlines() or [f'exit {restart.returncode}'])[-1]}")
+        restarted.update(dead)
+    return sorted(restarted), failed
+
+
 def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, factor: float = 8.0) -> FaultResult:
     """A broker disk that fills: every broker of a second, Kafka-only stack keeps its log on a small tmpfs.
     Load runs until the brokers fail on full disks; the filesystems then grow, the brokers restart, and every
@@ -284,27 +312,8 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
                 time.sleep(5)
                 for log_dir in log_dirs:
                     subprocess.run(["mount", "-o", f"remount,size={size_mb * 20}m", str(log_dir)], check=True)
-                restarted: set[int] = set()
-                failed: list[str] = []
-                # A broker can halt after the space returned (its failed write came before): restart until all run.
-                deadline = time.monotonic() + BROKER_RETURN_S
-                while time.monotonic() < deadline:
-                    if not (dead := stopped()):
-                        if set(config.node_ids) <= set(kafka.cluster_health(config).brokers_in_metadata):
-                            break
-                        time.sleep(1)
-                        continue
-                    # Together: brokers that are also the KRaft quorum wait for each other to start.
-                    restarts = [subprocess.Popen([sys.executable, "-m", "aitax.cli", "stack", "start-broker", str(n)],
-                                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                                for n in dead]
-                    for n, restart in zip(dead, restarts, strict=True):
-                        _, error = restart.communicate()
-                        if restart.returncode:
-                            last = (error.strip().splitlines() or [f"exit {restart.returncode}"])[-1]
-                            failed.append(f"broker {n}: {last}")
-                    restarted.update(dead)
-                notes.append(f"brokers down on full disks: {sorted(restarted) or 'none'}; space returned, brokers "
+                restarted, failed = _restart_until_all_run(config, env, stopped)
+                notes.append(f"brokers down on full disks: {restarted or 'none'}; space returned, brokers "
                              f"restarted" + (f" (failed: {'; '.join(failed)})" if failed else ""))
 
             # The disks fill from the start: the disruption begins at once rather than a quarter in.

@@ -10,9 +10,9 @@ none for a lone face); OpenVINO (the same graph converted) FP32 11.4 / 13.4 ms a
 in bf16 where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX; elsewhere it would be emulated, slower than
 FP32, and `auto` keeps FP32).
 
-The conversion to OpenVINO is kept beside the downloaded weights (`openvino_ir`), keyed by the weights, OpenVINO's
+The conversion to OpenVINO is kept beside the downloaded weights (`facenet_openvino`), keyed by the weights, OpenVINO's
 version and the graph's source: converting took 9-11 CPU-seconds and TensorFlow's import 15 more at every identify
-start; from the kept conversion an identify process starts without TensorFlow (about 1 CPU-second, 0.8 GB less
+start; from the kept conversion an identify process starts without TensorFlow (1.6 CPU-seconds, 0.7 GB less
 memory). The pipeline image keeps the conversion its build made.
 
 `runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX at start-up (tf2onnx) and run by ONNX
