@@ -58,10 +58,7 @@ def check_request(kinds: list[str], cores: list[int]) -> None:
 def _pin(cores: int) -> None:
     import cv2
 
-    from pipeline.facenet_keras import set_tf_threads
-
     os.sched_setaffinity(0, set(usable_cpus()[:cores]))
-    set_tf_threads(cores, 1)
     cv2.setNumThreads(cores)
 
 
@@ -75,7 +72,7 @@ def measure(kind: str, cores: int, video: str, frames: int, min_face_size: int) 
 
     _pin(cores)
     size = (960, 540)
-    find_faces = MtcnnFaceFinder(min_face_size, frame_size=size)
+    find_faces = MtcnnFaceFinder(min_face_size, frame_size=size, threads=cores)
     stream = read_frames(video, "core-scaling", size, pace="max", max_frames=frames + WARMUP_FRAMES)
     progress = tqdm(total=frames + WARMUP_FRAMES, desc=f"{kind} on {cores} core(s)", unit="frame", leave=False)
     latencies, thumbnails = [], []

@@ -5,16 +5,21 @@ other than 20 its last scales shrink the frame below PNet's 12x12 input and the 
 `FaceDetector` runs the package's own three networks with a corrected pyramid and the package's arithmetic, made
 cheaper: its eager TensorFlow ops per pyramid level and per stage (with a float64 copy of the frame), and per-call
 tensor conversions in its box code, cost more CPU than the three networks. Here the networks' inputs are prepared
-from the uint8 frame by compiled kernels (pipeline/prepare.py), PNet runs on a stream's whole pyramid in one traced
-graph call, and the box arithmetic is NumPy on plain arrays (suppression compiled too). Boxes agree with stock `mtcnn`
-(tests/unit/test_detect.py).
+from the uint8 frame by compiled kernels (pipeline/prepare.py), and the box arithmetic is NumPy on plain arrays
+(suppression compiled too). Boxes agree with stock `mtcnn` (tests/unit/test_detect.py).
+
+The networks run in OpenVINO, FP32, converted from the package's TensorFlow models once and kept
+(`pipeline.mtcnn_keras`, `pipeline.openvino_ir`): a detect process then starts without TensorFlow (its import and
+tracing took 11-12 CPU-seconds and 0.9 GB at every start), and PNet's pyramid costs about 3 CPU-ms per 960x540 frame
+against TensorFlow's 6-8.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -80,6 +85,51 @@ def suppress(boxes: np.ndarray, threshold: float, method: str = "union", sort: b
     return boxes[~_beaten(np.ascontiguousarray(boxes[:, 1:5], dtype=np.float64), threshold, method == "union")]
 
 
+# The package's box arithmetic (mtcnn.utils.bboxes and .landmarks, whose package import starts TensorFlow), on rows
+# (image, x1, y1, x2, y2, score[, 10 landmark coordinates]); tests/unit/test_detect.py checks each against it.
+def _square(boxes: np.ndarray) -> np.ndarray:
+    """Each box grown to a square on its longer side, about its centre (`resize_to_square`)."""
+    boxes = boxes.copy()
+    height, width = boxes[:, 4] - boxes[:, 2], boxes[:, 3] - boxes[:, 1]
+    side = np.maximum(width, height)
+    boxes[:, 1] = boxes[:, 1] + width * 0.5 - side * 0.5  # the package's order of operations: equal to the bit
+    boxes[:, 2] = boxes[:, 2] + height * 0.5 - side * 0.5
+    boxes[:, 3:5] = boxes[:, 1:3] + side[:, None]
+    return boxes
+
+
+def _rescored(boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The boxes with a network's face scores (its last column) as their confidence (`replace_confidence`)."""
+    boxes = boxes.copy()
+    boxes[:, 5] = scores[:, -1]
+    return boxes
+
+
+def _offset(boxes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """A network's corner offsets applied in box widths and heights, counted inclusively (`adjust_bboxes`)."""
+    boxes = boxes.copy()
+    width, height = boxes[:, 3] - boxes[:, 1] + 1, boxes[:, 4] - boxes[:, 2] + 1
+    boxes[:, 1:5] += offsets * np.stack([width, height, width, height], axis=-1)
+    return boxes
+
+
+def _landmarks_in_frame(landmarks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """ONet's five points, given in fractions of the boxes it was shown, in frame pixels (`adjust_landmarks`)."""
+    landmarks = landmarks.copy()
+    width, height = boxes[:, 3:4] - boxes[:, 1:2] + 1, boxes[:, 4:5] - boxes[:, 2:3] + 1
+    landmarks[:, 0:5] = width * landmarks[:, 0:5] + boxes[:, 1:2] - 1
+    landmarks[:, 5:10] = height * landmarks[:, 5:10] + boxes[:, 2:3] - 1
+    return landmarks
+
+
+def _inside(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The boxes' corners clipped to the frame; landmarks left as they are (`limit_bboxes`)."""
+    boxes = boxes.copy()
+    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, width - 1)
+    boxes[:, [2, 4]] = np.clip(boxes[:, [2, 4]], 0, height - 1)
+    return boxes
+
+
 @numba.njit(nogil=True, error_model="numpy")
 def _beaten(corners: np.ndarray, threshold: float, over_union: bool) -> np.ndarray:
     """Which boxes (x1, y1, x2, y2 rows, best first) a box ranked above overlaps by more than `threshold`: the
@@ -99,105 +149,111 @@ def _beaten(corners: np.ndarray, threshold: float, over_union: bool) -> np.ndarr
     return beaten
 
 
-@dataclass(frozen=True)
-class _StreamGraph:
-    """PNet on every pyramid level of one frame size, in one graph call."""
-    sizes: tuple[tuple[int, int], ...]
-    pnet: Callable
+def mtcnn_networks() -> dict:
+    """The package's three networks as OpenVINO models, converted once and then read from where they are kept
+    (keyed by the package's version, which pins its weights, and the conversion's source)."""
+    import importlib.metadata
+
+    from pipeline import mtcnn_keras
+    from pipeline.openvino_ir import kept_conversion
+
+    made_from = f"mtcnn {importlib.metadata.version('mtcnn')} ".encode() + Path(mtcnn_keras.__file__).read_bytes()
+    return {network: kept_conversion("mtcnn-openvino", network, made_from, partial(mtcnn_keras.convert, network))
+            for network in mtcnn_keras.INPUT_SHAPES}
+
+
+def _outputs(compiled, batch: np.ndarray) -> list[np.ndarray]:
+    """One network call: its outputs in the Keras model's order (copies: the next call reuses the buffers)."""
+    return list(compiled(batch).values())
 
 
 class FaceDetector:
-    """MTCNN on one RGB frame at a time, on the calling thread (the paper gives each container one core).
+    """MTCNN on one RGB frame at a time, on `threads` CPU threads (default one: the paper gives each container a core).
 
     `detect` times its parts into a Stopwatch: the three networks (the AI the paper accelerates), their input
-    preparation (the pyramid and the patches: `tf_support`, named for what it replaced) and NumPy box arithmetic."""
+    preparation (the pyramid and the patches: `tf_support`, named for the TensorFlow ops it replaced) and NumPy box
+    arithmetic."""
 
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
-                 frame_size: tuple[int, int] | None = None) -> None:
-        """`frame_size` (width, height): the size of a stream's frames, whose whole pyramid then goes through PNet in
-        one graph call traced here, before the first frame. Frames of other sizes (photos) take a relaxed per-level
-        graph."""
-        import tensorflow as tf
-        from mtcnn.stages import StageONet, StagePNet, StageRNet
+                 frame_size: tuple[int, int] | None = None, threads: int = 1) -> None:
+        """`frame_size` (width, height): the size of a stream's frames; PNet is then compiled for each of its pyramid
+        levels' shapes, a little faster than the one compilation for any shape that frames of other sizes (photos)
+        take."""
+        from pipeline.openvino_ir import compile_on_cpu
 
         if min_face_size < PNET_INPUT:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
-        # Graph functions instead of eager calls: eager ops cost more per call than PNet's small pyramid levels take
-        # to compute. Relaxed shapes serve any frame size with a trace or two.
-        pnet, rnet, onet = (stage()._model for stage in (StagePNet, StageRNet, StageONet))
-        self._pnet_level, self._rnet, self._onet = (tf.function(net, reduce_retracing=True)
-                                                    for net in (pnet, rnet, onet))
-        self._stream: _StreamGraph | None = None
+        # FP32, as the package computes: a confidence near a threshold must not flip on rounding.
+        networks = mtcnn_networks()
+        self._pnet_any, self._rnet, self._onet = (compile_on_cpu(networks[name], threads)
+                                                  for name in ("pnet", "rnet", "onet"))
+        self._stream_sizes: tuple[tuple[int, int], ...] = ()
+        self._pnet_levels: list = []
         if frame_size is not None:
             width, height = frame_size
-            sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
-            self._stream = _StreamGraph(sizes, tf.function(lambda levels: [pnet(level) for level in levels]))
-            self._trace(width, height)
+            self._stream_sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
+            for level_height, level_width in self._stream_sizes:
+                level = networks["pnet"].clone()
+                level.reshape([1, level_height, level_width, 3])
+                self._pnet_levels.append(compile_on_cpu(level, threads))
+            self._warm(width, height)
 
-    def _trace(self, width: int, height: int) -> None:
-        """Compile and trace everything a stream's frames use, so that no frame's time includes it (RNet and ONet
-        twice: their second trace relaxes the number of boxes)."""
+    def _warm(self, width: int, height: int) -> None:
+        """Run everything a stream's frames use once, so that no frame's time includes a first call's set-up (RNet
+        and ONet for one box and for several) or Numba's compilation."""
         frame = np.zeros((height, width, 3), np.uint8)
-        self._stream.pnet(area_pyramid(frame, self._stream.sizes))
+        for network, level in zip(self._pnet_levels, area_pyramid(frame, self._stream_sizes), strict=True):
+            _outputs(network, level)
         suppress(np.zeros((2, 6)), 0.5)
         for boxes in (1, 2):
-            for size, net in ((24, self._rnet), (48, self._onet)):
-                net(patches(frame, np.zeros((boxes, 4)), size))
+            for size, network in ((24, self._rnet), (48, self._onet)):
+                _outputs(network, patches(frame, np.zeros((boxes, 4)), size))
 
     def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
-        from mtcnn.utils.bboxes import (
-            adjust_bboxes,
-            limit_bboxes,
-            pick_matches,
-            replace_confidence,
-            resize_to_square,
-        )
-        from mtcnn.utils.landmarks import adjust_landmarks
         watch = watch if watch is not None else Stopwatch()
         height, width = rgb.shape[:2]
         scales = scale_pyramid(width, height, self.min_face_size)
         if not scales:
             return []
         sizes = level_sizes(width, height, scales)
-        stream = self._stream if self._stream is not None and sizes == self._stream.sizes else None
+        pnets = self._pnet_levels if sizes == self._stream_sizes else [self._pnet_any] * len(sizes)
         with watch.time("tf_support"):
             frame = np.ascontiguousarray(rgb)
             levels = area_pyramid(frame, sizes)
         with watch.time("pnet"):
-            pnet_outputs = stream.pnet(levels) if stream else [self._pnet_level(level) for level in levels]
+            pnet_outputs = [_outputs(network, level) for network, level in zip(pnets, levels, strict=True)]
         with watch.time("numpy"):
-            per_scale = [suppress(pnet_candidates(regression.numpy()[0], probability.numpy()[0, :, :, 1], scale,
-                                                  self.thresholds[0]), 0.5, sort=False)
+            per_scale = [suppress(pnet_candidates(regression[0], probability[0, :, :, 1], scale, self.thresholds[0]),
+                                  0.5, sort=False)
                          for (regression, probability), scale in zip(pnet_outputs, scales, strict=True)]
-            boxes = resize_to_square(suppress(np.concatenate(per_scale), 0.7))
+            boxes = _square(suppress(np.concatenate(per_scale), 0.7))
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
                 rnet_input = patches(frame, boxes[:, 1:5], 24)
             with watch.time("rnet"):
-                offsets, scores = (output.numpy() for output in self._rnet(rnet_input))
+                offsets, scores = _outputs(self._rnet, rnet_input)
             with watch.time("numpy"):
-                boxes = adjust_bboxes(replace_confidence(boxes, scores), offsets)
-                boxes = pick_matches(boxes, score_threshold=self.thresholds[1])
-                boxes = resize_to_square(suppress(boxes, 0.7))
+                boxes = _offset(_rescored(boxes, scores), offsets)
+                boxes = boxes[boxes[:, 5] > self.thresholds[1]]
+                boxes = _square(suppress(boxes, 0.7))
         if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
                 onet_input = patches(frame, boxes[:, 1:5], 48)
             with watch.time("onet"):
-                offsets, landmarks, scores = self._onet(onet_input)
-                offsets, scores = offsets.numpy(), scores.numpy()  # landmarks: adjust_landmarks wants a tensor
+                offsets, landmarks, scores = _outputs(self._onet, onet_input)
             with watch.time("numpy"):
-                landmarks = adjust_landmarks(landmarks, boxes)  # relative to the boxes ONet was given
-                boxes = np.concatenate([adjust_bboxes(replace_confidence(boxes, scores), offsets), landmarks], axis=-1)
-                boxes = pick_matches(boxes, scores_column=5, score_threshold=self.thresholds[2])
+                landmarks = _landmarks_in_frame(landmarks, boxes)  # ONet's are relative to the boxes it was given
+                boxes = np.concatenate([_offset(_rescored(boxes, scores), offsets), landmarks], axis=-1)
+                boxes = boxes[boxes[:, 5] > self.thresholds[2]]
                 boxes = suppress(boxes, 0.7, method="min")
         detections = []
         if len(boxes):
             with watch.time("numpy"):
-                boxes = limit_bboxes(boxes, images_shapes=np.asarray([rgb.shape]), limit_landmarks=False)
-                for row in np.asarray(boxes):
+                boxes = _inside(boxes, width, height)
+                for row in boxes:
                     x1, y1, x2, y2 = (round(float(v)) for v in row[1:5])
                     if x2 - x1 >= 2 and y2 - y1 >= 2:
                         points = tuple((float(x), float(y)) for x, y in zip(row[6:11], row[11:16], strict=True))

@@ -23,11 +23,8 @@ wrote it); `aitax calibrate identify --runtime cuda` measures it where there is 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import os
-import tempfile
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -36,9 +33,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from common.errors import UserError
-from common.paths import downloads_dir
 from pipeline.assets import sha256_of
 from pipeline.crop import THUMBNAIL_SIZE as FACE_SIZE
+from pipeline.openvino_ir import compile_on_cpu, kept_conversion
 
 if TYPE_CHECKING:
     from pipeline.facenet_keras import FaceNetGraph
@@ -80,28 +77,13 @@ def resolve_precision(precision: str, has_bf16: bool, runtime: str = "openvino")
 
 
 def facenet_openvino(weights_sha256: str, embed_function: Callable[[], object]):
-    """FaceNet's graph as an OpenVINO model: converted from `embed_function()` (a `tf.function`) once, and kept as
-    IR beside the downloads, keyed by the weights, OpenVINO's version and the graph's source, so that a change to any
-    of them converts again. Where that folder cannot be written (a pod's read-only image that lacks the conversion)
-    it is converted at every start, as before the cache."""
+    """FaceNet's graph as an OpenVINO model: converted from `embed_function()` (a `tf.function`) once, and kept
+    (`pipeline.openvino_ir`), keyed by the weights and the graph's source."""
     import openvino
 
     source = Path(importlib.util.find_spec("pipeline.facenet_keras").origin).read_bytes()
-    key = hashlib.sha256(f"{weights_sha256} {openvino.__version__} ".encode() + source).hexdigest()[:16]
-    kept = downloads_dir() / "models" / "facenet-openvino" / f"facenet-{key}.xml"
-    if kept.exists() and kept.with_suffix(".bin").exists():
-        return openvino.Core().read_model(kept)
-    model = openvino.convert_model(embed_function())
-    try:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        # Whole or not at all (identify processes start side by side): the .bin first, then the .xml naming it.
-        with tempfile.TemporaryDirectory(dir=kept.parent) as scratch:
-            openvino.save_model(model, Path(scratch) / kept.name, compress_to_fp16=False)
-            os.replace(Path(scratch) / kept.with_suffix(".bin").name, kept.with_suffix(".bin"))
-            os.replace(Path(scratch) / kept.name, kept)
-    except (OSError, RuntimeError) as error:
-        log.info("FaceNet's OpenVINO conversion cannot be kept in %s (%s)", kept.parent, error)
-    return model
+    return kept_conversion("facenet-openvino", "facenet", f"{weights_sha256} ".encode() + source,
+                           lambda: openvino.convert_model(embed_function()))
 
 
 class FaceEmbedder:
@@ -138,14 +120,8 @@ class FaceEmbedder:
 
     def _compile(self, threads: int):
         """FaceNet through OpenVINO, one inference run before it is trusted."""
-        import openvino
-
-        # No pinning: OpenVINO pins each process's inference threads to the same first cores, so two identify
-        # processes on this 2-core machine shared one core (each 0.5 core, twice the wall time per batch).
         model = facenet_openvino(self.weights_sha256, lambda: self.graph.embed)
-        compiled = openvino.Core().compile_model(model, "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False,
-            "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[self.precision]})
+        compiled = compile_on_cpu(model, threads, {"fp32": "f32", "bf16": "bf16"}[self.precision])
         request = compiled.create_infer_request()
         request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return request

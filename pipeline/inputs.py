@@ -36,7 +36,6 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
     from pipeline.assets import ensure_assets
     from pipeline.detect import FaceDetector
     from pipeline.facenet import FaceEmbedder
-    from pipeline.facenet_keras import set_tf_threads
     from pipeline.gallery import (
         calibrate,
         embed_in_batches,
@@ -49,7 +48,6 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
 
     if not 0 <= target_fpir < 1:
         raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
-    set_tf_threads(1, 1)  # before the detector starts TensorFlow
     assets = ensure_assets()
     detector = FaceDetector(min_face_size=20)
     embedder = FaceEmbedder(assets.facenet_weights)

@@ -56,7 +56,7 @@ detection = options(
                  help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)"),
     click.option("--jpeg-quality", type=int, default=90, show_default=True, help="JPEG quality 1-100"),
     keying,
-    click.option("--threads", type=int, default=1, help="TensorFlow threads (default 1: one core, as the paper)"),
+    click.option("--threads", type=int, default=1, help="MTCNN's threads (default 1: one core, as the paper)"),
 )
 
 camera = options(
@@ -205,18 +205,17 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
 
 def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, encoding: str, jpeg_quality: int,
                  threads: int):
-    """MTCNN on frames of `size`, once the brokers answered (before TensorFlow loads: a wrong address is one line,
+    """MTCNN on frames of `size`, once the brokers answered (before the networks load: a wrong address is one line,
     at once)."""
     from pipeline.transport.admin import require_brokers
 
     require_brokers(bootstrap)
     if not 1 <= jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {jpeg_quality}: must be 1-100")
-    from pipeline.facenet_keras import set_tf_threads
     from pipeline.ingest_detect import MtcnnFaceFinder
 
-    set_tf_threads(threads, 1)
-    return MtcnnFaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size)
+    return MtcnnFaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size,
+                           threads=threads)
 
 
 # The three-stage design (the paper's Fig. 3a): the same two halves as separate processes, frames through Kafka.

@@ -8,7 +8,18 @@ import numpy as np
 import pytest
 
 from pipeline.crop import iou
-from pipeline.detect import FaceDetector, level_sizes, pnet_candidates, scale_pyramid, suppress
+from pipeline.detect import (
+    FaceDetector,
+    _inside,
+    _landmarks_in_frame,
+    _offset,
+    _rescored,
+    _square,
+    level_sizes,
+    pnet_candidates,
+    scale_pyramid,
+    suppress,
+)
 from pipeline.prepare import area_pyramid, patches
 
 
@@ -67,16 +78,65 @@ def test_candidates_and_suppression_are_the_packages() -> None:
         np.testing.assert_array_equal(kept, expected)
 
 
+def test_the_box_arithmetic_is_the_packages() -> None:
+    import tensorflow as tf
+    from mtcnn.utils.bboxes import adjust_bboxes, limit_bboxes, replace_confidence, resize_to_square
+    from mtcnn.utils.landmarks import adjust_landmarks
+
+    rng = np.random.default_rng(5)
+    corners = np.sort(rng.uniform(-50, 1000, (30, 2, 2)), axis=1).reshape(30, 4)  # x1 y1 x2 y2
+    boxes = np.column_stack([np.zeros(30), corners, rng.uniform(0, 1, 30)])
+    scores, offsets = rng.uniform(0, 1, (30, 2)), rng.normal(0, 0.1, (30, 4))
+    landmarks = rng.uniform(0, 1, (30, 10)).astype(np.float32)
+    np.testing.assert_array_equal(_square(boxes), resize_to_square(boxes))
+    np.testing.assert_array_equal(_rescored(boxes, scores), replace_confidence(boxes.copy(), scores))
+    np.testing.assert_array_equal(_offset(boxes, offsets), adjust_bboxes(boxes, offsets))
+    np.testing.assert_array_equal(_landmarks_in_frame(landmarks, boxes),
+                                  adjust_landmarks(tf.constant(landmarks), boxes))
+    with_landmarks = np.concatenate([boxes, rng.uniform(-50, 1000, (30, 10))], axis=1)
+    np.testing.assert_array_equal(_inside(with_landmarks, 960, 540),
+                                  limit_bboxes(with_landmarks, np.asarray([(540, 960, 3)]), limit_landmarks=False))
+
+
+def test_the_conversion_is_kept_and_a_detector_then_starts_without_tensorflow(
+        assets, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Converted once and kept beside the downloads: a fresh process's detector reads it, imports no TensorFlow
+    (what makes a detect process start in about 3 CPU-seconds) and finds what this process's detector finds."""
+    import gc
+    import os
+    import subprocess
+    import sys
+
+    from common.paths import PROJECT_ROOT
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    photo = sorted(assets.faces_val_dir.glob("*/*.jpg"))[1]
+    rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
+    converting = FaceDetector(min_face_size=20)  # nothing kept yet: it converts, and runs what it converted
+    gc.collect()  # TensorFlow's models are gone: the conversion must hold its own weights
+    boxes = [d.box for d in converting.detect(rgb)]
+    kept = tmp_path / "downloads" / "models" / "mtcnn-openvino"
+    assert sorted(path.name.split("-")[0] + path.suffix for path in kept.iterdir()) == [
+        "onet.bin", "onet.xml", "pnet.bin", "pnet.xml", "rnet.bin", "rnet.xml"]  # no scratch folder left behind
+    script = ("import sys\nimport cv2\nfrom pipeline.detect import FaceDetector\n"
+              "rgb = cv2.cvtColor(cv2.imread(sys.argv[1]), cv2.COLOR_BGR2RGB)\n"
+              "print([d.box for d in FaceDetector(min_face_size=20).detect(rgb)], 'tensorflow' in sys.modules)\n")
+    started = subprocess.run([sys.executable, "-c", script, str(photo)], cwd=PROJECT_ROOT, capture_output=True,
+                             env={**os.environ, "AITAX_HOME": str(tmp_path)}, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert boxes and started.stdout.strip() == f"{boxes} False"
+
+
 def test_a_streams_frame_size_runs_its_own_graphs_and_finds_what_the_relaxed_ones_find(assets) -> None:
     photo = sorted(assets.faces_val_dir.glob("*/*.jpg"))[0]
     rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
     height, width = rgb.shape[:2]
     relaxed, stream = FaceDetector(min_face_size=20), FaceDetector(min_face_size=20, frame_size=(width, height))
     found, found_by_stream = relaxed.detect(rgb), stream.detect(rgb)
-    assert relaxed._stream is None and stream._stream is not None
+    assert not relaxed._pnet_levels and len(stream._pnet_levels) == len(stream._stream_sizes) >= 6
     assert found and [d.box for d in found] == [d.box for d in found_by_stream]
     np.testing.assert_allclose([d.confidence for d in found], [d.confidence for d in found_by_stream], atol=1e-5)
-    assert stream.detect(cv2.resize(rgb, (width // 2 * 2 - 2, height)))  # another size: the relaxed graphs
+    assert stream.detect(cv2.resize(rgb, (width // 2 * 2 - 2, height)))  # another size: PNet for any shape
 
 
 def test_boxes_agree_with_stock_mtcnn(assets) -> None:
