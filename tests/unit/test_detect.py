@@ -157,3 +157,23 @@ def test_boxes_agree_with_stock_mtcnn(assets) -> None:
                             ("left_eye", "right_eye", "nose", "mouth_left", "mouth_right")]
             assert np.abs(np.array(match.landmarks) - np.array(stock_points)).max() <= 2, (photo.name, match)
     assert compared >= 12
+
+
+def test_a_process_that_dropped_its_detector_still_stops_cleanly_on_sigterm(tmp_path) -> None:
+    """SIGTERM is how a pod or a run's load is stopped: once a detector (its OpenVINO models) was dropped, a later
+    SIGTERM still reaches the Python handler (a dropped OpenVINO Core unloaded the CPU plugin, and the signal then
+    crashed the process with a segmentation fault)."""
+    import subprocess
+    import sys
+
+    from common.paths import PROJECT_ROOT
+
+    script = ("import gc\nfrom pipeline.detect import FaceDetector\n"
+              "detector = FaceDetector(min_face_size=20)\ndel detector\ngc.collect()\n"
+              "from tests.unit.test_run_load_stop import "
+              "test_sigterm_during_the_load_ends_it_early_and_it_is_still_drained_and_collected as stopped\n"
+              "stopped()\nprint('stopped cleanly')\n")
+    finished = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                              timeout=300)
+    assert finished.returncode == 0 and "stopped cleanly" in finished.stdout, (finished.returncode,
+                                                                              finished.stderr[-2000:])
