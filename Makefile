@@ -67,7 +67,7 @@ setup-camera: setup  ## also what simulated cameras need: GStreamer's RTSP serve
 setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, pinned) as JSON Schema (cached)
 	@bash scripts/install-dashboard-schemas.sh
 
-test: setup-cluster setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (all started and stopped)
+test: setup-k8s setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (its node tools: in the background)
 	@bash scripts/test.sh
 
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# `make test`'s suites, after its setup (the Makefile's prerequisites), each timed. The images build from the start,
-# in the background at the lowest CPU and I/O priority, on the core the unit tests (one process) leave idle; the
-# cluster suite waits for them. Two overlaps were tried and dropped: compiling the Kubernetes tools in the background
-# made the local-stack suite 6.7 minutes longer (no time saved in all) and failed a camera test; the local-stack and
-# cluster suites side by side kept both cores busy (idle 0-8%), ran 37 of the local suite's 77 tests in 29 minutes
-# (all 77 take 27 alone) and failed a camera test and two cluster tests.
+# `make test`'s suites, after its setup (the Makefile's prerequisites), each timed. What only the real-cluster suite
+# needs is made in the background, at the lowest CPU and I/O priority, on the core the unit tests (one process) leave
+# idle: the node's tools (kubelet, kube-proxy, CoreDNS, kube-router: about 5.5 minutes of Go on a new machine), then
+# the images. The cluster suite waits for them. Three overlaps were tried and dropped: compiling all the Kubernetes
+# tools (13 minutes, the control plane's too) beside the local-stack suite made it 6.7 minutes longer (no time saved
+# in all) and failed a camera test, when every detector still started TensorFlow; the local-stack and cluster suites
+# side by side kept both cores busy (idle 0-8%), ran 37 of the local suite's 77 tests in 29 minutes (all 77 take 27
+# alone) and failed a camera test and two cluster tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
-log=.aitax/logs/images-build-make.log
+log=.aitax/logs/node-tools-and-images-make.log
 mkdir -p .aitax/logs
 
-setsid nice -n 19 ionice -c 3 .venv/bin/aitax images build --no-load >"$log" 2>&1 &
+setsid nice -n 19 ionice -c 3 \
+  bash -c 'bash scripts/install-k8s-tools.sh --node && exec .venv/bin/aitax images build --no-load' >"$log" 2>&1 &
 build=$!
 trap 'kill -- -$build 2>/dev/null' EXIT
 
@@ -26,7 +29,7 @@ step() {  # NAME COMMAND...: runs it unless an earlier step failed, and says how
 
 wait_build() {
   wait "$build" && return 0
-  echo "make test: building the images failed; the end of $log:" >&2
+  echo "make test: installing the node's tools or building the images failed; the end of $log:" >&2
   tail -n 30 "$log" >&2
   return 1
 }
@@ -36,6 +39,6 @@ status=0
 step "the chart on a real control plane and the unit tests (tests/k8s, tests/unit)" \
   "${PYTEST[@]}" -m "not image_scripts" tests/k8s tests/unit
 step "the local-stack suite (tests/integration)" "${PYTEST[@]}" tests/integration
-step "the images (built in the background, $log)" wait_build
+step "the node's tools and the images (made in the background, $log)" wait_build
 step "the real cluster of 3 nodes (tests/cluster)" "${PYTEST[@]}" tests/cluster
 exit "$status"

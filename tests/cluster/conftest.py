@@ -5,9 +5,9 @@ The cluster is started for the session and stopped at its end (unless it was alr
 is left as found); the session then checks that `down` left nothing behind.
 
 The images build in the background from the end of collection, while the tests collected before these run. In
-`make test` they start earlier still, with the local tests, at the lowest CPU priority (scripts/test.sh): the build
-here then waits for that one (cluster.images takes a lock on its store) and finds the images built. Either way the
-cluster fixture waits for the build.
+`make test` they start earlier still, with the unit tests, at the lowest CPU priority, after the node's tools
+(scripts/test.sh): the build here then waits for that one (cluster.images takes a lock on its store) and finds the
+images built. Either way the cluster fixture waits for the build.
 """
 
 from __future__ import annotations
