@@ -27,8 +27,12 @@ ROLE = "viewer"
 def pipeline_description(width: int, height: int, fps: int) -> str:
     # key-int-max = one second: a client that (re)connects decodes within a second, as cameras' I-frame interval
     # is usually set; zerolatency: no B-frames or lookahead, so a frame leaves as soon as it is encoded.
+    # A camera's sensor never waits for its encoder or its network: frames the pipeline cannot take at once are
+    # dropped, oldest first (appsrc queues without bound by default; on a loaded machine its backlog, 21 s of video,
+    # left in one burst towards a reader and filled the link, after which the shared media sent nothing again).
     caps = f"video/x-raw,format=RGB,width={width},height={height},framerate={fps}/1"
     return (f"( appsrc name=frames is-live=true do-timestamp=true format=time caps={caps} "
+            f"max-buffers=2 max-bytes=0 leaky-type=downstream "
             f"! videoconvert ! video/x-raw,format=I420 "
             f"! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} bitrate=2000 "
             f"! rtph264pay name=pay0 pt=96 config-interval=1 )")
