@@ -24,8 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -49,6 +51,8 @@ NETNS_DIR = Path("/var/run/netns")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STORAGE_CLASS = "aitax-local"
 NODE_READY_TIMEOUT_S = 180
+# kubelet's device-plugin socket, whatever its --root-dir: every node's kubelet shares it (see _start_nodes)
+DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 # What the node lifecycle controller and kubelet put on a node that cannot take pods (not a user's own taints).
 TROUBLE_TAINTS = frozenset(f"node.kubernetes.io/{trouble}" for trouble in (
     "not-ready", "unreachable", "memory-pressure", "disk-pressure", "pid-pressure", "network-unavailable"))
@@ -483,7 +487,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _start_nodes(self) -> None:
         for node in self.node_list:
+            # One kubelet at a time until it listens on the shared device-plugin socket: each empties that folder
+            # and then binds, so two starting together can find the other's new socket in place and exit ("bind:
+            # address already in use"); that node then never registered.
+            started = time.time()
             self._start_kubelet(node)
+            wait_until(partial(_made_since, DEVICE_PLUGIN_SOCKET, started), NODE_READY_TIMEOUT_S,
+                       f"kubelet of {node.name}", self._process(f"kubelet-{node.index}"))
             self._start_kube_proxy(node)
         self._start_coredns()
         self._start("provisioner", [sys.executable, "-m", "cluster.provisioner",
@@ -794,3 +804,11 @@ def _containerd_version() -> str:
     """The machine's containerd: a store it kept is read only by the same version."""
     return subprocess.run([shutil.which("containerd") or "containerd", "--version"], capture_output=True,
                           text=True).stdout.strip()
+
+
+def _made_since(path: Path, moment: float) -> bool:
+    """Whether `path` exists and was made (or replaced) at `moment` or later (a second's slack for the clock)."""
+    try:
+        return path.stat().st_mtime >= moment - 1
+    except FileNotFoundError:
+        return False
