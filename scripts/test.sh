@@ -2,7 +2,7 @@
 # `make test`'s suites, after its setup (the Makefile's prerequisites), each timed. What only the real-cluster suite
 # needs is made in the background, at the lowest CPU and I/O priority, on the core the unit tests (one process) leave
 # idle: the node's tools (kubelet, kube-proxy, CoreDNS, kube-router: about 5.5 minutes of Go on a new machine), then
-# the images. The cluster suite waits for them. Three overlaps were tried and dropped: compiling all the Kubernetes
+# the images. The cluster suite waits for them. Two other overlaps were tried and dropped: compiling all the Kubernetes
 # tools (13 minutes, the control plane's too) beside the local-stack suite made it 6.7 minutes longer (no time saved
 # in all) and failed a camera test, when every detector still started TensorFlow; the local-stack and cluster suites
 # side by side kept both cores busy (idle 0-8%), ran 37 of the local suite's 77 tests in 29 minutes (all 77 take 27
