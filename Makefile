@@ -10,7 +10,7 @@ UV := UV_NATIVE_TLS=1 UV_FIND_LINKS="$${PIP_FIND_LINKS:-}" $(BIN)/uv
 # Nodes of `make cluster` and `make k8s-demo`: one broker each.
 NODES ?= 3
 
-.PHONY: emulate-accel fig15a setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel emulate-design fig15a setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -42,6 +42,15 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 	@$(AITAX) stack up
 	@$(AITAX) emulate --factors 1,2,4,8,16,32 --duration 20 --producers 4 --consumers 8 \
 	  --out .aitax/emulation/latest.json --plots .aitax/emulation/plots
+
+# The paper's load scaled with the design: its brokers wrote 10% of 1.1 GB/s at 1x, 2,950 faces/s of 37.3 kB; at
+# 1/168, 17.6 faces/s: two emulated streams (20 faces/s). Minute-long points: a drive's page cache holds half a
+# minute of writes before the flusher must keep pace with them.
+DESIGN ?= designs/paper.yaml
+emulate-design: setup  ## the sweep on a declared edge data centre scaled onto this machine (DESIGN=designs/paper.yaml; root)
+	@$(AITAX) stack up --design $(DESIGN)
+	@$(AITAX) emulate --factors 1,2,4,8,16 --duration 60 --producers 2 --consumers 8 --stop-after 1 \
+	  --out .aitax/emulation/design.json --plots .aitax/emulation/design-plots
 
 cluster: setup-cluster  ## a real Kubernetes of NODES (3) nodes here (root): pods are containers; prints the kubeconfig
 	@$(AITAX) cluster up --nodes $(NODES)

@@ -109,7 +109,7 @@ def sweep_point(config, seconds: float, instances: int, processes: int, keying: 
 def _saturation(usage) -> str:
     from load.resources import cpu_owner, saturated_resource
 
-    return saturated_resource(usage, 2.2e9, None) if usage.machine_cpu_busy < 0.85 else \
+    return saturated_resource(usage, None) if usage.machine_cpu_busy < 0.85 else \
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"
 
 

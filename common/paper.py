@@ -49,6 +49,10 @@ THUMBNAIL_BYTES = 37_300  # Sec. 4.2: one face thumbnail on the `faces` topic
 STREAM_FPS = 10.0  # Sec. 3: frames per second per camera stream
 VIDEO_FACES_PER_FRAME = 0.64  # Sec. 4.1: the paper's video, 0-5 faces per frame
 BROKER_WAIT_SHARE = {1: 0.646, 2: 0.664, 4: 0.680, 6: 0.791}  # Sec. 5.5: of end-to-end latency, per AI speed-up
+# Fig. 11b, Sec. 5.4: broker storage writes as a share of the drive's capacity (1.1 GB/s), per AI speed-up; the
+# network never passed 6% of 100 Gbit/s (broker reads 6 Gbit/s at 8x)
+STORAGE_WRITE_SHARE = {1: 0.10, 8: 0.67}
+NETWORK_SHARE_AT_8X = 0.06
 # Fig. 15: the highest stable AI speed-up per configuration (3 brokers x 1 drive and full-size faces unless varied).
 HIGHEST_STABLE_FACTOR = {"brokers": {3: 6, 4: 8, 6: 16, 8: 32}, "drives": {1: 6, 2: 12, 3: 24, 4: 32},
                          "face-size": {1.0: 6, 0.5: None, 0.25: None, 0.125: None}}

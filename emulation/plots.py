@@ -1,4 +1,5 @@
-"""The sweep as a terminal table and as the paper's Fig. 10 (latency, throughput) and Fig. 11 (bandwidth)."""
+"""The sweep as a terminal table and as the paper's Fig. 10 (latency, throughput) and Fig. 11 (utilisation beside
+the paper's, and bandwidth)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paper import NETWORK_SHARE_AT_8X, STORAGE_WRITE_SHARE
 from telemetry.applications import FACE_RECOGNITION, application
 from telemetry.latency import BREAKDOWN
 from telemetry.quantiles import min_samples, quantile_key
-from telemetry.results import FactorRuns, SweepResult, format_spread
+from telemetry.results import FactorRuns, RunResult, SweepResult, format_spread
 
 
 def print_table(sweep: SweepResult) -> None:
@@ -28,7 +30,7 @@ def format_table(sweep: SweepResult) -> list[str]:
     lines.append(f"{'point':>{width}} {'verdict':<18}{'offered/s':>10}{'achieved/s':>18}{'backlog':>9}"
                  f"{'e2e mean ms':>20}"
           + "".join(f"{q:>9}" for q in quantiles)
-          + f"{'max':>8}{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'cpu':>6}  saturated (last repeat)")
+          + f"{'max':>8}{'broker wait':>12}{'paper':>7}{'disk MB/s':>10}{'util':>6}{'cpu':>6}  saturated (last repeat)")
     flagged = False
     app = application(sweep.runs[0].workload.application if sweep.runs else FACE_RECOGNITION.name)
     knee = sweep.knee
@@ -47,6 +49,7 @@ def format_table(sweep: SweepResult) -> list[str]:
         paper = app.paper_broker_wait_share.get(int(factor.factor) if factor.factor.is_integer() else -1)
         share = factor.spread(lambda run: run.latency.broker_wait_share if run.latency else None)
         disk = factor.spread(lambda run: run.resources.broker_disk_write_bytes_per_s / 1e6)
+        util = factor.spread(storage_utilisation)
         cpu = factor.spread(lambda run: run.resources.machine_cpu_busy)
         offered = "-" if last.offered_faces_per_s is None else f"{last.offered_faces_per_s:.0f}"
         lines.append(f"{factor.label:>{width}} {verdict:<18}{offered:>10}"
@@ -55,7 +58,8 @@ def format_table(sweep: SweepResult) -> list[str]:
                      f"{format_spread(factor.spread(lambda run: run.latency.mean_ms if run.latency else None)):>20}"
                      + "".join(cells)
                      + f"{tail.max_ms if tail else float('nan'):>8.0f}{(share.median if share else 0):>11.0%} "
-                     f"{'' if paper is None else f'{paper:.0%}':>6}{disk.median:>10.1f}{cpu.median:>6.0%}  "
+                     f"{'' if paper is None else f'{paper:.0%}':>6}{disk.median:>10.1f}"
+                     f"{'-' if util is None else f'{util.median:.0%}':>6}{cpu.median:>6.0%}  "
                      f"{last.resources.saturated}")
         for run in factor.runs:
             for reason in run.verdict.reasons:
@@ -98,9 +102,19 @@ def write_plots(sweep: SweepResult, folder: Path) -> list[Path]:
     return [*written, _quantile_plot(sweep, folder, plt), _trajectory(sweep, folder, plt)]
 
 
+def storage_utilisation(run: RunResult) -> float | None:
+    """The busiest broker's log-dir device, as the block layer read it (None: not read)."""
+    shares = run.resources.broker_storage_utilisation if run.resources else {}
+    return max(shares.values()) if shares else None
+
+
 def _median(group: FactorRuns, value) -> float:
+    return _median_or_none(group, value) or 0.0
+
+
+def _median_or_none(group: FactorRuns, value) -> float | None:
     spread = group.spread(value)
-    return spread.median if spread else 0.0
+    return spread.median if spread else None
 
 
 def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
@@ -128,13 +142,28 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     throughput_axis.legend()
     fig10 = _save(figure, folder / "fig10_latency_throughput.png", plt)
 
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, (share_axis, axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, value, style in (
+            ("broker storage (busiest device)", storage_utilisation, "o-"),
+            ("brokers' links (busiest)", lambda run: max(run.resources.broker_link_busy.values(), default=None)
+             if run.resources else None, "s--"),
+            ("brokers' CPU slices (busiest)", lambda run: max(run.resources.broker_cpu_slice_busy.values(),
+                                                               default=None) if run.resources else None, "^:")):
+        shares = [_median_or_none(g, value) for g in groups]
+        if any(share is not None for share in shares):
+            share_axis.plot(factors, [100 * (share or 0.0) for share in shares], style, label=label)
+    share_axis.plot(list(STORAGE_WRITE_SHARE), [100 * v for v in STORAGE_WRITE_SHARE.values()], "k*", markersize=12,
+                    label="paper: storage writes (Sec. 5.4)")
+    share_axis.plot([8], [100 * NETWORK_SHARE_AT_8X], "kx", markersize=10, label="paper: network at 8x")
+    share_axis.set(title="Fig. 11b: utilisation under acceleration", xlabel="AI acceleration factor",
+                   ylabel="% of capacity", xscale="log", ylim=(0, 105))
+    share_axis.legend(fontsize=8)
     for label, value, style in (
             ("broker storage write (per broker)", lambda run: run.resources.broker_disk_write_bytes_per_s, "o-"),
             ("broker storage read (per broker)", lambda run: run.resources.broker_disk_read_bytes_per_s, "o-"),
             ("network (loopback, all)", lambda run: run.resources.loopback_bytes_per_s, "s--")):
         axis.plot(factors, [_median(g, value) / 1e6 for g in groups], style, label=label)
-    axis.set(title="Fig. 11: bandwidth under acceleration", xlabel="AI acceleration factor", ylabel="MB/s",
+    axis.set(title="Fig. 11a: bandwidth under acceleration", xlabel="AI acceleration factor", ylabel="MB/s",
              xscale="log")
     axis.legend()
     fig11 = _save(figure, folder / "fig11_bandwidth.png", plt)

@@ -19,14 +19,23 @@ from common.paper import HIGHEST_STABLE_FACTOR
 from common.paths import aitax_home
 from emulation.curves import BASELINE_CURVE
 from emulation.profile import Profile
-from load.engine import DISK_WRITE_CAPACITY, run_load
+from load.engine import run_load
 from load.local import LocalLoad
 from pipeline.schema import DEFAULT_KEYING, Topics
 from stack import kafka
 from stack.config import StackConfig
 from telemetry.latency import batch_size_p50
 from telemetry.quantiles import DEFAULT_QUANTILES, min_samples
-from telemetry.results import Driver, RunResult, ScalingResult, ScalingRow, SweepResult, Workload, write_results
+from telemetry.results import (
+    Driver,
+    Resources,
+    RunResult,
+    ScalingResult,
+    ScalingRow,
+    SweepResult,
+    Workload,
+    write_results,
+)
 
 DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
 
@@ -41,7 +50,6 @@ class SweepSpec:
     profile: Profile
     profile_name: str
     kafka_client: str = "confluent-kafka"
-    disk_write_capacity: float = DISK_WRITE_CAPACITY
     events: str = "none"
     # Seconds of discarded 1x load before the first factor: freshly started brokers spend their first half
     # minute JIT-compiling on the same cores, which would be charged to the first factors.
@@ -139,7 +147,7 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
     try:
         return run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
-                        stack=config, disk_write_capacity=spec.disk_write_capacity, repeat=repeat)
+                        stack=config, repeat=repeat)
     finally:
         delete_topics(config, load.topics)
 
@@ -269,8 +277,14 @@ def _one_line(r: RunResult, baseline: str = BASELINE_CURVE) -> str:
     backlog = f", backlog {r.backlog_faces} faces" if r.backlog_faces else ""
     failed = f"; {r.process_failures[0]}" if r.process_failures else ""
     return (f"  {point} {'stable' if r.stable else 'UNSTABLE'}: {r.achieved_faces_per_s:.0f}{offered} faces/s, "
-            f"{latency}{backlog}, broker writes {used.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each, "
-            f"cpu {used.machine_cpu_busy:.0%}; {used.saturated}{failed}")
+            f"{latency}{backlog}, broker writes {used.broker_disk_write_bytes_per_s / 1e6:.1f} MB/s each"
+            f"{storage_note(used)}, cpu {used.machine_cpu_busy:.0%}; {used.saturated}{failed}")
+
+
+def storage_note(used: Resources) -> str:
+    """' (storage loop0 93% busy, ...)': each device under the log dirs, as the block layer read it."""
+    devices = ", ".join(f"{d.device} {d.utilisation:.0%}" for d in used.storage)
+    return f" (storage {devices} busy)" if devices else ""
 
 
 def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=print) -> ScalingResult:

@@ -6,6 +6,7 @@ the fault scenarios all run their load through `run_load` and get the same `RunR
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -22,7 +23,6 @@ from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, domin
 from telemetry.results import RESULT_FILE, Driver, RunResult, Workload, judge, write_results
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
-DISK_WRITE_CAPACITY = 2.2e9  # bytes/s per broker: this machine's sequential write, measured with fio
 DISRUPTION_JOIN_S = 120.0
 
 
@@ -93,7 +93,7 @@ def terminated_as_interrupt() -> Iterator[None]:
 
 
 def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: StackConfig | None = None,
-             sampler: ResourceSampler | None = None, disk_write_capacity: float = DISK_WRITE_CAPACITY,
+             sampler: ResourceSampler | None = None,
              disruption: Callable[[], None] | None = None, disruption_after_s: float | None = None,
              progress: bool = False, repeat: int = 1) -> RunResult:
     """Run `load`'s workload once. `offered_faces_per_s`: what the producers' schedule offers (None for a
@@ -108,6 +108,11 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     interrupted = False
     if sampler is None and stack is not None:
         sampler = Sampler(stack)
+    if stack is not None and stack.testbed is not None:
+        from stack import cpu_slices
+
+        # the load's processes start from here: they inherit the slice, and never count as the brokers'
+        cpu_slices.place(stack, cpu_slices.CLIENTS, os.getpid())
     try:
         with sampler or contextlib.nullcontext():
             load.start_consumers()
@@ -165,7 +170,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                       latency_bound=None if workload.latency_bound_ms is None
                       else (workload.latency_bound_quantile, workload.latency_bound_ms),
                       process_failures=failures),
-        resources=None if usage is None else resources(usage, disk_write_capacity, latency),
+        resources=None if usage is None else resources(usage, latency),
         process_failures=failures, interrupted=interrupted, notes=notes)
 
 

@@ -1,7 +1,10 @@
 """What the brokers and the machine spend during a load run, sampled once a second, and what saturated first.
 
-Per broker process: CPU seconds and block-layer write/read bytes (psutil's I/O counters: what the kernel
-accounts to the process for storage, page-cache reads excluded) — the paper's Fig. 11b. Per broker, from its
+Per broker process: CPU seconds and storage write/read bytes (psutil's I/O counters: what the kernel accounts to
+the process, page-cache reads excluded). Per device under the brokers' log dirs: the block layer's own counters
+(bytes, I/Os and busy time, `common.block_devices`), whose utilisation is the paper's Fig. 11b: iostat's %util,
+or on a testbed's drive the share of its declared bandwidth. On a testbed, each broker's CPU against its slice
+and the load's against its own. Per broker, from its
 own exported meters: the request-handler busy share (from the cumulative idle time, so exact per window), the
 network threads' busy share, under-min-ISR partitions, and produce / consumer-fetch p99 as the broker sees
 them. Per watched client process (the emulator's producers and consumers): CPU seconds. Machine-wide: CPU busy
@@ -10,6 +13,7 @@ share and loopback bytes (all brokers and clients here talk over 127.0.0.1; the 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.request
@@ -17,11 +21,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from stack import kafka
+from common.block_devices import BlockDevice, DeviceCounters, DeviceUsage, counters, device_of
+from common.block_devices import usage_between as device_usage_between
+from stack import calibration, kafka
 from stack.config import StackConfig
 from telemetry.latency import LatencySummary
-from telemetry.results import Resources
+from telemetry.results import Resources, StorageDevice
 
+OTHER_PROCESSES_SHOWN_CORES = 0.1
 SATURATION = 0.85  # a resource busier than this is saturated (the paper saw storage give out near 67%)
 
 # The broker meters read (names from stack/maven/kafka-metrics.yaml), each line's name up to its value.
@@ -45,6 +52,7 @@ class Sample:
     loopback_bytes: int
     broker_meters: dict[int, dict[str, float]] = field(default_factory=dict)
     role_cpu_s: dict[str, float] = field(default_factory=dict)  # watched client processes, summed by role
+    device_counters: dict[str, DeviceCounters] = field(default_factory=dict)  # devices under the log dirs
 
 
 @dataclass
@@ -63,6 +71,20 @@ class Usage:
     produce_p99_ms: float = 0.0  # the slowest broker's, at the window's end (the broker's recent reservoir)
     fetch_p99_ms: float = 0.0
     role_cpu_cores: dict[str, float] = field(default_factory=dict)
+    devices: dict[str, DeviceUsage] = field(default_factory=dict)  # under the brokers' log dirs
+    broker_devices: dict[int, list[str]] = field(default_factory=dict)
+    machine_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    broker_cpu_quota_cores: float | None = None  # a testbed's slice per broker
+    client_cpu_quota_cores: float | None = None  # ... and the load's
+
+
+def broker_devices(config: StackConfig) -> dict[int, list[BlockDevice]]:
+    """The block devices under each broker's log dirs (none for a log dir on tmpfs)."""
+    found: dict[int, list[BlockDevice]] = {}
+    for broker in kafka.brokers(config):
+        devices = [device for d in broker.log_dirs if d.exists() and (device := device_of(d)) is not None]
+        found[broker.node_id] = list(dict.fromkeys(devices))
+    return found
 
 
 def loopback_bytes() -> int:
@@ -108,7 +130,7 @@ def _cpu_seconds(pids: list[int], last_seen: dict[int, float]) -> float:
 
 
 def take_sample(config: StackConfig, watched: dict[str, list[int]] | None = None,
-                last_seen: dict[int, float] | None = None) -> Sample:
+                last_seen: dict[int, float] | None = None, devices: list[BlockDevice] = ()) -> Sample:
     cpu, writes, reads, meters = {}, {}, {}, {}
     for broker in kafka.brokers(config):
         pid = broker.process.pid()
@@ -127,12 +149,17 @@ def take_sample(config: StackConfig, watched: dict[str, list[int]] | None = None
     idle = machine.idle + getattr(machine, "iowait", 0.0)
     total = sum(machine)
     roles = {role: _cpu_seconds(pids, {} if last_seen is None else last_seen) for role, pids in (watched or {}).items()}
-    return Sample(time.monotonic(), cpu, writes, reads, total - idle, total, loopback_bytes(), meters, roles)
+    return Sample(time.monotonic(), cpu, writes, reads, total - idle, total, loopback_bytes(), meters, roles,
+                  {device.name: counters(device) for device in devices})
 
 
-def usage_between(first: Sample, last: Sample) -> Usage:
+def usage_between(first: Sample, last: Sample, drive_bytes_per_s: float | None = None) -> Usage:
+    """`drive_bytes_per_s`: the declared bandwidth of the log dirs' drives (a testbed's), else None."""
     seconds = max(1e-6, last.at - first.at)
     usage = Usage(seconds)
+    usage.devices = {name: device_usage_between(name, first.device_counters[name], counted, seconds,
+                                                drive_bytes_per_s)
+                     for name, counted in last.device_counters.items() if name in first.device_counters}
     for node in last.broker_cpu_s.keys() & first.broker_cpu_s.keys():
         usage.broker_cpu_cores[node] = (last.broker_cpu_s[node] - first.broker_cpu_s[node]) / seconds
         written = last.broker_write_bytes[node] - first.broker_write_bytes[node]
@@ -166,6 +193,8 @@ class Sampler:
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
+        self.broker_devices = broker_devices(config)
+        self._devices = list(dict.fromkeys(d for devices in self.broker_devices.values() for d in devices))
 
     def __enter__(self) -> Sampler:
         self._thread.start()
@@ -181,7 +210,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(take_sample(self.config, self.watched, self._last_seen))
+            self.samples.append(take_sample(self.config, self.watched, self._last_seen, self._devices))
             self._stop.wait(self.interval_s)
 
     def usage(self, start: float, end: float) -> Usage:
@@ -190,14 +219,35 @@ class Sampler:
             window = self.samples[-2:]
         if len(window) < 2:
             return Usage(0.0)
-        usage = usage_between(window[0], window[-1])
+        testbed = self.config.testbed
+        usage = usage_between(window[0], window[-1], testbed.drive_bytes_per_s or None if testbed else None)
+        usage.broker_devices = {node: [d.name for d in devices] for node, devices in self.broker_devices.items()}
+        if testbed is not None:
+            usage.broker_cpu_quota_cores = testbed.broker_cpu_cores
+            usage.client_cpu_quota_cores = testbed.client_cpu_cores
         usage.under_min_isr_partitions = int(max(m.get("under_min_isr", 0.0) for s in window
                                                  for m in s.broker_meters.values()) if window[-1].broker_meters
                                              else 0)
         return usage
 
 
-def resources(usage: Usage, disk_write_capacity: float, latency: LatencySummary | None) -> Resources:
+def storage_devices(usage: Usage) -> list[StorageDevice]:
+    """Each device under the log dirs, with the brokers it serves and its share of its calibrated write rate."""
+    capacities = calibration.load()
+    rows = []
+    for name, device in usage.devices.items():
+        capacity = capacities.get(name, {}).get("write_bytes_per_s")
+        rows.append(StorageDevice(
+            device=name, brokers=sorted(n for n, names in usage.broker_devices.items() if name in names),
+            write_bytes_per_s=device.write_bytes_per_s, read_bytes_per_s=device.read_bytes_per_s,
+            write_iops=device.write_iops, read_iops=device.read_iops, busy_share=device.busy_share,
+            utilisation=device.utilisation, declared_bytes_per_s=device.rate_limit_bytes_per_s,
+            calibrated_write_bytes_per_s=capacity,
+            write_share=None if not capacity else device.write_bytes_per_s / capacity))
+    return rows
+
+
+def resources(usage: Usage, latency: LatencySummary | None) -> Resources:
     """The results model's view of a window's usage, with what saturated first."""
     def mean(values: dict[int, float]) -> float:
         return sum(values.values()) / len(values) if values else 0.0
@@ -211,23 +261,48 @@ def resources(usage: Usage, disk_write_capacity: float, latency: LatencySummary 
         broker_handler_busy=usage.broker_handler_busy, broker_network_busy=usage.broker_network_busy,
         broker_link_busy=usage.broker_link_busy, under_min_isr_partitions=usage.under_min_isr_partitions,
         produce_p99_ms=usage.produce_p99_ms, fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,
-        saturated=saturated_resource(usage, disk_write_capacity, latency))
+        storage=storage_devices(usage), broker_storage_utilisation=broker_storage_utilisation(usage),
+        broker_cpu_slice_busy=broker_cpu_slice_busy(usage), client_cpu_slice_busy=client_cpu_slice_busy(usage),
+        saturated=saturated_resource(usage, latency))
 
 
-def saturated_resource(usage: Usage, disk_write_capacity: float, latency: LatencySummary | None) -> str:
-    """Which resource ran out first, from the brokers' own meters, utilisation, and where faces waited.
+def broker_storage_utilisation(usage: Usage) -> dict[int, float]:
+    """Each broker's busiest log-dir device (shared devices count for every broker on them)."""
+    return {node: max(usage.devices[name].utilisation for name in names if name in usage.devices)
+            for node, names in usage.broker_devices.items() if any(name in usage.devices for name in names)}
+
+
+def broker_cpu_slice_busy(usage: Usage) -> dict[int, float]:
+    quota = usage.broker_cpu_quota_cores
+    return {} if not quota else {node: cores / quota for node, cores in usage.broker_cpu_cores.items()}
+
+
+def client_cpu_slice_busy(usage: Usage) -> float | None:
+    quota = usage.client_cpu_quota_cores
+    return None if not quota else sum(usage.role_cpu_cores.values()) / quota
+
+
+def saturated_resource(usage: Usage, latency: LatencySummary | None) -> str:
+    """Which resource ran out first, from the brokers' own meters, utilisation at the devices, and where faces
+    waited.
 
     A saturated machine CPU is attributed to whoever burnt the most of it: the brokers, or the load's own
     producers or consumers (then the verdict is about the load generator, not about Kafka)."""
-    writes = usage.broker_write_bytes_per_s
     handlers = max(usage.broker_handler_busy.values(), default=0.0)
     network = max(usage.broker_network_busy.values(), default=0.0)
     utilisation = {
         "the brokers' request handlers": handlers,
         "the brokers' network threads": network,
-        "broker storage writes": (sum(writes.values()) / len(writes) if writes else 0.0) / disk_write_capacity,
         "cpu (machine)": usage.machine_cpu_busy,
     }
+    for name, device in usage.devices.items():
+        served = sorted(n for n, names in usage.broker_devices.items() if name in names)
+        utilisation[f"broker storage ({name}, broker{'s' * (len(served) > 1)} "
+                    f"{','.join(map(str, served))})"] = device.utilisation
+    if slices := broker_cpu_slice_busy(usage):
+        utilisation["the brokers' CPU slices"] = max(slices.values())
+    if (clients := client_cpu_slice_busy(usage)) is not None:
+        utilisation["the load's CPU slice"] = clients
     if usage.broker_link_busy:
         utilisation["the brokers' links"] = max(usage.broker_link_busy.values())
     name, busiest = max(utilisation.items(), key=lambda item: item[1])
@@ -247,8 +322,12 @@ def saturated_resource(usage: Usage, disk_write_capacity: float, latency: Latenc
 
 
 def cpu_owner(usage: Usage) -> str:
-    """'mostly the brokers (1.10 cores; ...)': who used the CPU, in cores."""
+    """'mostly the brokers (1.10 cores; ...)': who used the CPU, in cores; what neither the brokers nor the load
+    burnt is the rest of the machine's (Elasticsearch, a build beside the run), so it is never charged to them."""
     cores = {"the brokers": sum(usage.broker_cpu_cores.values()), **usage.role_cpu_cores}
+    rest = usage.machine_cpu_busy * usage.machine_cores - sum(cores.values())
+    if rest > OTHER_PROCESSES_SHOWN_CORES:
+        cores["other processes"] = rest
     owner = max(cores, key=lambda role: cores[role])
     others = "; ".join(f"{role} {used:.2f}" for role, used in cores.items() if role != owner)
     return f"mostly {owner} ({cores[owner]:.2f} cores{'; ' + others if others else ''})"

@@ -31,6 +31,22 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class Testbed:
+    """A declared design scaled onto this machine (`stack.design`): every capacity is the design's divided by
+    `scale`. The brokers' log dirs sit on drives of `drive_bytes_per_s` each (`stack.drives`), each broker runs in a
+    CPU slice of `broker_cpu_cores` and the load in one of `client_cpu_cores` (`stack.cpu_slices`)."""
+
+    design: str
+    scale: float
+    broker_cpu_cores: float
+    client_cpu_cores: float
+    drive_bytes_per_s: float  # each drive, written and read (block-layer throttle)
+    dirty_bytes_per_drive: int  # the page cache's dirty budget for that drive, scaled with the design's memory
+    link_mbit: float  # each node's link (recorded; local brokers share loopback, which is not shaped)
+    drive_size_mb: int = 4096
+
+
+@dataclass(frozen=True)
 class StackConfig:
     brokers: int = 3
     log_dirs_per_broker: int = 1
@@ -49,6 +65,8 @@ class StackConfig:
     tls: bool = True
     # Elasticsearch over https, a user and role per principal (stack.security); off with `tls`
     elasticsearch_tls: bool = True
+    # None: the log dirs on this machine's own disk, every process sharing its cores
+    testbed: Testbed | None = None
 
     def __post_init__(self) -> None:
         if not MIN_BROKERS <= self.brokers <= MAX_BROKERS:
@@ -138,6 +156,8 @@ class StackConfig:
     def load(cls, path: Path) -> StackConfig:
         try:
             # a stack described before TLS existed runs plaintext listeners
-            return cls(**{"tls": False, "elasticsearch_tls": False, **json.loads(path.read_text())})
+            described = {"tls": False, "elasticsearch_tls": False, **json.loads(path.read_text())}
+            testbed = described.pop("testbed", None)
+            return cls(**described, testbed=None if testbed is None else Testbed(**testbed))
         except (OSError, ValueError, TypeError) as error:
             raise UserError(f"{path}: unreadable stack description ({error}); run `make clean`") from error

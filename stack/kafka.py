@@ -186,7 +186,8 @@ class Broker:
             heap_mb=128,
         )
 
-    def start(self) -> None:
+    def start(self) -> int:
+        """Start the broker; returns its PID."""
         heap = f"-Xmx{self.config.kafka_heap_mb}m"
         argv = [
             require_java(),
@@ -202,9 +203,10 @@ class Broker:
             "kafka.Kafka",
             str(self.properties_file),
         ]
-        self.process.start(argv, cwd=self.home)
+        pid = self.process.start(argv, cwd=self.home)
         prometheus.register_target(self.metrics_target, self.metrics_port,
                                    {"role": "kafka-broker", "broker": str(self.node_id)})
+        return pid
 
 
 def brokers(config: StackConfig) -> list[Broker]:

@@ -13,7 +13,7 @@ from common.daemons import ManagedProcess, require_free_port, wait_until
 from common.errors import UserError
 from common.locks import exclusive
 from common.paths import stack_dir
-from stack import elasticsearch, kafka, prometheus, security
+from stack import calibration, cpu_slices, drives, elasticsearch, kafka, prometheus, security
 from stack.config import StackConfig
 
 KAFKA_START_TIMEOUT_S = 120
@@ -90,6 +90,9 @@ def up(config: StackConfig, progress=print) -> StackConfig:
                 f"a stack with {running.brokers} brokers x {running.log_dirs_per_broker} log dirs is running; "
                 f"`aitax stack down` first to change it to {config.brokers} x {config.log_dirs_per_broker}"
             )
+        if running.testbed != config.testbed:
+            described = running.testbed.design if running.testbed else "no testbed"
+            raise UserError(f"a stack on {described} is running; `aitax stack down` first to change its design")
         if (running.tls, running.elasticsearch_tls) != (config.tls, config.elasticsearch_tls):
             running_kind = ("TLS" if running.elasticsearch_tls else "TLS Kafka, plaintext Elasticsearch") \
                 if running.tls else "plaintext"
@@ -105,6 +108,9 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     config.save(description_file())
 
     started = time.monotonic()
+    if config.testbed is not None:
+        _prepare_testbed(config, progress)
+    calibration.calibrate([d for broker in kafka.brokers(config) for d in broker.log_dirs], progress=progress)
     _start_kafka(config, progress)
     if config.elasticsearch:
         _start_elasticsearch(config, progress)
@@ -151,7 +157,39 @@ def _start_kafka(config: StackConfig, progress) -> None:
             broker.format_storage(cluster_id)
     for broker in to_start:
         progress(f"starting kafka broker {broker.node_id} on port {broker.port}")
-        broker.start()
+        _start_broker_process(config, broker)
+
+
+def _start_broker_process(config: StackConfig, broker: kafka.Broker) -> None:
+    """On a testbed, into the broker's CPU slice at once (the JVM's later threads follow it)."""
+    pid = broker.start()
+    if config.testbed is not None:
+        cpu_slices.place(config, cpu_slices.broker_slice(broker.node_id), pid)
+
+
+def _prepare_testbed(config: StackConfig, progress) -> None:
+    """Each log dir on a drive of the design's bandwidth, and a CPU slice per broker and one for the load."""
+    testbed = config.testbed
+    drives.require_root()
+    progress(f"testbed {testbed.design} at 1/{testbed.scale:g}: brokers {testbed.broker_cpu_cores:.2f} cores each, "
+             + (f"drives {testbed.drive_bytes_per_s / 1e6:.1f} MB/s with {testbed.dirty_bytes_per_drive >> 20} MiB "
+                f"dirty pages each" if testbed.drive_bytes_per_s else "drives: this machine's disk")
+             + f", the load {testbed.client_cpu_cores:.2f} cores")
+    if testbed.drive_bytes_per_s:
+        for broker in kafka.brokers(config):
+            for log_dir in broker.log_dirs:
+                drives.attach(log_dir, testbed.drive_bytes_per_s, testbed.dirty_bytes_per_drive,
+                              testbed.drive_size_mb)
+    for node_id in config.node_ids:
+        cpu_slices.create(config, cpu_slices.broker_slice(node_id), testbed.broker_cpu_cores)
+    cpu_slices.create(config, cpu_slices.CLIENTS, testbed.client_cpu_cores)
+
+
+def _remove_testbed(config: StackConfig) -> None:
+    for broker in kafka.brokers(config):
+        for log_dir in broker.log_dirs:
+            drives.detach(log_dir)
+    cpu_slices.remove_all(config)
 
 
 def _start_elasticsearch(config: StackConfig, progress) -> None:
@@ -191,6 +229,8 @@ def down(progress=print) -> int:
         if process.stop():
             progress(f"stopped {process.name}")
             stopped += 1
+    if config.testbed is not None:
+        _remove_testbed(config)
     return stopped
 
 
@@ -212,6 +252,9 @@ def status(config: StackConfig) -> list[ComponentStatus]:
         in_metadata = broker.node_id in health.brokers_in_metadata
         detail = "in metadata" if in_metadata else (health.error or "missing from metadata")
         detail += f"; log dirs {', '.join(str(d) for d in broker.log_dirs)}"
+        if config.testbed is not None and config.testbed.drive_bytes_per_s:
+            detail += (f" (drives of {config.testbed.drive_bytes_per_s / 1e6:.1f} MB/s; "
+                       f"{config.testbed.broker_cpu_cores:.2f} cores)")
         rows.append(
             ComponentStatus(
                 f"kafka-{broker.node_id}",
@@ -275,7 +318,7 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
         raise UserError(f"broker {node_id} is already running")
     broker.require_free_ports()
     broker.write_config()
-    broker.start()
+    _start_broker_process(config, broker)
     if wait:
         wait_until(
             lambda: node_id in kafka.cluster_health(config).brokers_in_metadata,

@@ -174,6 +174,24 @@ class Verdict(_Model):
         return [f"{c.name}: {c.measured} (required: {c.required})" for c in self.conditions if not c.held]
 
 
+class StorageDevice(_Model):
+    """One block device under the brokers' log dirs over the window, as the block layer counted it."""
+
+    device: str  # e.g. vda, loop2
+    brokers: list[int]  # whose log dirs it holds (all of them where the brokers share the machine's disk)
+    write_bytes_per_s: float
+    read_bytes_per_s: float
+    write_iops: float
+    read_iops: float
+    busy_share: float  # iostat's %util: time with a request in flight
+    # iostat's %util, or on a drive of declared bandwidth (a testbed's) the busier way's share of that rate
+    utilisation: float
+    declared_bytes_per_s: float | None = None  # a testbed drive's bandwidth
+    # what `aitax stack calibrate` measured this device to write (None: not calibrated), and the window's share of it
+    calibrated_write_bytes_per_s: float | None = None
+    write_share: float | None = None
+
+
 class Resources(_Model):
     """What the brokers, the machine and the load's own processes spent during the window."""
 
@@ -192,6 +210,12 @@ class Resources(_Model):
     produce_p99_ms: float = 0.0
     fetch_p99_ms: float = 0.0
     client_cpu_cores: dict[str, float] = Field(default_factory=dict)  # the load's producers and consumers
+    # The devices under the brokers' log dirs (empty: not read, e.g. a release's pods), and each broker's busiest
+    storage: list[StorageDevice] = Field(default_factory=list)
+    broker_storage_utilisation: dict[int, float] = Field(default_factory=dict)
+    # On a testbed, each broker's CPU as a share of its slice, and the load's of its own
+    broker_cpu_slice_busy: dict[int, float] = Field(default_factory=dict)
+    client_cpu_slice_busy: float | None = None
     saturated: str = ""  # which resource ran out first, and the brokers' own signals
 
 

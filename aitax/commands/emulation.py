@@ -138,8 +138,6 @@ _sweep_load = options(
     click.option("--profile", help="built-in profile (paper, paper-video, object-detection) or a YAML file "
                                    "(default: the workload's: paper, object-detection)"),
     click.option("--face-scale", type=float, default=1.0, help="thumbnail size factor (Fig. 15c: 0.5, 0.25)"),
-    click.option("--disk-write-mbps", type=float, default=2200.0,
-                 help="storage write capacity per broker, MB/s, for utilisation (default 2200: this machine)"),
 )
 
 _sweep_output = options(
@@ -189,7 +187,7 @@ _sweep_devices = options(
 @options(_sweep_load, _sweep_output, _sweep_runs, _sweep_devices, measurement(ramp_up_s=2.0), keying, driver_timing)
 def emulate_command(factors: list[float], duration: float, warmup: float, workload: str, producers: int | None,
                     consumers: int | None, processes: int, stages: int, brokers: int | None, profile: str | None,
-                    face_scale: float, disk_write_mbps: float, out: Path | None, plots: Path | None,
+                    face_scale: float, out: Path | None, plots: Path | None,
                     html: Path | None, kafka_client: str, repeat: int, in_flight: tuple[int, ...],
                     latency_bound: float | None, quantile: float, stop_after: int, drain: float,
                     accelerator: tuple[str, ...], baseline: str, compute: str, max_batch: int | None,
@@ -214,7 +212,7 @@ def emulate_command(factors: list[float], duration: float, warmup: float, worklo
     loaded, profile_name = _sweep_profile(profile or emulated.profile, face_scale)
     spec = SweepSpec(factors, duration, emulated.producers if producers is None else producers,
                      emulated.consumers if consumers is None else consumers, processes, loaded, profile_name,
-                     kafka_client, disk_write_mbps * 1e6, warmup_s=warmup, keying=keying, ramp_up_s=ramp_up,
+                     kafka_client, warmup_s=warmup, keying=keying, ramp_up_s=ramp_up,
                      ramp_down_s=ramp_down, repeats=repeat, quantiles=quantiles, in_flight=in_flight,
                      latency_bound_ms=latency_bound, latency_bound_quantile=quantile, stages=stages,
                      driver_settings=driver(timing, max_batch=max_batch), drain_s=drain, stop_after=stop_after,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -33,17 +34,41 @@ NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id,
 @click.option("--plaintext", is_flag=True,
               help="Kafka without TLS, client certificates or ACLs, and Elasticsearch over http without users: "
                    "only to measure what security costs, or where something else terminates TLS")
+@click.option("--design", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="a declared edge data centre (designs/*.yaml) scaled onto this machine: its brokers and drives "
+                   "per broker, each log dir on a drive of the design's bandwidth, each broker in a CPU slice of "
+                   "its cores (root); overrides --brokers and --log-dirs-per-broker")
 def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
-       no_prometheus: bool, plaintext: bool) -> int:
+       no_prometheus: bool, plaintext: bool, design: Path | None) -> int:
     """Start the stack (idempotent) and wait until it is healthy."""
     from stack.config import StackConfig
     from stack.stack import status, up
 
+    testbed = None
+    if design is not None:
+        from stack.design import load_design
+
+        declared = load_design(design)
+        testbed = declared.testbed()
+        brokers, log_dirs_per_broker = declared.brokers, declared.broker.drives.count
     config = up(StackConfig(brokers=brokers, log_dirs_per_broker=log_dirs_per_broker,
                             faces_retention_ms=faces_retention_ms, elasticsearch=not no_elasticsearch,
                             prometheus=not no_prometheus, tls=not plaintext,
-                            elasticsearch_tls=not plaintext))
+                            elasticsearch_tls=not plaintext, testbed=testbed))
     return _print_status(status(config))
+
+
+@stack_group.command(short_help="measure what each broker drive writes (stored with the stack)")
+def calibrate() -> int:
+    """Measure, again, the sequential write rate of each device under the brokers' log dirs, past the page cache
+    (Kafka's write-back pattern at the device), and store it with the stack: the capacity a share of storage is
+    read against. `stack up` measures a device it has not measured yet."""
+    from stack import calibration, kafka
+
+    config = _running_config()
+    calibration.calibrate([d for broker in kafka.brokers(config) for d in broker.log_dirs], again=True)
+    print(f"stored in {calibration.calibration_file()}")
+    return 0
 
 
 @stack_group.command(short_help="stop every process the stack started")

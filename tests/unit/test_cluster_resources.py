@@ -77,7 +77,7 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     assert [q for q, _ in asked if "container_" in q] == [  # cAdvisor: the machine's root cgroup only
         'max(rate(container_cpu_usage_seconds_total{id="/"}[30s])) / max(machine_cpu_cores)']
     assert all('topic=""' in promql for promql, _ in asked if "brokertopicmetrics" in promql)  # per broker, all topics
-    verdict = resources(usage, 2.2e9, None)
+    verdict = resources(usage, None)
     assert verdict.saturated.startswith("the brokers' request handlers at 95%"), verdict.saturated
     assert "2 partition(s) under min ISR" in verdict.saturated
 
@@ -88,7 +88,7 @@ def test_a_shaped_link_is_measured_against_its_rate_and_named_when_it_ran_out() 
     usage = shaped.usage(end - 30, end)
     # The busier way of each broker's link: 30, 31, 29 MB/s each way against 250 Mbit/s.
     assert usage.broker_link_busy == pytest.approx({0: 0.96, 1: 0.992, 2: 0.928})
-    assert resources(usage, 2.2e9, None).saturated.startswith("the brokers' links at 99%")
+    assert resources(usage, None).saturated.startswith("the brokers' links at 99%")
     unshaped = ClusterResources(answer, PhaseQueries("lab", "t-aitax-kafka", {}), link_rate_mbit=lambda: None)
     assert unshaped.usage(end - 30, end).broker_link_busy == {}
 

@@ -148,10 +148,14 @@ def test_a_profile_from_an_object_detection_run_puts_detection_where_identificat
 
 
 def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
-           consumers_cores: float = 0.2, under_min_isr: int = 0):
+           consumers_cores: float = 0.2, under_min_isr: int = 0, busy: float = 0.05):
+    from common.block_devices import DeviceUsage
     from load.resources import Usage
 
     return Usage(20.0, broker_cpu_cores={1: 0.3, 2: 0.3, 3: 0.3}, broker_write_bytes_per_s={1: write, 2: write},
+                 machine_cores=2,
+                 devices={"vda": DeviceUsage("vda", 0.0, 3 * write, 0.0, 100.0, busy)},
+                 broker_devices={1: ["vda"], 2: ["vda"], 3: ["vda"]},
                  machine_cpu_busy=cpu, broker_handler_busy={1: handlers, 2: handlers / 2},
                  broker_network_busy={1: network}, under_min_isr_partitions=under_min_isr, produce_p99_ms=40,
                  fetch_p99_ms=500, role_cpu_cores={"the emulator's consumers": consumers_cores,
@@ -159,15 +163,18 @@ def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network:
 
 
 def test_saturated_resource_names_the_busiest_and_who_burnt_the_cpu() -> None:
-    brokers_busy = saturated_resource(_usage(cpu=0.97), 2.2e9, None)
+    brokers_busy = saturated_resource(_usage(cpu=0.97), None)
     assert brokers_busy.startswith("cpu (machine) at 97%, mostly the brokers (0.90 cores;")
-    emulator_busy = saturated_resource(_usage(cpu=0.97, consumers_cores=1.2), 2.2e9, None)
+    assert "other processes 0.74" in brokers_busy  # 2 cores x 97%, less what the brokers and the load burnt
+    emulator_busy = saturated_resource(_usage(cpu=0.97, consumers_cores=1.2), None)
     assert emulator_busy.startswith("cpu (machine) at 97%, mostly the emulator's consumers (1.20 cores;")
-    assert saturated_resource(_usage(write=2.0e9), 2.2e9, None).startswith("broker storage writes at 91%")
-    handlers = saturated_resource(_usage(handlers=0.92, cpu=0.8, under_min_isr=2), 2.2e9, None)
+    # storage is judged by the device's busy time, whatever it wrote: no capacity is assumed
+    assert saturated_resource(_usage(write=2.0e9), None).startswith("none above")
+    assert saturated_resource(_usage(busy=0.91), None).startswith("broker storage (vda, brokers 1,2,3) at 91%")
+    handlers = saturated_resource(_usage(handlers=0.92, cpu=0.8, under_min_isr=2), None)
     assert handlers.startswith("the brokers' request handlers at 92%")
     assert "2 partition(s) under min ISR" in handlers and "fetch p99 500 ms" in handlers
-    assert "none above" in saturated_resource(_usage(), 2.2e9, None)
+    assert "none above" in saturated_resource(_usage(), None)
 
 
 def test_broker_signals_per_window() -> None:

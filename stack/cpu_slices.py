@@ -1,0 +1,62 @@
+"""CPU slices of a testbed (cgroup v1 `cpu`, CFS bandwidth): each broker in one of its own and the load (the
+emulator's or the stages' processes) in another, so that a client's CPU is never read as the brokers' and a broker
+runs out of its design's cores, not of whatever the machine has left. Named per port base, so that stacks side by
+side keep theirs apart. Needs root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stack.config import StackConfig
+
+CPU = Path("/sys/fs/cgroup/cpu")
+PERIOD_US = 100_000
+
+
+def slice_dir(config: StackConfig, name: str) -> Path:
+    return CPU / f"aitax-{config.port_base}" / name
+
+
+def broker_slice(node_id: int) -> str:
+    return f"broker-{node_id}"
+
+
+CLIENTS = "clients"
+
+
+def create(config: StackConfig, name: str, cores: float) -> Path:
+    path = slice_dir(config, name)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+    (path / "cpu.cfs_quota_us").write_text(f"{max(1000, round(cores * PERIOD_US))}\n")
+    return path
+
+
+def place(config: StackConfig, name: str, pid: int) -> None:
+    """Move `pid` (every thread of it; its later children and threads follow) into slice `name`."""
+    (slice_dir(config, name) / "cgroup.procs").write_text(f"{pid}\n")
+
+
+def throttled_s(config: StackConfig, name: str) -> float:
+    """Seconds the slice's processes were held back by its quota so far (0 where there is no slice)."""
+    try:
+        stat = (slice_dir(config, name) / "cpu.stat").read_text()
+    except OSError:
+        return 0.0
+    fields = dict(line.split() for line in stat.splitlines())
+    return int(fields.get("throttled_time", 0)) / 1e9
+
+
+def remove_all(config: StackConfig) -> None:
+    """Every slice of this stack, once its processes are gone (they go back to the root group first)."""
+    parent = CPU / f"aitax-{config.port_base}"
+    if not parent.is_dir():
+        return
+    for child in parent.iterdir():
+        if child.is_dir():
+            for pid in (child / "cgroup.procs").read_text().split():
+                (CPU / "cgroup.procs").write_text(f"{pid}\n")
+            os.rmdir(child)
+    os.rmdir(parent)
