@@ -143,12 +143,13 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     fig10 = _save(figure, folder / "fig10_latency_throughput.png", plt)
 
     figure, (share_axis, axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    def busiest(field: str):
+        return lambda run: max(getattr(run.resources, field).values(), default=None) if run.resources else None
+
     for label, value, style in (
             ("broker storage (busiest device)", storage_utilisation, "o-"),
-            ("brokers' links (busiest)", lambda run: max(run.resources.broker_link_busy.values(), default=None)
-             if run.resources else None, "s--"),
-            ("brokers' CPU slices (busiest)", lambda run: max(run.resources.broker_cpu_slice_busy.values(),
-                                                               default=None) if run.resources else None, "^:")):
+            ("brokers' links (locally: loopback over the design's link)", busiest("broker_link_busy"), "s--"),
+            ("brokers' CPU slices (busiest)", busiest("broker_cpu_slice_busy"), "^:")):
         shares = [_median_or_none(g, value) for g in groups]
         if any(share is not None for share in shares):
             share_axis.plot(factors, [100 * (share or 0.0) for share in shares], style, label=label)
@@ -157,6 +158,9 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
     share_axis.plot([8], [100 * NETWORK_SHARE_AT_8X], "kx", markersize=10, label="paper: network at 8x")
     share_axis.set(title="Fig. 11b: utilisation under acceleration", xlabel="AI acceleration factor",
                    ylabel="% of capacity", xscale="log", ylim=(0, 105))
+    ticks = sorted({*factors, *STORAGE_WRITE_SHARE})
+    share_axis.set_xticks(ticks, [f"{x:g}x" for x in ticks])
+    share_axis.minorticks_off()
     share_axis.legend(fontsize=8)
     for label, value, style in (
             ("broker storage write (per broker)", lambda run: run.resources.broker_disk_write_bytes_per_s, "o-"),
@@ -165,6 +169,8 @@ def _fig10_fig11(groups: list[FactorRuns], folder: Path, plt) -> list[Path]:
         axis.plot(factors, [_median(g, value) / 1e6 for g in groups], style, label=label)
     axis.set(title="Fig. 11a: bandwidth under acceleration", xlabel="AI acceleration factor", ylabel="MB/s",
              xscale="log")
+    axis.set_xticks(factors, [f"{x:g}x" for x in factors])
+    axis.minorticks_off()
     axis.legend()
     fig11 = _save(figure, folder / "fig11_bandwidth.png", plt)
     return [fig10, fig11]

@@ -225,6 +225,11 @@ class Sampler:
         if testbed is not None:
             usage.broker_cpu_quota_cores = testbed.broker_cpu_cores
             usage.client_cpu_quota_cores = testbed.client_cpu_cores
+            # Local brokers share loopback, which is not shaped: every byte on it, over the brokers, against the
+            # design's link, is an upper bound of each broker's link.
+            link_bytes_per_s = testbed.link_mbit * 1e6 / 8
+            usage.broker_link_busy = {node: usage.loopback_bytes_per_s / self.config.brokers / link_bytes_per_s
+                                      for node in self.config.node_ids}
         usage.under_min_isr_partitions = int(max(m.get("under_min_isr", 0.0) for s in window
                                                  for m in s.broker_meters.values()) if window[-1].broker_meters
                                              else 0)
@@ -263,7 +268,7 @@ def resources(usage: Usage, latency: LatencySummary | None) -> Resources:
         produce_p99_ms=usage.produce_p99_ms, fetch_p99_ms=usage.fetch_p99_ms, client_cpu_cores=usage.role_cpu_cores,
         storage=storage_devices(usage), broker_storage_utilisation=broker_storage_utilisation(usage),
         broker_cpu_slice_busy=broker_cpu_slice_busy(usage), client_cpu_slice_busy=client_cpu_slice_busy(usage),
-        saturated=saturated_resource(usage, latency))
+        busiest_utilisation=busiest_resource(usage)[1], saturated=saturated_resource(usage, latency))
 
 
 def broker_storage_utilisation(usage: Usage) -> dict[int, float]:
@@ -282,17 +287,12 @@ def client_cpu_slice_busy(usage: Usage) -> float | None:
     return None if not quota else sum(usage.role_cpu_cores.values()) / quota
 
 
-def saturated_resource(usage: Usage, latency: LatencySummary | None) -> str:
-    """Which resource ran out first, from the brokers' own meters, utilisation at the devices, and where faces
-    waited.
-
-    A saturated machine CPU is attributed to whoever burnt the most of it: the brokers, or the load's own
-    producers or consumers (then the verdict is about the load generator, not about Kafka)."""
-    handlers = max(usage.broker_handler_busy.values(), default=0.0)
-    network = max(usage.broker_network_busy.values(), default=0.0)
+def busiest_resource(usage: Usage) -> tuple[str, float]:
+    """The resource nearest its capacity, and its utilisation: the brokers' own meters, utilisation at the
+    devices, and on a testbed the CPU slices."""
     utilisation = {
-        "the brokers' request handlers": handlers,
-        "the brokers' network threads": network,
+        "the brokers' request handlers": max(usage.broker_handler_busy.values(), default=0.0),
+        "the brokers' network threads": max(usage.broker_network_busy.values(), default=0.0),
         "cpu (machine)": usage.machine_cpu_busy,
     }
     for name, device in usage.devices.items():
@@ -305,7 +305,17 @@ def saturated_resource(usage: Usage, latency: LatencySummary | None) -> str:
         utilisation["the load's CPU slice"] = clients
     if usage.broker_link_busy:
         utilisation["the brokers' links"] = max(usage.broker_link_busy.values())
-    name, busiest = max(utilisation.items(), key=lambda item: item[1])
+    return max(utilisation.items(), key=lambda item: item[1])
+
+
+def saturated_resource(usage: Usage, latency: LatencySummary | None) -> str:
+    """Which resource ran out first (`busiest_resource`) and where faces waited.
+
+    A saturated machine CPU is attributed to whoever burnt the most of it: the brokers, or the load's own
+    producers or consumers (then the verdict is about the load generator, not about Kafka)."""
+    handlers = max(usage.broker_handler_busy.values(), default=0.0)
+    network = max(usage.broker_network_busy.values(), default=0.0)
+    name, busiest = busiest_resource(usage)
     under_min_isr = (f", {usage.under_min_isr_partitions} partition(s) under min ISR"
                      if usage.under_min_isr_partitions else "")
     signals = (f"[broker handlers {handlers:.0%} busy, network {network:.0%}, produce p99 {usage.produce_p99_ms:.0f} "

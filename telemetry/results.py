@@ -216,6 +216,7 @@ class Resources(_Model):
     # On a testbed, each broker's CPU as a share of its slice, and the load's of its own
     broker_cpu_slice_busy: dict[int, float] = Field(default_factory=dict)
     client_cpu_slice_busy: float | None = None
+    busiest_utilisation: float = 0.0  # of the resource nearest its capacity, which `saturated` names
     saturated: str = ""  # which resource ran out first, and the brokers' own signals
 
 

@@ -1,4 +1,5 @@
-"""`aitax tco` (cost of the paper's designs, Fig. 15 capacity check) and `aitax plan` (size a data center)."""
+"""`aitax tco` (cost of the paper's designs, Fig. 15 capacity check), `aitax plan` (size a data center) and `aitax
+plan-knee` (where a design breaks, from another design's sweep)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def register(root: click.Group) -> None:
     """Add `tco` (with its actions) and `plan`."""
     root.add_command(tco_group)
     root.add_command(plan_command)
+    root.add_command(knee_command)
 
 
 def _fraction(text: str) -> float:
@@ -205,3 +207,48 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
         path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as error:
         raise UserError(f"{path}: cannot write JSON: {error.strerror}") from error
+
+
+@click.command(
+    "plan-knee", context_settings=CONTEXT,
+    short_help="predict where a design breaks, and on what, from a sweep measured on another design",
+    help="From the per-face costs a sweep measured (broker CPU, log bytes and network bytes per face, and the load's "
+         "CPU), predict each resource's utilisation at each factor on DESIGN (designs/*.yaml, scaled as `aitax "
+         "stack up --design` scales it), the knee (the first factor a resource passes 85%) and the resource. With "
+         "--compare, a sweep measured on DESIGN: its knee beside the prediction.")
+@click.option("--from-emulation", "fed", type=FILE, required=True, metavar="RESULTS.json",
+              help="an `aitax emulate` results JSON measured on another design")
+@click.option("--design", type=FILE, required=True, metavar="DESIGN.yaml", help="the design to predict")
+@click.option("--compare", type=FILE, metavar="RESULTS.json", help="a sweep measured on DESIGN, to check against")
+def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
+    from stack.design import load_design
+    from tco.knee import face_costs, measured_knee, predict, predicted_knee, read_sweep, within_one_step
+
+    sweep = read_sweep(fed)
+    declared = load_design(design)
+    testbed = declared.testbed()
+    costs = face_costs(sweep)
+    factors = sorted({run.workload.factor for run in sweep.runs} | set(sweep.skipped_factors))
+    measured = read_sweep(compare) if compare else None
+    if measured is not None:
+        factors = sorted({*factors, *(run.workload.factor for run in measured.runs), *measured.skipped_factors})
+    print(f"per face, read at {costs.read_at} of {fed}: brokers {costs.broker_cpu_s * 1e3:.2f} CPU-ms, "
+          f"{costs.broker_write_bytes / 1e3:.0f} kB appended, {costs.network_bytes / 1e3:.0f} kB on the wire; "
+          f"the load {costs.load_cpu_s * 1e3:.2f} CPU-ms")
+    predictions = predict(costs, testbed, declared.brokers, declared.broker.drives.count, factors)
+    names = list(predictions[0].utilisation)
+    print(f"{declared.name} at 1/{testbed.scale:g}, predicted utilisation:")
+    print(f"{'factor':>8}{'faces/s':>9}" + "".join(f"{name:>26}" for name in names))
+    for prediction in predictions:
+        print(f"{prediction.factor:>7g}x{prediction.offered_faces_per_s:>9.0f}"
+              + "".join(f"{prediction.utilisation[name]:>26.0%}" for name in names))
+    knee = predicted_knee(predictions)
+    print("predicted knee: " + ("none within the factors" if knee is None else
+                                f"{knee.factor:g}x ({knee.offered_faces_per_s:.0f} faces/s), "
+                                f"{knee.busiest[0]} at {knee.busiest[1]:.0%}"))
+    if measured is not None:
+        actual = measured_knee(measured)
+        held = within_one_step(None if knee is None else knee.factor, actual, factors)
+        print(f"measured knee: {'none within the factors' if actual is None else f'{actual:g}x'} ({compare}); "
+              f"the prediction {'is' if held else 'is NOT'} within one factor step")
+    return 0

@@ -1,0 +1,59 @@
+"""The knee planner against measured knees: one sweep on the fed design, one on each design it predicts (root).
+
+For each design: `aitax stack down`, `aitax stack up --design D`, and the sweep `make emulate-design` runs (the
+paper's load scaled with the design: 2 streams at 1x, 60 s per factor). Then `aitax plan-knee` from the fed
+design's sweep to every other design, beside that design's measured knee (the first factor past the latency knee,
+unstable, or with a resource past 85%). Target: within one factor step on every design not fed.
+
+    .venv/bin/python benchmarks/knee_planner_bench.py [--fed designs/paper.yaml] \
+        [--designs designs/paper-2-drives.yaml,designs/paper-hdd.yaml,designs/paper-purpose-built.yaml] \
+        [--reuse-fed RESULTS.json] [--out .aitax/knee-bench]
+
+Leaves the last design's stack running. Not a test: the machine is shared, and a run takes about 6 min a design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+AITAX = [sys.executable, "-m", "aitax.cli"]
+SWEEP = ["--factors", "1,2,4,8,16", "--duration", "60", "--producers", "2", "--consumers", "8", "--stop-after", "1"]
+DEFAULT_DESIGNS = "designs/paper-2-drives.yaml,designs/paper-hdd.yaml,designs/paper-purpose-built.yaml"
+
+
+def sweep_on(design: Path, out: Path) -> Path:
+    results = out / f"{design.stem}.json"
+    subprocess.run([*AITAX, "stack", "down"], check=True)
+    subprocess.run([*AITAX, "stack", "up", "--design", str(design), "--no-elasticsearch"], check=True)
+    with open(out / f"{design.stem}.log", "w") as log:
+        subprocess.run([*AITAX, "emulate", *SWEEP, "--out", str(results), "--plots", str(out / design.stem)],
+                       check=True, stdout=log, stderr=subprocess.STDOUT)
+    print(f"{design}: {results}", flush=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fed", type=Path, default=Path("designs/paper.yaml"))
+    parser.add_argument("--designs", default=DEFAULT_DESIGNS)
+    parser.add_argument("--reuse-fed", type=Path, help="the fed design's sweep, already measured")
+    parser.add_argument("--out", type=Path, default=Path(".aitax/knee-bench"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    designs = [Path(d) for d in args.designs.split(",")]
+    fed = args.reuse_fed or sweep_on(args.fed, args.out)
+    measured = {design: sweep_on(design, args.out) for design in designs}
+    for design, results in measured.items():
+        print(f"\n== {design} (fed: {args.fed}) ==", flush=True)
+        subprocess.run([*AITAX, "plan-knee", "--from-emulation", str(fed), "--design", str(design),
+                        "--compare", str(results)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
