@@ -64,6 +64,13 @@ def write_capacity(device: str) -> float | None:
     return None if entry is None else entry["write_bytes_per_s"]
 
 
+def forget(device: str) -> None:
+    """Drop a device's measurement (a testbed's loop device, whose name the next drive may take)."""
+    results = load()
+    if results.pop(device, None) is not None:
+        calibration_file().write_text(json.dumps(results, indent=2) + "\n")
+
+
 def calibrate(log_dirs: list[Path], again: bool = False, progress=print) -> dict[str, dict]:
     """Measure each device under `log_dirs` once (every one again with `again`) and store the results."""
     results = load()

@@ -19,6 +19,7 @@ from pathlib import Path
 from common.block_devices import BlockDevice, device_of
 from common.errors import UserError
 from common.paths import stack_dir
+from stack import calibration
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 BDI = Path("/sys/class/bdi")
@@ -92,3 +93,4 @@ def detach(log_dir: Path) -> None:
     _run("umount", str(log_dir))
     if device is not None and device.name.startswith("loop"):
         subprocess.run(["losetup", "--detach", f"/dev/{device.name}"], capture_output=True)
+        calibration.forget(device.name)
