@@ -42,6 +42,8 @@ def measure_write(directory: Path, seconds: float = 3.0, max_bytes: int = 1 << 3
             written += os.write(fd, block)
         os.fsync(fd)
         elapsed = time.monotonic() - started
+    except OSError as error:
+        raise UserError(f"{directory}: cannot write there to calibrate ({error.strerror})") from error
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -79,7 +81,11 @@ def calibrate(log_dirs: list[Path], again: bool = False, progress=print) -> dict
         device = device_of(directory)
         if device is None or (device.name in results and not again):
             continue
-        bytes_per_s = measure_write(directory)
+        try:
+            bytes_per_s = measure_write(directory)
+        except UserError as error:  # a filesystem without O_DIRECT: its storage is still read, only no share
+            progress(f"not calibrated: {error}")
+            continue
         progress(f"calibrated {device.name} ({directory}): {bytes_per_s / 1e6:.1f} MB/s sequential write")
         results[device.name] = {"write_bytes_per_s": bytes_per_s, "directory": str(directory),
                                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "method": METHOD}

@@ -101,3 +101,22 @@ def test_on_a_testbed_the_verdict_reads_cpu_against_the_slices() -> None:
     usage.role_cpu_cores = {"the emulator's consumers": 0.99}
     usage.broker_cpu_cores = {1: 0.1}
     assert saturated_resource(usage, None).startswith("the load's CPU slice at 99%")
+
+
+def test_a_calibration_measures_each_device_once_and_skips_what_has_none(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from stack import calibration
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path / "home"))
+    measure = calibration.measure_write
+    monkeypatch.setattr(calibration, "measure_write", lambda directory: measure(directory, max_bytes=16 << 20))
+    lines: list[str] = []
+    log_dir = tmp_path / "data-1"
+    results = calibration.calibrate([log_dir, Path("/dev/shm")], progress=lines.append)
+    device = device_of(log_dir)
+    assert list(results) == [device.name] and results[device.name]["write_bytes_per_s"] > 0
+    assert calibration.write_capacity(device.name) == results[device.name]["write_bytes_per_s"]
+    calibration.calibrate([log_dir], progress=lines.append)  # measured already: not again
+    assert len(lines) == 1 and lines[0].startswith(f"calibrated {device.name}")
+    calibration.forget(device.name)
+    assert calibration.write_capacity(device.name) is None
