@@ -26,7 +26,8 @@ def format_table(sweep: SweepResult) -> list[str]:
     width = max([6, *(len(group.label) for group in sweep.by_factor())])
     repeats = f", {sweep.repeats} repeats: median (min-max)" if sweep.repeats > 1 else ""
     lines.append(f"emulation {sweep.run_id}: profile {sweep.profile}, {sweep.brokers} brokers x "
-          f"{sweep.drives_per_broker} log dirs, {sweep.duration_s:.0f} s per run{repeats}")
+          f"{sweep.drives_per_broker} log dirs, {sweep.duration_s:.0f} s per run{repeats}"
+          + "".join(sorted({f", testbed {run.testbed}" for run in sweep.runs if run.testbed})))
     lines.append(f"{'point':>{width}} {'verdict':<18}{'offered/s':>10}{'achieved/s':>18}{'backlog':>9}"
                  f"{'e2e mean ms':>20}"
           + "".join(f"{q:>9}" for q in quantiles)

@@ -159,6 +159,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     return RunResult(
         run_id=load.run_id, workload=workload, driver=load.driver, repeat=repeat,
         brokers=stack.brokers if stack else None, drives_per_broker=stack.log_dirs_per_broker if stack else None,
+        testbed=f"{stack.testbed.design} at 1/{stack.testbed.scale:g}" if stack and stack.testbed else None,
         load_started_ns=schedule_start_ns, load_ended_ns=ended_ns, window_start_ns=measured_from_ns,
         window_end_ns=measured_to_ns, offered_faces_per_s=offered_faces_per_s,
         achieved_faces_per_s=in_window / workload.window_s,

@@ -230,6 +230,7 @@ class RunResult(_Model):
     driver: Driver
     brokers: int | None = None  # None: brokers the run did not manage (an external bootstrap)
     drives_per_broker: int | None = None
+    testbed: str | None = None  # the declared design the brokers ran on, scaled ("paper at 1/168"); None: none
     repeat: int = 1  # which repeat of the same workload (1..N)
     load_started_ns: int  # the producers' schedule began (the first face's scheduled time)
     load_ended_ns: int  # the producers stopped
