@@ -45,11 +45,12 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 
 # The paper's load scaled with the design: its brokers wrote 10% of 1.1 GB/s at 1x, 2,950 faces/s of 37.3 kB; at
 # 1/168, 17.6 faces/s: two emulated streams (20 faces/s). Minute-long points: a drive's page cache holds half a
-# minute of writes before the flusher must keep pace with them.
+# minute of writes before the flusher must keep pace with them. 90 s of warm-up: new brokers in a third of a core
+# each spend their first minutes compiling Java (a fresh testbed's 1x read 101% of the slices after 15 s, 60% warm).
 DESIGN ?= designs/paper.yaml
 emulate-design: setup  ## the sweep on a declared edge data centre scaled onto this machine (DESIGN=designs/paper.yaml; root)
 	@$(AITAX) stack up --design $(DESIGN)
-	@$(AITAX) emulate --factors 1,2,4,8,16 --duration 60 --producers 2 --consumers 8 --stop-after 1 \
+	@$(AITAX) emulate --factors 1,2,4,8,16 --warmup 90 --duration 60 --producers 2 --consumers 8 --stop-after 1 \
 	  --out .aitax/emulation/design.json --plots .aitax/emulation/design-plots
 
 cluster: setup-cluster  ## a real Kubernetes of NODES (3) nodes here (root): pods are containers; prints the kubeconfig

@@ -1,7 +1,7 @@
 """The knee planner against measured knees: one sweep on the fed design, one on each design it predicts (root).
 
-For each design: `aitax stack down`, `aitax stack up --design D`, and the sweep `make emulate-design` runs (the
-paper's load scaled with the design: 2 streams at 1x, 60 s per factor). Then `aitax plan-knee` from the fed
+For each design: `aitax stack down`, `aitax stack up --design D`, and the sweep `make emulate-design` runs (90 s of
+warm-up, the paper's load scaled with the design: 2 streams at 1x, 60 s per factor). Then `aitax plan-knee` from the fed
 design's sweep to every other design, beside that design's measured knee (the first factor past the latency knee,
 unstable, or with a resource past 85%). Target: within one factor step on every design not fed.
 
@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 AITAX = [sys.executable, "-m", "aitax.cli"]
-SWEEP = ["--factors", "1,2,4,8,16", "--duration", "60", "--producers", "2", "--consumers", "8", "--stop-after", "1"]
+SWEEP = ["--factors", "1,2,4,8,16", "--warmup", "90", "--duration", "60", "--producers", "2", "--consumers", "8",
+         "--stop-after", "1"]
 DEFAULT_DESIGNS = "designs/paper-2-drives.yaml,designs/paper-hdd.yaml,designs/paper-purpose-built.yaml"
 
 
