@@ -49,7 +49,7 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 # each spend their first minutes compiling Java (a fresh testbed's 1x read 101% of the slices after 15 s, 60% warm).
 DESIGN ?= designs/paper.yaml
 emulate-design: setup  ## the sweep on a declared edge data centre scaled onto this machine (DESIGN=designs/paper.yaml; root)
-	@$(AITAX) stack up --design $(DESIGN)
+	@$(AITAX) stack up --design $(DESIGN) --no-elasticsearch
 	@$(AITAX) emulate --factors 1,2,4,8,16 --warmup 90 --duration 60 --producers 2 --consumers 8 --stop-after 1 \
 	  --out .aitax/emulation/design.json --plots .aitax/emulation/design-plots
 
