@@ -108,15 +108,20 @@ def predicted_knee(predictions: list[Prediction]) -> Prediction | None:
 
 
 def measured_knee(sweep: SweepResult) -> float | None:
-    """The first factor past the latency knee, unstable, or with a resource past the verdict's saturation, the
-    measured counterpart of a prediction (None: every factor held). A drive's page cache can hide a saturated
-    drive from latency for minutes; its utilisation shows it at once."""
+    """The sweep's own: the first factor past the latency knee or unstable (None: every factor held)."""
     knee = sweep.knee
     unstable = [f.factor for f in sweep.open_loop() if not f.stable]
-    saturated = [run.workload.factor for run in sweep.runs
-                 if run.resources is not None and run.resources.busiest_utilisation >= SATURATION]
-    candidates = [*([knee.factor] if knee else []), *unstable, *saturated]
-    return min(candidates, default=None)
+    return min([*([knee.factor] if knee else []), *unstable], default=None)
+
+
+def first_saturated(sweep: SweepResult) -> tuple[float, str] | None:
+    """The first factor whose verdict named a resource past 85%, and that verdict: a drive's page cache can hide
+    a saturated drive from latency for minutes (its utilisation shows it at once), while a CPU slice can run at its
+    quota for a while with latency intact."""
+    for run in sorted(sweep.runs, key=lambda r: r.workload.factor):
+        if run.resources is not None and run.resources.busiest_utilisation >= SATURATION:
+            return run.workload.factor, run.resources.saturated.split(" [")[0]
+    return None
 
 
 def within_one_step(predicted: float | None, measured: float | None, factors: list[float]) -> bool:

@@ -222,7 +222,15 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
 @click.option("--compare", type=FILE, metavar="RESULTS.json", help="a sweep measured on DESIGN, to check against")
 def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
     from stack.design import load_design
-    from tco.knee import face_costs, measured_knee, predict, predicted_knee, read_sweep, within_one_step
+    from tco.knee import (
+        face_costs,
+        first_saturated,
+        measured_knee,
+        predict,
+        predicted_knee,
+        read_sweep,
+        within_one_step,
+    )
 
     sweep = read_sweep(fed)
     declared = load_design(design)
@@ -251,4 +259,7 @@ def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
         held = within_one_step(None if knee is None else knee.factor, actual, factors)
         print(f"measured knee: {'none within the factors' if actual is None else f'{actual:g}x'} ({compare}); "
               f"the prediction {'is' if held else 'is NOT'} within one factor step")
+        saturated = first_saturated(measured)
+        print("first resource measured past 85%: " + ("none" if saturated is None
+                                                       else f"at {saturated[0]:g}x, {saturated[1]}"))
     return 0

@@ -77,12 +77,13 @@ def test_plan_knee_prints_the_prediction_beside_the_measured_knee(tmp_path: Path
     assert "measured knee: none within the factors" in output and "is within one factor step" in output
 
 
-def test_the_measured_knee_is_the_first_factor_saturated_unstable_or_past_the_latency_knee() -> None:
-    from tco.knee import measured_knee
+def test_the_measured_knee_is_the_sweeps_own_and_the_first_saturated_point_is_named_apart() -> None:
+    from tco.knee import first_saturated, measured_knee
 
     runs = [_run(1, 20), _run(2, 40), _run(4, 80), _run(8, 100, stable=False)]
-    assert measured_knee(_sweep(runs)) == 8
-    # a drive at 90% whose page cache still hides it from latency counts where it ran out
+    assert measured_knee(_sweep(runs)) == 8 and first_saturated(_sweep(runs)) is None
+    # a drive at 90% whose page cache still hides it from latency: named, but not the knee
     runs[1] = runs[1].model_copy(update={"resources": runs[1].resources.model_copy(
-        update={"busiest_utilisation": 0.9})})
-    assert measured_knee(_sweep(runs)) == 2
+        update={"busiest_utilisation": 0.9, "saturated": "broker storage (loop0, broker 1) at 90% [signals]"})})
+    assert measured_knee(_sweep(runs)) == 8
+    assert first_saturated(_sweep(runs)) == (2, "broker storage (loop0, broker 1) at 90%")
