@@ -136,6 +136,11 @@ def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name:
     return load
 
 
+class PointNotStartedError(UserError):
+    """The brokers could not set a point up (create its topics): overload, as a full drive stalls their controller's
+    writes. The sweep ends there with what it measured."""
+
+
 def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str, workdir: Path,
                repeat: int = 1, in_flight: int | None = None) -> RunResult:
     """One run at `factor` (closed loop with `in_flight` frames per stream: the load offers what completes). A
@@ -144,7 +149,10 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     # Topic names allow no "+": a factor of 1e9 is named x1e09
     name = (f"{run_id}-x{factor:g}".replace("+", "") + (f"-f{in_flight}" if in_flight else "")
             + (f"-r{repeat}" if spec.repeats > 1 else ""))
-    load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
+    try:
+        load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
+    except UserError as error:
+        raise PointNotStartedError(f"{factor:g}x not started, the brokers did not set it up: {error}") from error
     try:
         return run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
                         stack=config, repeat=repeat)
@@ -176,7 +184,14 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | 
             progress(f"{factor:g}x{f', {in_flight} frames in flight per stream' if in_flight else ''}"
                      f"{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
                      f"{spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
-            result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
+            try:
+                result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
+            except PointNotStartedError as error:
+                sweep.stopped = str(error)
+                sweep.skipped_factors = [f for f in spec.factors if f >= factor]
+                progress(f"  {error}; the sweep ends here")
+                write_results(sweep, out or workdir / "results.json")
+                return sweep
             sweep.runs.append(result)
             progress(_one_line(result, spec.baseline))
             if in_flight is None and repeat == 1 and _broken_in_a_row(sweep) >= spec.stop_after > 0:

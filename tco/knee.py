@@ -108,10 +108,12 @@ def predicted_knee(predictions: list[Prediction]) -> Prediction | None:
 
 
 def measured_knee(sweep: SweepResult) -> float | None:
-    """The sweep's own: the first factor past the latency knee or unstable (None: every factor held)."""
+    """The sweep's own: the first factor past the latency knee, unstable, or that the brokers could not even set up
+    (None: every factor held)."""
     knee = sweep.knee
     unstable = [f.factor for f in sweep.open_loop() if not f.stable]
-    return min([*([knee.factor] if knee else []), *unstable], default=None)
+    not_started = [min(sweep.skipped_factors)] if sweep.stopped and sweep.skipped_factors else []
+    return min([*([knee.factor] if knee else []), *unstable, *not_started], default=None)
 
 
 def first_saturated(sweep: SweepResult) -> tuple[float, str] | None:

@@ -333,6 +333,7 @@ class SweepResult(_Model):
         return workload.latency_bound_quantile, workload.latency_bound_ms
 
     skipped_factors: list[float] = Field(default_factory=list)  # not run: the sweep's stop rule ended it first
+    stopped: str | None = None  # the brokers could not set the next point up: overload, measured, ends the sweep
 
     def open_loop(self) -> list[FactorRuns]:
         return [factor for factor in self.by_factor() if factor.in_flight is None]

@@ -304,6 +304,29 @@ def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_r
         sweep_module.SweepSpec([1], 10, 4, 8, 2, paper_profile(), "paper", stop_after=-1)
 
 
+def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(monkeypatch, tmp_path: Path) -> None:
+    from emulation import sweep as sweep_module
+    from emulation.plots import format_table
+    from stack.config import StackConfig
+    from tco.knee import measured_knee
+    from telemetry.results import SweepResult, read_results
+    from tests.unit.results_builders import emulated_run
+
+    def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
+        if factor == 4:  # a saturated drive stalls the controller: creating the point's topics times out
+            raise sweep_module.PointNotStartedError("4x not started, the brokers did not set it up: timed out")
+        return emulated_run(factor, stable=True, writes=1e6)
+
+    monkeypatch.setattr(sweep_module, "run_factor", run_factor)
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    spec = sweep_module.SweepSpec([1, 2, 4, 8], 10, 4, 8, 2, paper_profile(), "paper")
+    sweep = sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
+    written = read_results(tmp_path / "r.json", SweepResult)
+    assert [r.workload.factor for r in written.runs] == [1, 2] and written.skipped_factors == [4, 8]
+    assert written.stopped.startswith("4x not started") and measured_knee(sweep) == 4
+    assert any(line.startswith("stopped: 4x not started") for line in format_table(written))
+
+
 def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> None:
     import threading
     import time
