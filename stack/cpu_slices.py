@@ -26,12 +26,18 @@ def broker_slice(node_id: int) -> str:
 CLIENTS = "clients"
 
 
-def create(config: StackConfig, name: str, cores: float) -> Path:
+def create(config: StackConfig, name: str, cores: float | None) -> Path:
+    """Slice `name` of `cores` (None: not limited yet)."""
     path = slice_dir(config, name)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
-    (path / "cpu.cfs_quota_us").write_text(f"{max(1000, round(cores * PERIOD_US))}\n")
+    limit(config, name, cores)
     return path
+
+
+def limit(config: StackConfig, name: str, cores: float | None) -> None:
+    path = slice_dir(config, name)
+    (path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+    (path / "cpu.cfs_quota_us").write_text(f"{-1 if cores is None else max(1000, round(cores * PERIOD_US))}\n")
 
 
 def place(config: StackConfig, name: str, pid: int) -> None:

@@ -126,6 +126,10 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     )
     kafka.ensure_topics(config)
     wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S, "Kafka ISR")
+    if config.testbed is not None:
+        # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores
+        for node_id in config.node_ids:
+            cpu_slices.limit(config, cpu_slices.broker_slice(node_id), config.testbed.broker_cpu_cores)
     if config.elasticsearch:
         progress("waiting for Elasticsearch ...")
         wait_until(
@@ -181,7 +185,7 @@ def _prepare_testbed(config: StackConfig, progress) -> None:
                 drives.attach(log_dir, testbed.drive_bytes_per_s, testbed.dirty_bytes_per_drive,
                               testbed.drive_size_mb)
     for node_id in config.node_ids:
-        cpu_slices.create(config, cpu_slices.broker_slice(node_id), testbed.broker_cpu_cores)
+        cpu_slices.create(config, cpu_slices.broker_slice(node_id), None)
     cpu_slices.create(config, cpu_slices.CLIENTS, testbed.client_cpu_cores)
 
 
