@@ -77,9 +77,17 @@ def limit(device: BlockDevice, bytes_per_s: float, dirty_bytes: int) -> None:
     for throttle in THROTTLES:
         (BLKIO / throttle).write_text(f"{device.number} {int(bytes_per_s)}\n")
     bdi = BDI / device.number
+    (bdi / "strict_limit").write_text(f"{int(bool(bytes_per_s))}\n")
     if bytes_per_s:
-        (bdi / "strict_limit").write_text("1\n")
         (bdi / "max_bytes").write_text(f"{dirty_bytes}\n")
+
+
+def lift(log_dir: Path) -> None:
+    """The drive under `log_dir` at the machine's speed: what its page cache holds is written out in seconds (a
+    stopping broker's flush, `umount`) instead of at the declared rate, minutes on a slow drive."""
+    device = device_of(log_dir) if is_mounted(log_dir) else None
+    if device is not None:
+        limit(device, 0, 0)
 
 
 def detach(log_dir: Path) -> None:

@@ -228,6 +228,10 @@ def down(progress=print) -> int:
     if config is None:
         return 0
     stopped = 0
+    if config.testbed is not None:  # tearing down is not measured
+        for broker in kafka.brokers(config):
+            for log_dir in broker.log_dirs:
+                drives.lift(log_dir)
     # Elasticsearch and Prometheus first, then brokers together so none waits on a departed quorum.
     for process in reversed(processes(config)):
         if process.stop():
