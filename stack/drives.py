@@ -26,8 +26,10 @@ BDI = Path("/sys/class/bdi")
 THROTTLES = ("blkio.throttle.write_bps_device", "blkio.throttle.read_bps_device")
 
 
-def images_dir() -> Path:
-    return stack_dir() / "drives"
+def images_dir(design: str) -> Path:
+    """A design's drives: each design keeps its own brokers' data, so that switching designs starts none from
+    another's logs (recovering them through a slow drive took minutes)."""
+    return stack_dir() / "drives" / design
 
 
 def _run(*argv: str) -> str:
@@ -48,12 +50,12 @@ def is_mounted(path: Path) -> bool:
     return os.path.ismount(path)
 
 
-def attach(log_dir: Path, bytes_per_s: float, dirty_bytes: int, size_mb: int) -> BlockDevice:
+def attach(log_dir: Path, design: str, bytes_per_s: float, dirty_bytes: int, size_mb: int) -> BlockDevice:
     """`log_dir` on a drive of `bytes_per_s` (read and write) with `dirty_bytes` of page cache; a drive already
     mounted there gets its limits again (they do not survive a reboot, the image does)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     if not is_mounted(log_dir):
-        image = images_dir() / f"{log_dir.parent.name}-{log_dir.name}.img"
+        image = images_dir(design) / f"{log_dir.parent.name}-{log_dir.name}.img"
         image.parent.mkdir(parents=True, exist_ok=True)
         fresh = not image.exists()
         if fresh:

@@ -182,7 +182,7 @@ def _prepare_testbed(config: StackConfig, progress) -> None:
     if testbed.drive_bytes_per_s:
         for broker in kafka.brokers(config):
             for log_dir in broker.log_dirs:
-                drives.attach(log_dir, testbed.drive_bytes_per_s, testbed.dirty_bytes_per_drive,
+                drives.attach(log_dir, testbed.design, testbed.drive_bytes_per_s, testbed.dirty_bytes_per_drive,
                               testbed.drive_size_mb)
     for node_id in config.node_ids:
         cpu_slices.create(config, cpu_slices.broker_slice(node_id), None)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and blki
 def drive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AITAX_HOME", str(tmp_path / "home"))
     log_dir = tmp_path / "broker-1" / "data-1"
-    device = drives.attach(log_dir, RATE, DIRTY, size_mb=1024)
+    device = drives.attach(log_dir, "test", RATE, DIRTY, size_mb=1024)
     yield log_dir, device
     drives.detach(log_dir)
     assert not drives.is_mounted(log_dir)
