@@ -68,6 +68,8 @@ def format_table(sweep: SweepResult) -> list[str]:
     if flagged:
         lines.append("* fewer faces in the measurement windows than the quantile needs (10 / (1 - q)): "
                      "not to be trusted")
+    if sweep.stopped:
+        lines.append(f"stopped: {sweep.stopped}")
     best = sweep.highest_stable_factor
     if sweep.latency_bound is not None:
         quantile, bound_ms = sweep.latency_bound
@@ -79,9 +81,7 @@ def format_table(sweep: SweepResult) -> list[str]:
     elif any(group.in_flight is None for group in sweep.by_factor()):
         paper = app.paper_sweep
         runaway = sweep.highest_stable_by_runaway
-        if sweep.stopped:
-            lines.append(f"stopped: {sweep.stopped}")
-        elif sweep.skipped_factors:
+        if sweep.skipped_factors and not sweep.stopped:
             lines.append(f"not run (--stop-after: the sweep ended past the knee): "
                          f"{', '.join(f'{f:g}x' for f in sweep.skipped_factors)}")
         lines.append(f"knee: {'none in range' if knee is None else f'{knee.factor:g}x, {knee.reason}'}")

@@ -200,6 +200,8 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | 
                     progress(f"  {spec.stop_after} factors in a row past the knee or unstable: "
                              f"{', '.join(f'{f:g}x' for f in sweep.skipped_factors)} not run (--stop-after)")
             write_results(sweep, out or workdir / "results.json")  # after every run: an interrupted sweep keeps them
+    if sweep.stopped and not sweep.runs:
+        write_results(sweep, out or workdir / "results.json")
     return sweep
 
 
@@ -256,14 +258,19 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
     run_id = time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
     workdir = aitax_home() / "emulation" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    if spec.warmup_s:
-        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured")
-        run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config, 1.0,
-                   f"{run_id}-warmup", workdir)
     sweep = SweepResult(run_id=run_id, profile=spec.profile.name, replication_factor=config.replication_factor,
                         brokers=config.brokers, drives_per_broker=config.log_dirs_per_broker,
                         duration_s=spec.duration_s, kafka_client=spec.kafka_client, repeats=spec.repeats,
                         quantiles=list(spec.quantiles), runs=[])
+    if spec.warmup_s:
+        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured")
+        try:
+            run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config, 1.0,
+                       f"{run_id}-warmup", workdir)
+        except PointNotStartedError as error:  # brokers that cannot serve even the warm-up: no factor runs
+            sweep.stopped = f"the warm-up's {error}"
+            sweep.skipped_factors = list(spec.factors)
+            progress(f"  {sweep.stopped}; the sweep ends here")
     return sweep, workdir
 
 

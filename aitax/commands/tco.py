@@ -231,13 +231,14 @@ def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
         read_sweep,
         within_one_step,
     )
+    from telemetry.results import SweepResult, read_results
 
     sweep = read_sweep(fed)
     declared = load_design(design)
     testbed = declared.testbed()
     costs = face_costs(sweep)
     factors = sorted({run.workload.factor for run in sweep.runs} | set(sweep.skipped_factors))
-    measured = read_sweep(compare) if compare else None
+    measured = read_results(compare, SweepResult) if compare else None  # a design that broke at once has no runs
     if measured is not None:
         factors = sorted({*factors, *(run.workload.factor for run in measured.runs), *measured.skipped_factors})
     print(f"per face, read at {costs.read_at} of {fed}: brokers {costs.broker_cpu_s * 1e3:.2f} CPU-ms, "

@@ -327,6 +327,27 @@ def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(
     assert any(line.startswith("stopped: 4x not started") for line in format_table(written))
 
 
+def test_brokers_that_cannot_serve_the_warm_up_end_the_sweep_before_its_first_factor(monkeypatch,
+                                                                                    tmp_path: Path) -> None:
+    from emulation import sweep as sweep_module
+    from emulation.plots import format_table, write_plots
+    from stack.config import StackConfig
+    from tco.knee import measured_knee
+    from telemetry.results import SweepResult, read_results
+
+    def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
+        raise sweep_module.PointNotStartedError("1x not started, the brokers did not set it up: timed out")
+
+    monkeypatch.setattr(sweep_module, "run_factor", run_factor)
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    spec = sweep_module.SweepSpec([1, 2], 10, 4, 8, 2, paper_profile(), "paper", warmup_s=10)
+    sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
+    written = read_results(tmp_path / "r.json", SweepResult)
+    assert written.runs == [] and written.skipped_factors == [1, 2] and measured_knee(written) == 1
+    assert any(line.startswith("stopped: the warm-up's 1x not started") for line in format_table(written))
+    write_plots(written, tmp_path / "plots")  # nothing to draw is not an error
+
+
 def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> None:
     import threading
     import time
