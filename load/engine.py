@@ -108,11 +108,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     interrupted = False
     if sampler is None and stack is not None:
         sampler = Sampler(stack)
-    if stack is not None and stack.testbed is not None:
-        from stack import cpu_slices
-
-        # the load's processes start from here: they inherit the slice, and never count as the brokers'
-        cpu_slices.place(stack, cpu_slices.CLIENTS, os.getpid())
+    _join_load_slice(stack)
     try:
         with sampler or contextlib.nullcontext():
             load.start_consumers()
@@ -173,6 +169,15 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                       process_failures=failures),
         resources=None if usage is None else resources(usage, latency),
         process_failures=failures, interrupted=interrupted, notes=notes)
+
+
+def _join_load_slice(stack: StackConfig | None) -> None:
+    """On a testbed, this process joins the load's CPU slice: the load's processes start from here, inherit it, and
+    never count as the brokers'."""
+    if stack is not None and stack.testbed is not None:
+        from stack import cpu_slices
+
+        cpu_slices.place(stack, cpu_slices.CLIENTS, os.getpid())
 
 
 def _window_usage(sampler: ResourceSampler | None, start: float, end: float, notes: list[str]) -> Usage | None:

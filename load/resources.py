@@ -220,7 +220,8 @@ class Sampler:
         if len(window) < 2:
             return Usage(0.0)
         testbed = self.config.testbed
-        usage = usage_between(window[0], window[-1], testbed.drive_bytes_per_s or None if testbed else None)
+        declared = (testbed.drive_bytes_per_s or None) if testbed else None  # 0: the machine's own disk
+        usage = usage_between(window[0], window[-1], declared)
         usage.broker_devices = {node: [d.name for d in devices] for node, devices in self.broker_devices.items()}
         if testbed is not None:
             usage.broker_cpu_quota_cores = testbed.broker_cpu_cores
