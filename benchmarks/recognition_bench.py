@@ -10,8 +10,14 @@ thumbnail, PNG, FaceNet, the gallery's open-set decision (the real `MtcnnFaceFin
 without Kafka: Kafka cannot change a name). Prints per seed and pooled: detection recall, identification rate of
 enrolled people (rank 1, 1 - FNIR), false identification rate of strangers (FPIR), the threshold and
 identify ms per face; then recall and names by face height at each smallest face MTCNN looks for, beside what
-each costs a frame in CPU on one core; draws the pooled DET curve. Not a test: a benchmark of accuracy on inputs
-of your choosing.
+each costs a frame in CPU on one core; draws the pooled DET curve.
+
+Then, at the pipeline's smallest face (--track-size, default 40), the same detections followed as tracks
+(`pipeline.tracking`) and named both ways side by side: per frame (every face alone, the paper's), per track with
+every thumbnail sent, and per track with a sample sent (--sample, default sample:10). For each: thumbnails that would
+cross Kafka, identify CPU per frame, enrolled appearances named (undetected ones count as missed) as each face was
+answered and with its track's final name, strangers named and confusions. Not a test: a benchmark of accuracy on
+inputs of your choosing.
 """
 
 from __future__ import annotations
@@ -38,9 +44,17 @@ def main() -> int:
     parser.add_argument("--min-face-sizes", default="20,30,40",
                         help="MTCNN's smallest face in px at 960x540, each run on every frame (default 20,30,40)")
     parser.add_argument("--det", type=Path, default=Path("recognition_det.png"), help="the pooled DET curve PNG")
+    parser.add_argument("--track-size", type=int, default=40,
+                        help="the smallest face of the per-frame / per-track comparison (default 40, the pipeline's)")
+    parser.add_argument("--sample", default="sample:10", help="the sampled send policy compared (default sample:10)")
+    parser.add_argument("--videos", help="score these videos (comma-separated, each with its .truth.json sidecar: "
+                                         "held-out footage, e.g. from benchmarks/heldout_video.py) instead of "
+                                         "composing one per seed")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     sizes = [int(size) for size in args.min_face_sizes.split(",")]
+    if args.track_size not in sizes:
+        sizes.append(args.track_size)
 
     from tqdm import tqdm
 
@@ -66,20 +80,30 @@ def main() -> int:
     finders = {size: MtcnnFaceFinder(min_face_size=size, frame_size=(960, 540)) for size in sizes}
     identifier = FaceNetIdentifier(FaceEmbedder(ensure_assets().facenet_weights), gallery)
 
+    # per frame (untracked faces), per track sending every face, per track sending a sample
+    modes = {"per frame": None, "per track, every face": "every", f"per track, {args.sample}": args.sample}
+    by_mode = {mode: TrackedRun(mode, send, gallery, identifier.embedder) for mode, send in modes.items()}
     pooled = {size: Evaluation(f"min face {size}") for size in sizes}
     detect_ms: dict[int, list[float]] = {size: [] for size in sizes}
     identify_ms: list[float] = []
-    for seed in seeds:
-        video = workdir / f"{args.augment}-{seed}.mp4"
-        compose_video(None, video, args.seconds, 10.0, seed, augment=args.augment, strangers="packaged")
+    videos = ([Path(video) for video in args.videos.split(",")] if args.videos else
+              [workdir / f"{args.augment}-{seed}.mp4" for seed in seeds])
+    for seed, video in zip(seeds if not args.videos else range(len(videos)), videos, strict=True):
+        if not args.videos:
+            compose_video(None, video, args.seconds, 10.0, seed, augment=args.augment, strangers="packaged")
         truth = load_truth(video)
         identities: dict[int, list] = {size: [] for size in sizes}
+        for run in by_mode.values():
+            run.start_video()
         for frame in tqdm(read_frames(str(video), "bench", (960, 540), pace="max"), total=len(truth["frames"]),
-                          desc=f"seed {seed}", unit="frame"):
+                          desc=video.name, unit="frame"):
             for size, finder in finders.items():  # interleaved: the machine's noise falls on every size alike
                 started = time.process_time()
                 found = finder(frame.rgb, Stopwatch())
                 detect_ms[size].append((time.process_time() - started) * 1000)
+                if size == args.track_size:
+                    for run in by_mode.values():
+                        run.frame(frame.index, found)
                 faces = [FaceMessage(FaceMeta("bench", "bench", frame.index, i, len(found), face.box,
                                               face.confidence, face.encoding, 0, 0, 0, 0, 0, 0), face.thumbnail)
                          for i, face in enumerate(found)]
@@ -95,19 +119,89 @@ def main() -> int:
         for size in sizes:
             evaluation = score(identities[size], truth, {"bench": set(range(len(truth["frames"])))}, (960, 540),
                                "bench")
-            print(f"seed {seed}, min face {size}: {_line(evaluation)}")
+            print(f"{video.name}, min face {size}: {_line(evaluation)}")
             pooled[size].add(evaluation)
+        for run in by_mode.values():
+            run.score_video(truth)
 
     calibration = gallery.calibration
     for size in sizes:
-        print(f"pooled over {len(seeds)} videos, min face {size}: {_line(pooled[size])}")
+        print(f"pooled over {len(videos)} videos, min face {size}: {_line(pooled[size])}")
     print(_size_table(pooled, detect_ms))
     print(f"threshold {gallery.threshold:.4f}" + (f" ({calibration.describe()})" if calibration else " (fixed)"))
     print(f"identify CPU per face (decode + FaceNet + decision, batches as found per frame): "
           f"median {statistics.median(identify_ms):.1f} ms")
     if plot_det(pooled[sizes[-1]], gallery.threshold, args.det):
         print(f"DET curve (min face {sizes[-1]}): {args.det}")
+    print(f"\nper frame against per track, min face {args.track_size}, pooled over {len(videos)} videos:")
+    print(_modes_table(list(by_mode.values())))
     return 0
+
+
+class TrackedRun:
+    """One way of naming the detections of the comparison's smallest face: its tracks (none: per frame), its own
+    identify compute (its own track evidence), and what it answered."""
+
+    def __init__(self, mode: str, send: str | None, gallery, embedder) -> None:
+        from pipeline.evaluate import Evaluation
+        from pipeline.identify import FaceNetIdentifier
+
+        self.mode, self.send = mode, send
+        self.identifier = FaceNetIdentifier(embedder, gallery, evidence="frame" if send is None else "track")
+        self.as_answered, self.by_track = Evaluation(mode), Evaluation(mode)
+        self.faces = self.thumbnails = self.frames = 0
+        self.identify_ms = 0.0
+        self.seed = 0
+
+    def start_video(self) -> None:
+        from pipeline.tracking import SendPolicy, StreamTracks
+
+        self.seed += 1  # each video its own run: tracks never carry across videos
+        self.tracks = None if self.send is None else StreamTracks(SendPolicy.parse(self.send))
+        self.identities: list = []
+
+    def frame(self, index: int, found: list) -> None:
+        from pipeline.schema import TRACKED, UNTRACKED, FaceMessage, FaceMeta, IdentityMessage
+        from telemetry.timing import Stopwatch
+
+        self.frames += 1
+        followed = (self.tracks.follow("bench", index, [face.box for face in found]) if self.tracks is not None
+                    else [(UNTRACKED, True)] * len(found))
+        faces = [FaceMessage(FaceMeta(f"bench-{self.seed}", "bench", index, i, len(found), face.box, face.confidence,
+                                      face.encoding if sent else TRACKED, 0, 0, 0, 0, 0, 0, track_id),
+                             face.thumbnail if sent else b"")
+                 for i, (face, (track_id, sent)) in enumerate(zip(found, followed, strict=True))]
+        if not faces:
+            return
+        started = time.process_time()
+        matches = self.identifier(faces, Stopwatch())
+        self.identify_ms += (time.process_time() - started) * 1000
+        self.faces += len(faces)
+        self.thumbnails += sum(1 for face in faces if face.thumbnail)
+        self.identities += [IdentityMessage.answering(face.meta, match, appended_ns=0, requested_ns=0, fetched_ns=0,
+                                                      identify_start_ns=0, identified_ns=index, batch_size=len(faces))
+                            for face, match in zip(faces, matches, strict=True)]
+
+    def score_video(self, truth: dict) -> None:
+        from pipeline.evaluate import named_by_track, score
+
+        frames = {"bench": set(range(len(truth["frames"])))}
+        self.as_answered.add(score(self.identities, truth, frames, (960, 540), self.mode))
+        self.by_track.add(score(named_by_track(self.identities), truth, frames, (960, 540), self.mode))
+
+
+def _modes_table(runs: list[TrackedRun]) -> str:
+    rows = [["", "thumbnails / faces", "identify CPU ms/frame", "enrolled named (as answered)",
+             "enrolled named (track's name)", "strangers named", "confusions"]]
+    for run in runs:
+        answered, final = run.as_answered, run.by_track
+        rows.append([run.mode, f"{run.thumbnails} / {run.faces} ({run.thumbnails / max(1, run.faces):.0%})",
+                     f"{run.identify_ms / max(1, run.frames):.1f}", f"{answered.end_to_end_accuracy:.1%}",
+                     f"{final.end_to_end_accuracy:.1%}",
+                     f"{final.false_identification_rate:.1%} ({final.strangers_named}/{final.matched_strangers})",
+                     str(sum(final.confusions.values()) - final.strangers_named)])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
 
 
 def _size_table(pooled: dict, detect_ms: dict[int, list[float]]) -> str:

@@ -89,6 +89,10 @@ class Profile:
     # a frame for 5 s and none for 10). An emulated stream replays it, looped; without it, counts are drawn
     # independently per frame from `faces_per_frame`.
     faces_sequence: tuple[int, ...] | None = None
+    # The share of faces whose thumbnail goes through Kafka and is identified: 1 is the paper's (every face); a run
+    # with tracks sending a sample (`--send sample:N`) measures less, and the rest go as `tracked` records that
+    # identify answers at no compute
+    thumbnail_share: float = 1.0
 
     def mean_faces_per_frame(self) -> float:
         return sum(count * p for count, p in self.faces_per_frame.items())
@@ -121,6 +125,8 @@ class Profile:
         }
         if self.faces_sequence:
             document["faces_sequence"] = list(self.faces_sequence)
+        if self.thumbnail_share < 1:
+            document["thumbnail_share"] = self.thumbnail_share
         return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120)
 
 
@@ -193,6 +199,7 @@ class ProfileFile(BaseModel):
     thumbnail_bytes: QuantilePoints
     faces_per_frame: dict[NonNegativeInt, NonNegativeFloat]  # face count -> probability
     faces_sequence: list[NonNegativeInt] | None = Field(None, min_length=1)  # faces per frame index, replayed
+    thumbnail_share: float = Field(1.0, gt=0, le=1)  # faces whose thumbnail is sent (Profile.thumbnail_share)
 
     @field_validator("application")
     @classmethod
@@ -218,7 +225,8 @@ class ProfileFile(BaseModel):
     def profile(self) -> Profile:
         return Profile(self.name, {stage: Distribution(tuple(points)) for stage, points in self.compute_ms.items()},
                        Distribution(tuple(self.thumbnail_bytes)), dict(self.faces_per_frame), self.fps,
-                       self.application, None if self.faces_sequence is None else tuple(self.faces_sequence))
+                       self.application, None if self.faces_sequence is None else tuple(self.faces_sequence),
+                       self.thumbnail_share)
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -262,10 +270,15 @@ def derive_profile(events: list[dict], name: str) -> Profile:
     sizes = [e["data_size_bytes"] for e in events if e["stage"] == "identify" and e.get("data_size_bytes")]
     counts = [e.get("face_count") or 0 for e in detect]
     faces = {int(c): counts.count(c) / len(counts) for c in sorted(set(counts))}
+    # A sampled run's identify events without a thumbnail are tracked faces, answered at no compute: the profile
+    # keeps their share, and the thumbnails' compute (an event's compute is its batch's per face: a batch mixing
+    # both reads a little low)
+    thumbnails = [e["compute_time_ms"] for e in events if e["stage"] == "identify" and e.get("data_size_bytes")]
     return Profile(name, {"ingest": Distribution.from_samples(ingest),
                           "detect": Distribution.from_samples([e["compute_time_ms"] for e in detect]),
-                          "identify": Distribution.from_samples(identify)},
-                   Distribution.from_samples(sizes or [37_300]), faces, faces_sequence=_faces_sequence(detect))
+                          "identify": Distribution.from_samples(thumbnails or identify)},
+                   Distribution.from_samples(sizes or [37_300]), faces, faces_sequence=_faces_sequence(detect),
+                   thumbnail_share=round(len(thumbnails) / len(identify), 4) if thumbnails else 1.0)
 
 
 def _faces_sequence(detect: list[dict]) -> tuple[int, ...] | None:

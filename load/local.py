@@ -51,7 +51,7 @@ class LocalLoad:
         self.detect_group = f"detect-{group}"  # each group starts with its principal's name (stack.security)
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
-        self.run_values = {"gallery": str(workload.gallery), "keying": driver.keying,
+        self.run_values = {"gallery": str(workload.gallery), "keying": driver.keying, "send": driver.send,
                            "max_queue_delay_ms": f"{driver.max_queue_delay_ms:g}",
                            "results_linger_ms": f"{driver.results_linger_ms:g}"}
         self.batching = ["--max-queue-delay-ms", self.run_values["max_queue_delay_ms"]]  # for the consuming stages

@@ -9,12 +9,12 @@ threshold) comes from one run: `det_curve`, drawn by `plot_det`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.paper import PAPER
 from pipeline.crop import iou
-from pipeline.schema import UNKNOWN, IdentityMessage
+from pipeline.schema import UNKNOWN, UNTRACKED, IdentityMessage
 from pipeline.synth_video import load_truth
 from telemetry.latency import BREAKDOWN, BROKER_WAIT, NS_PER_MS, Distribution, distribution, end_to_end_ms
 
@@ -51,6 +51,10 @@ class Evaluation:
     by_height: dict[int, list[int]] = field(default_factory=dict)
     searches: list[Searched] = field(default_factory=list, repr=False)
     latency_ms: dict[str, Distribution] = field(default_factory=dict)
+    # The same faces, each with its track's final name (`named_by_track`); None when no face was tracked
+    by_track: Evaluation | None = None
+    thumbnails: int = 0  # identified faces whose thumbnail went through Kafka (the rest: `tracked`, named by track)
+    identified: int = 0  # identified faces, from the identify events
 
     def add(self, other: Evaluation) -> None:
         """Pool another video's counts into this one."""
@@ -133,6 +137,30 @@ def plot_det(evaluation: Evaluation, threshold: float | None, path: Path) -> Pat
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def named_by_track(identities: list[IdentityMessage]) -> list[IdentityMessage]:
+    """Each tracked face with its track's final name, as a reader that wants one name per track reads `identities`:
+    the decision resting on the most evidence (of equals, the latest). A track's evidence grows face by face; where
+    it falls (the track changed person, or moved to another identify consumer) a new stretch of the track begins,
+    named on its own. Untracked faces keep their own names."""
+    stretches: dict[tuple[str, str, int], list[list[IdentityMessage]]] = {}
+    for identity in sorted(identities, key=lambda i: (i.frame_index, i.identified_ns)):
+        if identity.track_id == UNTRACKED:
+            continue
+        track = stretches.setdefault((identity.run_id, identity.stream_id, identity.track_id), [[]])
+        if track[-1] and identity.evidence_frames < track[-1][-1].evidence_frames:
+            track.append([])
+        track[-1].append(identity)
+    final: dict[tuple, IdentityMessage] = {}
+    for track in stretches.values():
+        for stretch in track:
+            best = max(stretch, key=lambda i: (i.evidence_frames, i.identified_ns))
+            final.update({identity.key: best for identity in stretch})
+    return [identity if identity.key not in final else
+            replace(identity, **{name: getattr(final[identity.key], name)
+                                 for name in ("identity", "score", "candidate", "evidence_frames")})
+            for identity in identities]
 
 
 def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict[str, set[int]],
@@ -224,6 +252,11 @@ def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | 
         for identity in identities:
             processed.setdefault(identity.stream_id, set()).update(range(identity.frame_index + 1))
     evaluation = score(identities, truth, processed, size, run_id)
+    if any(identity.track_id != UNTRACKED for identity in identities):
+        evaluation.by_track = score(named_by_track(identities), truth, processed, size, run_id)
+    identified = [event for event in events if event["stage"] == "identify"]
+    evaluation.identified = len(identified)
+    evaluation.thumbnails = sum(1 for event in identified if event.get("data_size_bytes"))
     evaluation.duplicates = duplicates
     evaluation.latency_ms = latency_breakdown(events, identities)
     return evaluation
@@ -240,7 +273,15 @@ def print_evaluation(evaluation: Evaluation) -> None:
         print(f"  FALSE IDENTIFICATION RATE {e.false_identification_rate:.1%} of detected stranger faces "
               f"({e.strangers_named}/{e.matched_strangers}) named as someone enrolled")
     print(f"  END-TO-END ACCURACY {e.end_to_end_accuracy:.1%} of enrolled people's ground-truth faces correctly "
-          f"identified")
+          f"identified (each face as it was answered)")
+    if e.by_track is not None:
+        t = e.by_track
+        print(f"  BY TRACK (each face with its track's final name): END-TO-END ACCURACY {t.end_to_end_accuracy:.1%}; "
+              f"identification rate {t.identification_rate:.1%}; strangers named {t.false_identification_rate:.1%} "
+              f"({t.strangers_named}/{t.matched_strangers}); confusions {t.confusions or 'none'}")
+    if e.identified:
+        print(f"  thumbnails through Kafka: {e.thumbnails} of {e.identified} identified faces "
+              f"({e.thumbnails / e.identified:.0%}); the rest named from their track")
     if e.latency_ms:
         print(f"  {'stage':<15}{'mean ms':>7}{'p50 ms':>10}{'p99 ms':>10}{'count':>8}   paper mean")
         for stage in _PRINTED:

@@ -25,6 +25,8 @@ import numpy as np
 from pipeline.ingest_detect import identity_of_process
 from pipeline.schema import (
     DEFAULT_TOPICS,
+    TRACKED,
+    UNTRACKED,
     FaceMessage,
     IdentityMessage,
     MalformedRecordError,
@@ -34,6 +36,7 @@ from pipeline.schema import (
     decode_face,
     encode_identity,
 )
+from pipeline.track_names import TrackNames
 from pipeline.transport import CommitRejectedError, Consumer, DeliveryReport, Producer, Record
 from pipeline.transport.base import Partition
 from pipeline.transport.batcher import DEFAULT_BATCHING, Batch, BatchPolicy, DynamicBatcher
@@ -54,33 +57,46 @@ FINAL_FLUSH_S = 300.0  # results still in flight at the end or at a revocation: 
 
 
 class FaceNetIdentifier:
-    """The real identify compute: decode, FaceNet embeddings in one batch, SVM against the gallery."""
+    """The real identify compute: decode, FaceNet embeddings in one batch, then the gallery's decision: on each
+    tracked face's track evidence so far (`pipeline.track_names`), or on the face alone (`evidence` "frame", and
+    every untracked face). A `tracked` face (no thumbnail) costs no inference: its track's name answers it."""
 
-    def __init__(self, embedder, gallery) -> None:
+    def __init__(self, embedder, gallery, evidence: str = "track") -> None:
         self.embedder = embedder
         self.gallery = gallery
+        self.tracks = TrackNames(gallery, accumulate=evidence == "track")
         self.precision: str = embedder.precision  # identify events record it
 
     def __call__(self, faces: Sequence[FaceMessage], watch: Stopwatch) -> list[IdentifyResult]:
-        results: list[IdentifyResult] = []
+        results: list[IdentifyResult | None] = [None] * len(faces)
         images, positions = [], []
         with watch.time("decode"):
             for position, face in enumerate(faces):
+                if face.meta.encoding == TRACKED:
+                    continue
                 image = decode_thumbnail(face)
                 if isinstance(image, MalformedRecordError):
-                    results.append(image)
+                    results[position] = image
                     continue
-                results.append(Match("", 0.0, ""))  # filled in below
                 images.append(image)
                 positions.append(position)
+        embeddings = {}
         if images:
             with watch.time("embed"):
-                embeddings = self.embedder.embed(np.stack(images))
-            with watch.time("svm"):
-                named = self.gallery.identify(embeddings)
-            for position, match in zip(positions, named, strict=True):
-                results[position] = match
-        return results
+                embeddings = dict(zip(positions, self.embedder.embed(np.stack(images)), strict=True))
+        with watch.time("svm"):
+            untracked = [p for p in positions if faces[p].meta.track_id == UNTRACKED]
+            if untracked:
+                for position, match in zip(untracked, self.gallery.identify(np.stack([embeddings[p] for p in
+                                                                                       untracked])), strict=True):
+                    results[position] = match
+            for position, face in enumerate(faces):  # in order: a track's faces add up as they were seen
+                if results[position] is not None or face.meta.track_id == UNTRACKED:
+                    continue
+                key = (face.meta.run_id, face.meta.stream_id, face.meta.track_id)
+                results[position] = (self.tracks.recall(key) if face.meta.encoding == TRACKED
+                                     else self.tracks.name(key, embeddings[position]))
+        return results  # type: ignore[return-value]  # every position was answered above
 
 
 def decode_thumbnail(face: FaceMessage) -> np.ndarray | MalformedRecordError:

@@ -26,8 +26,18 @@ import numpy as np
 
 from common.errors import UserError
 from pipeline.camera import CameraSource, SharedHealth
-from pipeline.schema import DEFAULT_KEYING, DEFAULT_TOPICS, FaceMessage, FaceMeta, Topics, encode_face
+from pipeline.schema import (
+    DEFAULT_KEYING,
+    DEFAULT_TOPICS,
+    TRACKED,
+    UNTRACKED,
+    FaceMessage,
+    FaceMeta,
+    Topics,
+    encode_face,
+)
 from pipeline.stream import Frame, hand_off
+from pipeline.tracking import StreamTracks
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
@@ -44,6 +54,7 @@ class FoundFace:
     confidence: float
     thumbnail: bytes
     encoding: str
+    track_id: int = UNTRACKED  # set by a compute that follows faces itself (the emulator's); else by FaceRecords
 
 
 # Detection's compute for one frame: the faces found, with its time recorded into the Stopwatch by sub-step.
@@ -74,23 +85,29 @@ class Publication(Protocol):
 
 @dataclass(frozen=True)
 class FaceRecords:
-    """One `faces` record per face (none for a frame without faces), keyed by `keying`."""
+    """One `faces` record per face (none for a frame without faces), keyed by `keying`. With `tracks`, each face
+    carries its track id, and a face whose thumbnail the send policy keeps back goes as a `tracked` record (its
+    metadata only); without, each face goes as found (the paper's: untracked, every thumbnail sent)."""
 
     keying: str = DEFAULT_KEYING
+    tracks: StreamTracks | None = None
     count_field: str = "face_count"
 
     def topic(self, topics: Topics) -> str:
         return topics.faces
 
     def records(self, detected: Detected) -> list[Record]:
-        frame = detected.frame
+        frame, found = detected.frame, detected.found
+        followed = (self.tracks.follow(frame.stream_id, frame.index, [face.box for face in found])
+                    if self.tracks is not None else [(face.track_id, True) for face in found])
         return [encode_face(FaceMessage(FaceMeta(
             run_id=detected.run_id, stream_id=frame.stream_id, frame_index=frame.index, face_index=face_index,
-            faces_in_frame=len(detected.found), box=face.box, confidence=round(face.confidence, 4),
-            encoding=face.encoding, scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
-            ingested_ns=frame.ingested_ns, detect_start_ns=detected.detect_start_ns,
-            detected_ns=detected.detected_ns, produced_ns=time.time_ns()), face.thumbnail), self.keying)
-            for face_index, face in enumerate(detected.found)]
+            faces_in_frame=len(found), box=face.box, confidence=round(face.confidence, 4),
+            encoding=face.encoding if sent else TRACKED, scheduled_ns=frame.scheduled_ns,
+            captured_ns=frame.captured_ns, ingested_ns=frame.ingested_ns, detect_start_ns=detected.detect_start_ns,
+            detected_ns=detected.detected_ns, produced_ns=time.time_ns(), track_id=track_id),
+            face.thumbnail if sent else b""), self.keying)
+            for face_index, (face, (track_id, sent)) in enumerate(zip(found, followed, strict=True))]
 
 
 class MtcnnFaceFinder:
@@ -138,6 +155,7 @@ class DetectStats:
     frames: int = 0
     faces: int = 0  # or objects, for Object Detection
     records: int = 0  # sent: what `acknowledged` must reach
+    thumbnails: int = 0  # records that carry pixels (a `tracked` face's record carries none)
     bytes_sent: int = 0
     acknowledged: int = 0
     failed: list[str] = field(default_factory=list)  # delivery errors: the run must not report success
@@ -258,6 +276,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         stats.frames += 1
         stats.faces += len(found)
         stats.records += len(records)
+        stats.thumbnails += sum(1 for _, value, _ in records if value)
         stats.bytes_sent += payload
         if checkpoint is not None and time.monotonic() >= next_checkpoint:
             checkpoint.save(stats.done_through(checkpoint.stream_id) + 1)
@@ -387,7 +406,7 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
                       loop: bool = False, max_frames: int | None = None, queue_size: int = 8,
                       acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
                       metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
-                      start_frame: int = 0, keying: str = DEFAULT_KEYING,
+                      start_frame: int = 0, keying: str = DEFAULT_KEYING, tracks: StreamTracks | None = None,
                       on_first_frame: Callable[[], None] | None = None) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
     `on_first_frame` is called as the first frame reaches detection (the stream is flowing). A camera's stream
@@ -418,7 +437,7 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
         stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame, camera), find_faces, producer,
                             sink, run_id,
                             acceleration_factor, DetectStats(first_frame=start_frame), topics,
-                            publication=FaceRecords(keying), checkpoint=checkpoint)
+                            publication=FaceRecords(keying, tracks), checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))
         return stats

@@ -26,8 +26,11 @@ from telemetry.latency import delivered_ns
 # 5: identities carry where the face's broker wait went (`appended_ns`, `requested_ns`, `fetched_ns`) and the size
 #    of the batch it was identified in; detections carry their frame's wait the same way. An older identity or
 #    detections record reads with its whole broker wait as `produce`.
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# 6: faces carry `track_id`, the face's track in its stream (`pipeline.tracking`), and may be `tracked` (no
+#    thumbnail: the track's name answers it); identities carry `track_id` and `evidence_frames`, the faces the
+#    name rests on. Older faces and identities read as untracked (-1) and named from one frame.
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 SCHEMA_HEADER = "aitax.schema"
 META_HEADER = "aitax.meta"
 DLQ_REASON_HEADER = "aitax.dlq.reason"
@@ -39,7 +42,11 @@ FRAMES_TOPIC = "frames"
 DETECTIONS_TOPIC = "detections"
 FRAME_ENCODINGS = ("jpeg", "synthetic")
 MAX_FRAME_BYTES = 900 * 1024  # under Kafka's default 1 MB message limit, with room for the headers
-ENCODINGS = ("png", "jpeg", "synthetic")  # synthetic: the emulator's random bytes of a measured size
+# synthetic: the emulator's random bytes of a measured size; tracked: no thumbnail (a face of a track whose thumbnail
+# the send policy kept back: identify answers it with its track's name, at no compute)
+TRACKED = "tracked"
+ENCODINGS = ("png", "jpeg", "synthetic", TRACKED)
+UNTRACKED = -1  # the track id of a face no tracker followed (the emulator's, a three-stage detector's, schema < 6)
 MAX_THUMBNAIL_BYTES = 1024 * 1024
 # How `faces` records are keyed, so which partition (and so which identify consumer) a face goes to:
 #   face:   each face hashed on its own (the default: faces detected together, in one frame or in streams on
@@ -49,8 +56,10 @@ MAX_THUMBNAIL_BYTES = 1024 * 1024
 #           together queue behind each other at one consumer)
 #   frame:  a frame's faces together, frames spread over every partition
 #   stream: one camera on one partition and one consumer (affinity; a busy camera can leave consumers idle)
-KEYINGS = ("face", "none", "frame", "stream")
-DEFAULT_KEYING = "face"
+#   track:  a track's faces together, so one identify consumer holds the track's evidence (the default); a face
+#           with no track is keyed as `face` (so the emulator's and the paper's faces spread as they always did)
+KEYINGS = ("track", "face", "none", "frame", "stream")
+DEFAULT_KEYING = "track"
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class FaceMeta:
     detect_start_ns: int
     detected_ns: int  # detection of the frame finished
     produced_ns: int  # this face was handed to the producer
+    track_id: int = UNTRACKED  # the face's track in its stream (v6)
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,9 @@ class FaceMessage:
 def face_key(meta: FaceMeta, keying: str = DEFAULT_KEYING) -> bytes | None:
     if keying == "none":
         return None
-    if keying == "face":
+    if keying == "track" and meta.track_id != UNTRACKED:
+        return f"{meta.stream_id}/track/{meta.track_id}".encode()
+    if keying in ("face", "track"):
         return f"{meta.stream_id}/{meta.frame_index}/{meta.face_index}".encode()
     if keying == "frame":
         return f"{meta.stream_id}/{meta.frame_index}".encode()
@@ -134,11 +146,14 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
     "detect_start_ns": int,
     "detected_ns": int, "produced_ns": int,
 }
-assert set(_META_TYPES) == {f.name for f in fields(FaceMeta)}
+_OPTIONAL_META_TYPES: dict[str, type | tuple[type, ...]] = {"track_id": int}  # absent before version 6
+assert set(_META_TYPES) | set(_OPTIONAL_META_TYPES) == {f.name for f in fields(FaceMeta)}
 
 
-def _read_meta(headers: dict[str, bytes], types: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
-    """The metadata header of a record of this schema, every field present and of its type."""
+def _read_meta(headers: dict[str, bytes], types: dict[str, type | tuple[type, ...]],
+               optional: dict[str, type | tuple[type, ...]] | None = None) -> dict[str, Any]:
+    """The metadata header of a record of this schema, every field present and of its type (`optional`'s, of its
+    type where present)."""
     version = headers.get(SCHEMA_HEADER)
     if version is None:
         raise MalformedRecordError(f"missing header {SCHEMA_HEADER}")
@@ -152,9 +167,11 @@ def _read_meta(headers: dict[str, bytes], types: dict[str, type | tuple[type, ..
         raise MalformedRecordError(f"header {META_HEADER} is not JSON: {error}") from None
     if not isinstance(raw, dict):
         raise MalformedRecordError(f"header {META_HEADER} is not a JSON object")
-    for name, expected in types.items():
+    for name, expected in {**types, **(optional or {})}.items():
         if name not in raw:
-            raise MalformedRecordError(f"field {name} missing")
+            if name in types:
+                raise MalformedRecordError(f"field {name} missing")
+            continue
         if not isinstance(raw[name], expected) or isinstance(raw[name], bool):
             raise MalformedRecordError(f"field {name}={str(raw[name])[:40]!r} has the wrong type")
     return raw
@@ -162,18 +179,24 @@ def _read_meta(headers: dict[str, bytes], types: dict[str, type | tuple[type, ..
 
 def decode_face(value: bytes | None, headers: dict[str, bytes]) -> FaceMessage:
     """Validate and decode a `faces` record; raises MalformedRecordError naming what is wrong."""
-    raw = _read_meta(headers, _META_TYPES)
+    raw = _read_meta(headers, _META_TYPES, _OPTIONAL_META_TYPES)
     box = raw["box"]
     if len(box) != 4 or not all(isinstance(v, int) for v in box) or box[2] <= 0 or box[3] <= 0:
         raise MalformedRecordError(f"field box={str(box)[:40]} is not [x, y, width, height] with positive size")
     if raw["encoding"] not in ENCODINGS:
         raise MalformedRecordError(f"field encoding={raw['encoding'][:20]!r} is not one of {ENCODINGS}")
-    if not value:
+    track_id = raw.get("track_id", UNTRACKED)
+    if raw["encoding"] == TRACKED:
+        if value:
+            raise MalformedRecordError(f"a {TRACKED} face carries no thumbnail, got {len(value)} bytes")
+        if track_id == UNTRACKED:
+            raise MalformedRecordError(f"a {TRACKED} face needs its track_id")
+    elif not value:
         raise MalformedRecordError("empty thumbnail")
-    if len(value) > MAX_THUMBNAIL_BYTES:
+    if value and len(value) > MAX_THUMBNAIL_BYTES:
         raise MalformedRecordError(f"thumbnail of {len(value)} bytes exceeds {MAX_THUMBNAIL_BYTES}")
-    meta = FaceMeta(**{**{k: raw[k] for k in _META_TYPES}, "box": tuple(box)})
-    return FaceMessage(meta, value)
+    meta = FaceMeta(**{**{k: raw[k] for k in _META_TYPES}, "box": tuple(box)}, track_id=track_id)
+    return FaceMessage(meta, value or b"")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,9 +266,10 @@ class Match(NamedTuple):
     identity: str  # the name given: an enrolled identity, or UNKNOWN
     score: float  # similarity to `candidate`: the open-set decision compares it with a threshold
     candidate: str  # the enrolled identity it resembled most, kept when the name is UNKNOWN (for DET curves)
+    evidence_frames: int = 1  # faces the decision rests on: its track's so far, or this face alone
 
 
-@dataclass(frozen=True, kw_only=True)  # 15 fields: built by name, never by position
+@dataclass(frozen=True, kw_only=True)  # many fields: built by name, never by position
 class IdentityMessage:
     run_id: str
     stream_id: str
@@ -267,6 +291,10 @@ class IdentityMessage:
     identified_ns: int
     batch_size: int = 1  # faces identified together with this one (v5)
     candidate: str = ""  # absent from version 1 identities
+    # v6: the face's track (UNTRACKED: none) and how many of its faces the name rests on. A track's name may change
+    # as its evidence grows: a reader that wants one name per track takes its identity with the most evidence.
+    track_id: int = UNTRACKED
+    evidence_frames: int = 1
     # When the brokers took this identity, from its record's append time: set by whoever reads it, never sent
     # (0 until then). End to end ends here, when the identity is durable and any application can read it.
     delivered_ns: int = 0
@@ -282,7 +310,8 @@ class IdentityMessage:
         """The identity of the face `meta` describes, carrying its timestamps on."""
         return cls(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
                    face_index=meta.face_index, identity=match.identity, score=round(match.score, 4),
-                   candidate=match.candidate, box=meta.box,
+                   candidate=match.candidate, box=meta.box, track_id=meta.track_id,
+                   evidence_frames=match.evidence_frames,
                    scheduled_ns=meta.scheduled_ns, captured_ns=meta.captured_ns, ingested_ns=meta.ingested_ns,
                    detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns, appended_ns=appended_ns,
                    requested_ns=requested_ns, fetched_ns=fetched_ns, identify_start_ns=identify_start_ns,

@@ -29,7 +29,7 @@ class Stage:
 
 
 # The run values a stage's `args` may name: the workload's and the driver's settings a stage takes.
-RUN_VALUES = ("gallery", "keying", "max_queue_delay_ms", "results_linger_ms")
+RUN_VALUES = ("gallery", "keying", "send", "max_queue_delay_ms", "results_linger_ms")
 BATCHING = ("--max-queue-delay-ms", "{max_queue_delay_ms}")
 
 
@@ -85,7 +85,7 @@ FACE_RECOGNITION = Application(
     title="Face Recognition",
     unit="face",
     answered="identified",
-    producer=Stage("ingest-detect", args=("--keying", "{keying}")),
+    producer=Stage("ingest-detect", args=("--keying", "{keying}", "--send", "{send}")),
     consumer=Stage("identify", reads="faces", group="identify", group_per_run=True,
                    args=("--gallery", "{gallery}", *BATCHING, "--results-linger-ms", "{results_linger_ms}")),
     results="identities",

@@ -141,7 +141,9 @@ class Driver(_Model):
     """How the Kafka clients behave."""
 
     kafka_client: Literal["confluent-kafka", "kafka-python"] = "confluent-kafka"
-    keying: str = "face"  # of the `faces` records (pipeline.schema.KEYINGS)
+    keying: str = "track"  # of the `faces` records (pipeline.schema.KEYINGS)
+    # Which faces of a track send their thumbnail (pipeline.tracking.SendPolicy): every (the paper's) or sample:N
+    send: str = Field(default="every", pattern=r"^(every|sample:[1-9][0-9]{0,3})$")
     acks: Literal["all"] = "all"
     # The consuming stages' dynamic batcher (pipeline.transport.batcher): how long after a first arrival it may
     # wait for a fuller batch. 0 (the default) never waits.

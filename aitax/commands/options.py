@@ -211,8 +211,24 @@ def keying(command: F) -> F:
     from pipeline.schema import DEFAULT_KEYING, KEYINGS
 
     return click.option("--keying", type=click.Choice(KEYINGS), default=DEFAULT_KEYING, show_default=True,
-                        help="what keys a `faces` record, so which identify consumer gets it: stream (a camera on "
-                             "one consumer), frame, or face (spreads faces over every consumer)")(command)
+                        help="what keys a `faces` record, so which identify consumer gets it: track (a track's faces "
+                             "on one consumer, which holds its evidence; an untracked face as face), stream (a camera "
+                             "on one consumer), frame, face (spreads faces over every consumer) or none")(command)
+
+
+def send(command: F) -> F:
+    def parsed(context: click.Context, parameter: click.Parameter, value: str) -> str:
+        from pipeline.tracking import SendPolicy
+
+        try:
+            return str(SendPolicy.parse(value))
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return click.option("--send", default="every", show_default=True, metavar="every|sample:N", callback=parsed,
+                        help="which faces of a track send their thumbnail: every face (the paper's), or sample:N (a "
+                             "track's first face, then one every N frames, and at once when it grows 1.5x); the "
+                             "rest go as metadata, named from their track")(command)
 
 
 def measurement(ramp_up_s: float) -> Decorator:

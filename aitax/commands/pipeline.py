@@ -19,6 +19,7 @@ from aitax.commands.options import (
     measurement,
     options,
     results_linger,
+    send,
     stage_options,
 )
 from common.errors import UserError, invalid
@@ -147,20 +148,27 @@ def enroll(images: Path | None, out: Path, impostors: str, target_fpir: float, i
 @click.option("--resume", is_flag=True,
               help="start at the --checkpoint's frame, in its run: nothing ingested before a crash is lost")
 @detection
+@click.option("--tracks/--no-tracks", default=True, show_default=True,
+              help="follow faces across frames: each face carries its track, which identify names from its evidence "
+                   "(--no-tracks: every face untracked, named alone, as the paper's)")
+@send
 @click.option("--queue-size", type=int, default=8, show_default=True, help="frames between ingest and detect")
 @stage_options
 def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool, max_frames: int | None,
                   size: tuple[int, int], transport: str, declared_fps: float, stall_timeout: float,
                   camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
                   resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
-                  queue_size: int, settings: StageSettings) -> int:
+                  tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
     from common.children import READY, SUMMARY, report
     from pipeline.frames import open_video
     from pipeline.runtime import new_run_id, open_telemetry
     from pipeline.schema import FACES_TOPIC
+    from pipeline.tracking import SendPolicy, StreamTracks
     from pipeline.transport import make_producer
     from pipeline.transport.admin import require_brokers
 
+    if not tracks and send != "every":
+        raise UserError(f"--send {send}: sampling a track's faces needs --tracks")
     source = _camera_source(video, transport, declared_fps, stall_timeout, camera_user, camera_password_file)
     if source is None:
         open_video(video).release()
@@ -190,14 +198,16 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
         stats = run_ingest_detect(source or video, stream_id, find_faces, producer, sink, run_id, size=size,
                                   pace=pace, loop=loop, max_frames=max_frames, queue_size=queue_size, metrics=metrics,
                                   checkpoint=checkpoint, start_frame=start_frame, keying=keying,
+                                  tracks=StreamTracks(SendPolicy.parse(send)) if tracks else None,
                                   on_first_frame=lambda: report(READY))  # a run's clock starts with the frames
     finally:
         sink.close()
         metrics.close()
-    report(SUMMARY, frames=stats.frames, faces=stats.faces, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
-           failed=len(stats.failed))
-    print(f"{stream_id}: {stats.frames} frames, {stats.faces} faces, {stats.acknowledged} acknowledged, "
-          f"{len(stats.failed)} failed, {stats.bytes_sent / max(1, stats.faces):.0f} bytes per thumbnail")
+    report(SUMMARY, frames=stats.frames, faces=stats.faces, thumbnails=stats.thumbnails,
+           acknowledged=stats.acknowledged, bytes=stats.bytes_sent, failed=len(stats.failed))
+    print(f"{stream_id}: {stats.frames} frames, {stats.faces} faces ({stats.thumbnails} with their thumbnail), "
+          f"{stats.acknowledged} acknowledged, {len(stats.failed)} failed, "
+          f"{stats.bytes_sent / max(1, stats.thumbnails):.0f} bytes per thumbnail")
     if stats.failed or stats.acknowledged != stats.records:
         raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
     return 0
@@ -379,9 +389,12 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
 @click.option("--runtime", default="openvino", metavar="openvino|tensorflow|cuda",
               help="FaceNet's runtime: openvino (default, the fastest measured on a CPU), tensorflow (FP32 only) or "
                    "cuda (an NVIDIA GPU through ONNX Runtime, FP32; the optional gpu extra)")
+@click.option("--evidence", type=click.Choice(("track", "frame")), default="track", show_default=True,
+              help="what a tracked face's name rests on: its track's faces so far (the mean of their embeddings), or "
+                   "the face alone (the paper's); an untracked face is always named alone")
 @stage_options
 def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolicy, results_linger_ms: float,
-             threads: int, precision: str, runtime: str, settings: StageSettings) -> int:
+             threads: int, precision: str, runtime: str, evidence: str, settings: StageSettings) -> int:
     from common.children import READY, report
     from pipeline.assets import FACENET_H5_SHA256
     from pipeline.gallery import load_gallery
@@ -410,7 +423,8 @@ def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolic
                                  idempotent=True)
         try:
             # `aitax run` starts the producers once every identify process has its partitions.
-            stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, enrolled), sink, lambda: stop[0],
+            stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, enrolled, evidence), sink,
+                                  lambda: stop[0],
                                   batching=batching, metrics=metrics, on_ready=lambda: report(READY), run_id=run_id)
         finally:
             consumer.close()
@@ -456,12 +470,13 @@ def _assets():
 @click.option("--pace", type=PACE, default="native", show_default=True, help="ingestion pace")
 @measurement(ramp_up_s=0.0)
 @keying
+@send
 @driver_timing
 @BOOTSTRAP
 def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, camera_user: str | None,
         camera_password_file: str | None, gallery: Path | None, workload: str, producers: int, stages: int,
         consumers: int, duration: float, run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float,
-        ramp_down: float, quantiles: tuple[float, ...], keying: str, timing: dict[str, float],
+        ramp_down: float, quantiles: tuple[float, ...], keying: str, send: str, timing: dict[str, float],
         bootstrap: str | None) -> int:
     from load.engine import run_local_pipeline
     from stack.stack import resolve_bootstrap
@@ -475,8 +490,8 @@ def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, cam
                           quantiles, stages=stages, application=workload,
                           cameras=[{"url": url, "transport": camera_transport, "user": camera_user,
                                     "password_file": camera_password_file} for url in cameras])
-    return _exit_status(run_local_pipeline(real, driver(timing, keying=keying), run_id, resolve_bootstrap(bootstrap),
-                                           events_dir))
+    return _exit_status(run_local_pipeline(real, driver(timing, keying=keying, send=send), run_id,
+                                           resolve_bootstrap(bootstrap), events_dir))
 
 
 @click.command("compare-stages",
@@ -550,9 +565,10 @@ def _exit_status(result) -> int:
 @click.option("--keep-dashboard", is_flag=True,
               help="keep serving the live dashboard after the score, until Ctrl-C (default: it stops with the demo)")
 @keying
+@send
 @driver_timing
 def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_dashboard: bool, keying: str,
-         timing: dict[str, float]) -> int:
+         send: str, timing: dict[str, float]) -> int:
     import contextlib
 
     from aitax.commands.telemetry import dashboard_alongside
@@ -580,8 +596,8 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
             url = dashboard.statuses(children.READY)[0]["url"]
             print(f"live dashboard: {url} (login viewer, password in "
                   f"{identity(DASHBOARD) / 'password'})")
-        status = _exit_status(run_local_pipeline(workload, driver(timing, keying=keying), run_id, bootstrap,
-                                                 events_dir))
+        status = _exit_status(run_local_pipeline(workload, driver(timing, keying=keying, send=send), run_id,
+                                                 bootstrap, events_dir))
         print("== 4/4 score against ground truth")
         print_evaluation(evaluate_run(video, run_id, bootstrap, events_dir))
         if dashboard is not None and keep_dashboard:

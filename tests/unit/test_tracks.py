@@ -1,0 +1,187 @@
+"""Faces followed across frames: the tracker, the send policy, a track named by its evidence, and the records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pipeline.evaluate import named_by_track
+from pipeline.gallery import Gallery
+from pipeline.schema import (
+    META_HEADER,
+    TRACKED,
+    UNKNOWN,
+    UNTRACKED,
+    FaceMessage,
+    FaceMeta,
+    IdentityMessage,
+    MalformedRecordError,
+    Match,
+    decode_face,
+    encode_face,
+)
+from pipeline.track_names import TrackNames
+from pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks
+
+
+def test_a_moving_face_keeps_its_track_through_short_misses_and_a_second_face_has_its_own() -> None:
+    tracker = FaceTracker(max_missed_frames=3)
+    walker, sitter = [], []
+    for frame in range(12):
+        boxes = [(300, 200, 60, 60)]
+        if frame not in (4, 5, 6):  # missed for three frames
+            boxes.insert(0, (100 + 12 * frame, 100, 50, 50))
+        ids = tracker.update(frame, boxes)
+        sitter.append(ids[-1])
+        if len(ids) == 2:
+            walker.append(ids[0])
+    assert len(set(walker)) == 1 and len(set(sitter)) == 1
+    assert walker[0] != sitter[0]
+
+
+def test_a_track_unseen_longer_than_its_misses_ends_and_the_face_after_it_starts_another() -> None:
+    tracker = FaceTracker(max_missed_frames=2)
+    first = tracker.update(0, [(100, 100, 50, 50)])[0]
+    assert tracker.update(1, [(102, 100, 50, 50)]) == [first]
+    assert tracker.update(5, [(104, 100, 50, 50)]) != [first]  # unseen for 3 frames
+
+
+def test_a_small_fast_face_that_overlaps_nothing_still_continues_its_track_but_a_far_one_does_not() -> None:
+    tracker = FaceTracker()
+    first = tracker.update(0, [(100, 100, 20, 20)])[0]
+    assert tracker.update(1, [(110, 100, 20, 20)]) == [first]  # moved half its size: no overlap with 0's box
+    assert tracker.update(2, [(300, 300, 20, 20)]) != [first]
+
+
+def test_track_ids_are_unique_in_a_run_even_when_a_resumed_tracker_starts_again() -> None:
+    before = FaceTracker().update(10, [(0, 0, 40, 40), (100, 0, 40, 40)])
+    after = FaceTracker().update(11, [(0, 0, 40, 40)])  # a resumed ingest-detect: a fresh tracker
+    assert before == [10 * TRACKS_PER_FRAME, 10 * TRACKS_PER_FRAME + 1]
+    assert not set(before) & set(after)
+
+
+def test_every_sends_every_face_and_a_sample_sends_the_first_then_every_nth_or_a_grown_face() -> None:
+    assert all(SendPolicy.parse("every").sends("s", 1, frame, (0, 0, 40, 40)) for frame in range(20))
+    sample = SendPolicy.parse("sample:5")
+    sent = [frame for frame in range(12) if sample.sends("s", 1, frame, (0, 0, 40, 40))]
+    assert sent == [0, 5, 10]
+    assert sample.sends("s", 1, 11, (0, 0, 50, 50))  # 1.56x the area: sent at once
+    assert sample.sends("s", 2, 11, (0, 0, 40, 40))  # another track's first face
+
+
+@pytest.mark.parametrize("text", ["sample:0", "sample:x", "some", "every:3"])
+def test_a_bad_send_policy_is_named(text: str) -> None:
+    with pytest.raises(ValueError, match="send policy"):
+        SendPolicy.parse(text)
+
+
+def test_stream_tracks_give_each_stream_its_own_tracks() -> None:
+    tracks = StreamTracks(SendPolicy.parse("sample:10"))
+    assert tracks.follow("a", 0, [(0, 0, 40, 40)]) == [(0, True)]
+    assert tracks.follow("b", 0, [(0, 0, 40, 40)]) == [(0, True)]
+    assert tracks.follow("a", 1, [(1, 0, 40, 40)]) == [(0, False)]
+
+
+def _gallery() -> Gallery:
+    """Two people on orthogonal axes, three photos each, close to their axis."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for axis in (0, 1):
+        for _ in range(3):
+            row = np.zeros(16, np.float32)
+            row[axis] = 1.0
+            row += rng.normal(0, 0.05, 16).astype(np.float32)
+            rows.append(row / np.linalg.norm(row))
+    return Gallery(np.stack(rows), np.array(["alice"] * 3 + ["bob"] * 3), "sha", threshold=0.75)
+
+
+def _look(axis: int, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """A face of the person on `axis`, seen through noise."""
+    row = np.zeros(16, np.float32)
+    row[axis] = 1.0
+    row += rng.normal(0, noise, 16).astype(np.float32)
+    return row / np.linalg.norm(row)
+
+
+def test_a_track_named_by_its_evidence_is_named_where_its_single_faces_are_not() -> None:
+    gallery, rng = _gallery(), np.random.default_rng(1)
+    looks = [_look(0, 0.25, rng) for _ in range(30)]
+    alone = [match.identity for match in gallery.identify(np.stack(looks))]
+    names = TrackNames(gallery)
+    by_track = [names.name(("r", "s", 7), look) for look in looks]
+    assert alone.count("alice") < 20  # one noisy look often falls short of the threshold
+    assert [m.identity for m in by_track[10:]] == ["alice"] * 20  # the evidence does not
+    assert [m.evidence_frames for m in by_track] == list(range(1, 31))
+
+
+def test_a_track_that_jumps_to_another_person_starts_its_evidence_again() -> None:
+    gallery, rng = _gallery(), np.random.default_rng(2)
+    names = TrackNames(gallery)
+    for _ in range(10):
+        names.name(("r", "s", 1), _look(0, 0.05, rng))
+    after = names.name(("r", "s", 1), _look(1, 0.05, rng))
+    assert after.identity == "bob" and after.evidence_frames == 1 and names.person_changes == 1
+
+
+def test_a_tracked_face_is_answered_from_its_track_and_unknown_with_no_evidence() -> None:
+    gallery, rng = _gallery(), np.random.default_rng(3)
+    names = TrackNames(gallery)
+    assert names.recall(("r", "s", 1)) == Match(UNKNOWN, 0.0, "", 0)
+    names.name(("r", "s", 1), _look(1, 0.05, rng))
+    assert names.recall(("r", "s", 1)).identity == "bob"
+
+
+def test_per_frame_evidence_names_each_face_alone_and_remembers_the_last_answer() -> None:
+    gallery, rng = _gallery(), np.random.default_rng(4)
+    names = TrackNames(gallery, accumulate=False)
+    for _ in range(5):
+        match = names.name(("r", "s", 1), _look(0, 0.05, rng))
+        assert match.evidence_frames == 1
+    assert names.recall(("r", "s", 1)) == match
+
+
+def _face(track_id: int = 4, encoding: str = "png", thumbnail: bytes = b"png") -> FaceMessage:
+    return FaceMessage(FaceMeta("r", "cam", 3, 0, 1, (1, 2, 30, 30), 0.9, encoding, 0, 0, 0, 0, 0, 0,
+                                track_id=track_id), thumbnail)
+
+
+def test_tracked_faces_travel_without_a_thumbnail_keyed_by_their_track() -> None:
+    key, value, headers = encode_face(_face(encoding=TRACKED, thumbnail=b""))
+    assert key == b"cam/track/4" and value == b""
+    assert decode_face(value, headers) == _face(encoding=TRACKED, thumbnail=b"")
+    assert encode_face(_face(UNTRACKED))[0] == b"cam/3/0"  # an untracked face is keyed as a face
+
+
+def test_a_tracked_face_with_pixels_or_without_a_track_is_malformed_and_an_older_face_reads_untracked() -> None:
+    _, _, headers = encode_face(_face(encoding=TRACKED, thumbnail=b""))
+    with pytest.raises(MalformedRecordError, match="carries no thumbnail"):
+        decode_face(b"pixels", headers)
+    _, _, headers = encode_face(_face(UNTRACKED, encoding=TRACKED, thumbnail=b""))
+    with pytest.raises(MalformedRecordError, match="needs its track_id"):
+        decode_face(b"", headers)
+    _, value, headers = encode_face(_face())
+    older = {**headers, META_HEADER: headers[META_HEADER].replace(b',"track_id":4', b"")}
+    assert decode_face(value, older).meta.track_id == UNTRACKED
+
+
+def _identity(frame: int, track: int, name: str, evidence: int) -> IdentityMessage:
+    return replace(IdentityMessage.answering(_face(track).meta, Match(name, 0.5, name, evidence), appended_ns=0,
+                                             requested_ns=0, fetched_ns=0, identify_start_ns=0,
+                                             identified_ns=frame, batch_size=1), frame_index=frame, face_index=track)
+
+
+def test_a_reader_by_track_gives_every_face_its_tracks_best_supported_name() -> None:
+    identities = [_identity(0, 4, UNKNOWN, 1), _identity(1, 4, "alice", 2), _identity(2, 4, "alice", 3),
+                  _identity(0, 5, "bob", 1), replace(_identity(0, 9, "carol", 1), track_id=UNTRACKED)]
+    named = named_by_track(identities)
+    assert [i.identity for i in named] == ["alice", "alice", "alice", "bob", "carol"]
+    assert [i.evidence_frames for i in named] == [3, 3, 3, 1, 1]
+
+
+def test_where_a_tracks_evidence_falls_a_new_stretch_is_named_on_its_own() -> None:
+    """A stranger's stretch of a track that then follows someone enrolled keeps its own (unknown) name."""
+    identities = [_identity(0, 4, UNKNOWN, 1), _identity(1, 4, UNKNOWN, 2), _identity(2, 4, "alice", 1),
+                  _identity(3, 4, "alice", 2), _identity(4, 4, "alice", 3)]
+    assert [i.identity for i in named_by_track(identities)] == [UNKNOWN, UNKNOWN, "alice", "alice", "alice"]
