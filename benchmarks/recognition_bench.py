@@ -99,7 +99,7 @@ def main() -> int:
                           desc=video.name, unit="frame"):
             for size, finder in finders.items():  # interleaved: the machine's noise falls on every size alike
                 started = time.process_time()
-                found = finder(frame.rgb, Stopwatch())
+                found = finder(frame.rgb, Stopwatch(), frame.full)
                 detect_ms[size].append((time.process_time() - started) * 1000)
                 if size == args.track_size:
                     for run in by_mode.values():

@@ -97,7 +97,7 @@ class EmulatedFaceFinder:
         self.frame_indices = itertools.count() if in_order else None
         self.track_ids = itertools.count()
 
-    def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]:
         with watch.time("emulated"):
             emulated_compute((self.curve.ms(1, self.rng) if self.curve else
                               self.profile.compute_ms["detect"].sample(self.rng) / self.factor) / 1000, self.on_cpu)

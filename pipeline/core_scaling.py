@@ -78,7 +78,7 @@ def measure(kind: str, cores: int, video: str, frames: int, min_face_size: int) 
     latencies, thumbnails = [], []
     started = time.perf_counter()
     for frame in stream:  # the generator decodes and resizes: its time is ingest's
-        faces = find_faces(frame.rgb, Stopwatch())
+        faces = find_faces(frame.rgb, Stopwatch(), frame.full)
         finished = time.perf_counter()
         if frame.index >= WARMUP_FRAMES:
             latencies.append((finished - started) * 1000)

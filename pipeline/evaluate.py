@@ -55,6 +55,8 @@ class Evaluation:
     by_track: Evaluation | None = None
     thumbnails: int = 0  # identified faces whose thumbnail went through Kafka (the rest: `tracked`, named by track)
     identified: int = 0  # identified faces, from the identify events
+    # From a named track's first face (its schedule) to the first identity that gave it that name (durable)
+    first_name_ms: Distribution | None = None
 
     def add(self, other: Evaluation) -> None:
         """Pool another video's counts into this one."""
@@ -163,6 +165,24 @@ def named_by_track(identities: list[IdentityMessage]) -> list[IdentityMessage]:
             for identity in identities]
 
 
+def time_to_first_name(identities: list[IdentityMessage]) -> Distribution | None:
+    """Per track whose final name (`named_by_track`) is someone enrolled: from its first face's scheduled time to
+    the delivery of the first identity that named it so. None without such a track."""
+    final = {identity.key: identity.identity for identity in named_by_track(identities)}
+    tracks: dict[tuple[str, str, int], list[IdentityMessage]] = {}
+    for identity in identities:
+        if identity.track_id != UNTRACKED:
+            tracks.setdefault((identity.run_id, identity.stream_id, identity.track_id), []).append(identity)
+    waits = []
+    for faces in tracks.values():
+        first = min(faces, key=lambda i: i.frame_index)
+        name = final[first.key]
+        named = [i.delivered_ns for i in faces if i.identity == name and final[i.key] == name and i.delivered_ns]
+        if name != UNKNOWN and named:
+            waits.append((min(named) - first.scheduled_ns) / NS_PER_MS)
+    return distribution(waits) if waits else None
+
+
 def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict[str, set[int]],
           size: tuple[int, int], run_id: str) -> Evaluation:
     """Greedy IoU matching per frame; truth boxes scaled from the video's size to the pipeline's."""
@@ -254,6 +274,7 @@ def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | 
     evaluation = score(identities, truth, processed, size, run_id)
     if any(identity.track_id != UNTRACKED for identity in identities):
         evaluation.by_track = score(named_by_track(identities), truth, processed, size, run_id)
+        evaluation.first_name_ms = time_to_first_name(identities)
     identified = [event for event in events if event["stage"] == "identify"]
     evaluation.identified = len(identified)
     evaluation.thumbnails = sum(1 for event in identified if event.get("data_size_bytes"))
@@ -279,6 +300,10 @@ def print_evaluation(evaluation: Evaluation) -> None:
         print(f"  BY TRACK (each face with its track's final name): END-TO-END ACCURACY {t.end_to_end_accuracy:.1%}; "
               f"identification rate {t.identification_rate:.1%}; strangers named {t.false_identification_rate:.1%} "
               f"({t.strangers_named}/{t.matched_strangers}); confusions {t.confusions or 'none'}")
+    if e.first_name_ms is not None:
+        f = e.first_name_ms
+        print(f"  time to a track's first name: p50 {f.p50_ms:.0f} ms, mean {f.mean_ms:.0f} ms, p99 {f.p99_ms:.0f} ms "
+              f"over {f.count} named tracks")
     if e.identified:
         print(f"  thumbnails through Kafka: {e.thumbnails} of {e.identified} identified faces "
               f"({e.thumbnails / e.identified:.0%}); the rest named from their track")

@@ -82,8 +82,8 @@ def read_frames(source: str, stream_id: str, size: tuple[int, int], pace: str = 
 
 def to_frame(bgr: np.ndarray, stream_id: str, index: int, size: tuple[int, int], captured_ns: int,
              scheduled_ns: int, read_started: float) -> Frame:
-    """A decoded picture as detection takes it: RGB at `size`, with its decode time (since `read_started`, a
-    perf_counter) and resize time."""
+    """A decoded picture as detection takes it: RGB at `size` (and at its own resolution, when larger, for the
+    thumbnails), with its decode time (since `read_started`, a perf_counter) and resize time."""
     from pipeline.crop import resize_frame
 
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
@@ -91,4 +91,4 @@ def to_frame(bgr: np.ndarray, stream_id: str, index: int, size: tuple[int, int],
     resized = resize_frame(rgb, *size)
     finished = time.perf_counter()
     return Frame(stream_id, index, resized, captured_ns, time.time_ns(), (decoded - read_started) * 1000,
-                 (finished - decoded) * 1000, scheduled_ns)
+                 (finished - decoded) * 1000, scheduled_ns, full=rgb if rgb.shape[1] > size[0] else None)

@@ -57,8 +57,11 @@ class FoundFace:
     track_id: int = UNTRACKED  # set by a compute that follows faces itself (the emulator's); else by FaceRecords
 
 
-# Detection's compute for one frame: the faces found, with its time recorded into the Stopwatch by sub-step.
-FindFaces = Callable[[np.ndarray, Stopwatch], list[FoundFace]]
+class FindFaces(Protocol):
+    """Detection's compute for one frame: the faces found in `rgb`, with its time recorded into the Stopwatch by
+    sub-step; `full`, where given, is the same picture at its own resolution, to cut thumbnails from."""
+
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]: ...
 Record = tuple[bytes | None, bytes, dict[str, bytes]]  # key, value, headers
 
 
@@ -126,15 +129,18 @@ class MtcnnFaceFinder:
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
         self._extension = ".jpg" if encoding == "jpeg" else ".png"
 
-    def __call__(self, rgb: np.ndarray, watch: Stopwatch) -> list[FoundFace]:
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]:
         import cv2
 
         from pipeline.crop import face_thumbnail
 
         faces = []
+        scale = 1.0 if full is None else full.shape[1] / rgb.shape[1]
         for detection in self.detector.detect(rgb, watch):
-            with watch.time("crop"):
-                aligned = face_thumbnail(rgb, detection.box, detection.landmarks)
+            with watch.time("crop"):  # from the full picture where there is one: more of the face's own pixels
+                box = tuple(round(v * scale) for v in detection.box)
+                landmarks = tuple((x * scale, y * scale) for x, y in detection.landmarks)
+                aligned = face_thumbnail(rgb if full is None else full, box, landmarks)
                 thumbnail = cv2.cvtColor(aligned, cv2.COLOR_RGB2BGR)
             with watch.time("encode"):
                 ok, encoded = cv2.imencode(self._extension, thumbnail, self._encode_params)
@@ -259,7 +265,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
             watch.add("decode", frame.received_decode_ms)
         detect_start_ns = time.time_ns()
         started = time.perf_counter()
-        found = find_faces(frame.rgb, watch)
+        found = find_faces(frame.rgb, watch) if frame.full is None else find_faces(frame.rgb, watch, frame.full)
         compute_ms = (time.perf_counter() - started) * 1000
         detected_ns = time.time_ns()
         payload = 0

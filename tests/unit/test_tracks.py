@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pipeline.evaluate import named_by_track
+from pipeline.evaluate import named_by_track, time_to_first_name
 from pipeline.gallery import Gallery
 from pipeline.schema import (
     META_HEADER,
@@ -185,3 +185,20 @@ def test_where_a_tracks_evidence_falls_a_new_stretch_is_named_on_its_own() -> No
     identities = [_identity(0, 4, UNKNOWN, 1), _identity(1, 4, UNKNOWN, 2), _identity(2, 4, "alice", 1),
                   _identity(3, 4, "alice", 2), _identity(4, 4, "alice", 3)]
     assert [i.identity for i in named_by_track(identities)] == [UNKNOWN, UNKNOWN, "alice", "alice", "alice"]
+
+
+def test_time_to_a_tracks_first_name_runs_from_its_first_face_to_the_identity_that_named_it() -> None:
+    identities = [replace(_identity(frame, 4, name, frame + 1), scheduled_ns=frame * 100_000_000,
+                          delivered_ns=frame * 100_000_000 + 50_000_000)
+                  for frame, name in enumerate([UNKNOWN, UNKNOWN, "alice", "alice"])]
+    identities.append(replace(_identity(0, 5, UNKNOWN, 1), delivered_ns=1))  # a stranger's track: never named
+    waits = time_to_first_name(identities)
+    assert waits is not None and waits.count == 1 and waits.p50_ms == 250.0
+
+
+def test_faces_that_touch_or_tracks_found_only_by_nearness_send_their_thumbnail_under_a_sample() -> None:
+    tracks = StreamTracks(SendPolicy.parse("sample:10"))
+    tracks.follow("s", 0, [(100, 100, 40, 40), (300, 100, 40, 40)])
+    assert tracks.follow("s", 1, [(101, 100, 40, 40), (300, 100, 40, 40)]) == [(0, False), (1, False)]
+    crossing = tracks.follow("s", 2, [(102, 100, 40, 40), (135, 100, 40, 40)])  # the second jumped onto the first
+    assert all(sent for _, sent in crossing)
