@@ -11,6 +11,7 @@ from common.errors import UserError
 from emulation.curves import BatchCurve, built_in_curves, load_curve, write_curve
 from emulation.profile import Distribution, paper_profile
 from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
+from pipeline.schema import FaceMessage, FaceMeta
 from telemetry.timing import Stopwatch
 
 CURVE = BatchCurve("t", "identify", ((1, 2.0), (8, 3.4), (32, 8.2)))
@@ -80,12 +81,12 @@ def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(mo
     monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
     with_curve = EmulatedIdentifier(paper_profile(), 1000.0, random.Random(1), CURVE)
     for faces in (1, 5, 32):
-        with_curve([object()] * faces, Stopwatch())  # type: ignore[list-item]
+        with_curve(_faces(faces), Stopwatch())
     # The device's time for each batch, not divided by the factor (it raises the load, not the device's speed)
     assert [s for s, _ in computed] == pytest.approx([0.002, CURVE.ms(5) / 1000, 0.0082])
     assert not any(on_cpu for _, on_cpu in computed)  # a device's curve leaves the host's cores free
     computed.clear()
-    EmulatedIdentifier(paper_profile(), 2.0, random.Random(1))([object()] * 3, Stopwatch())  # type: ignore[list-item]
+    EmulatedIdentifier(paper_profile(), 2.0, random.Random(1))(_faces(3), Stopwatch())
     assert computed == [(pytest.approx(3 * 131.5 / 2 / 1000), False)]  # the profile's per-face times, summed, / factor
     computed.clear()
     EmulatedFaceFinder(paper_profile(), 8.0, random.Random(1), load_curve("h200-mtcnn"))(None, Stopwatch())
@@ -98,8 +99,8 @@ def test_a_curve_measured_on_the_host_cpu_takes_cpu_time_whatever_the_profile_do
     computed: list[tuple[float, bool]] = []
     monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
     host = load_curve(str(write_curve(tmp_path / "cpu.yaml", "cpu", "identify", "test", [(1, 10.0)], host_cpu=True)))
-    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), host, on_cpu=False)([object()], Stopwatch())  # type: ignore[list-item]
-    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), on_cpu=True)([object()], Stopwatch())  # type: ignore[list-item]
+    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), host, on_cpu=False)(_faces(1), Stopwatch())
+    EmulatedIdentifier(paper_profile(), 1.0, random.Random(1), on_cpu=True)(_faces(1), Stopwatch())
     assert [on_cpu for _, on_cpu in computed] == [True, True]
 
 
@@ -151,3 +152,9 @@ def test_the_speed_up_a_device_gave_is_read_at_the_batch_the_median_face_was_ide
     assert device_speedup(run, "epyc-openvino-bf16") == pytest.approx(cpu.ms(8) / 2.278)
     assert device_speedup(run.model_copy(update={"workload": run.workload.model_copy(
         update={"accelerators": ["h200-mtcnn"]})}), "epyc-openvino-bf16") is None  # no identify curve
+
+
+def _faces(count: int) -> list[FaceMessage]:
+    """Emulated faces with their (random) thumbnails: each one costs the emulated identify its share of a batch."""
+    meta = FaceMeta("r", "s", 0, 0, count, (0, 0, 160, 160), 1.0, "synthetic", 0, 0, 0, 0, 0, 0)
+    return [FaceMessage(meta, b"x")] * count

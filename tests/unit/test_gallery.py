@@ -50,7 +50,7 @@ def val_set(assets: Assets, largest_face_crop, embedder) -> Gallery:
 
 def test_train_gallery_identifies_the_val_split(train_gallery: Gallery, val_set: Gallery) -> None:
     results = train_gallery.identify(val_set.embeddings)
-    correct = sum(identity == truth for (identity, _, _), truth in zip(results, val_set.labels, strict=True))
+    correct = sum(match.identity == truth for match, truth in zip(results, val_set.labels, strict=True))
     accuracy = correct / len(results)
 
     assert len(results) == 25
