@@ -161,16 +161,24 @@ class TrackedRun:
         self.identities: list = []
 
     def frame(self, index: int, found: list) -> None:
+        from functools import partial
+
+        from pipeline.ingest_detect import MISSED_FACE_INDEX
         from pipeline.schema import TRACKED, UNTRACKED, FaceMessage, FaceMeta, IdentityMessage
+        from pipeline.tracking import Sent
         from telemetry.timing import Stopwatch
 
         self.frames += 1
         followed = (self.tracks.follow("bench", index, [face.box for face in found]) if self.tracks is not None
-                    else [(UNTRACKED, True)] * len(found))
-        faces = [FaceMessage(FaceMeta(f"bench-{self.seed}", "bench", index, i, len(found), face.box, face.confidence,
-                                      face.encoding if sent else TRACKED, 0, 0, 0, 0, 0, 0, track_id),
-                             face.thumbnail if sent else b"")
-                 for i, (face, (track_id, sent)) in enumerate(zip(found, followed, strict=True))]
+                    else [Sent(UNTRACKED, True)] * len(found))
+        meta = partial(FaceMeta, f"bench-{self.seed}", "bench")
+        faces = [FaceMessage(meta(index, i, len(found), face.box, face.confidence,
+                                  face.encoding if sent.thumbnail else TRACKED, 0, 0, 0, 0, 0, 0, sent.track_id),
+                             face.thumbnail if sent.thumbnail else b"")
+                 for i, (face, sent) in enumerate(zip(found, followed, strict=True))]
+        faces += [FaceMessage(meta(missed, MISSED_FACE_INDEX - sent.track_id, 0, box, 0.0, TRACKED, 0, 0, 0, 0, 0, 0,
+                                   sent.track_id), b"")
+                  for sent in followed for missed, box in sent.missed]
         if not faces:
             return
         started = time.process_time()

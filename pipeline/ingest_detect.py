@@ -37,7 +37,7 @@ from pipeline.schema import (
     encode_face,
 )
 from pipeline.stream import Frame, hand_off
-from pipeline.tracking import StreamTracks
+from pipeline.tracking import Sent, StreamTracks
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
@@ -45,6 +45,9 @@ from telemetry.sinks import EventSink
 from telemetry.timing import Stopwatch
 
 END_OF_STREAM = None
+# A face the detector missed, reported late from its track, has no index among its frame's detections: it takes
+# this minus its track id (negative, and one per track in a frame, so never a detected face's key)
+MISSED_FACE_INDEX = -1
 CHECKPOINT_INTERVAL_S = 1.0
 
 
@@ -101,16 +104,36 @@ class FaceRecords:
 
     def records(self, detected: Detected) -> list[Record]:
         frame, found = detected.frame, detected.found
-        followed = (self.tracks.follow(frame.stream_id, frame.index, [face.box for face in found])
-                    if self.tracks is not None else [(face.track_id, True) for face in found])
-        return [encode_face(FaceMessage(FaceMeta(
-            run_id=detected.run_id, stream_id=frame.stream_id, frame_index=frame.index, face_index=face_index,
-            faces_in_frame=len(found), box=face.box, confidence=round(face.confidence, 4),
-            encoding=face.encoding if sent else TRACKED, scheduled_ns=frame.scheduled_ns,
-            captured_ns=frame.captured_ns, ingested_ns=frame.ingested_ns, detect_start_ns=detected.detect_start_ns,
-            detected_ns=detected.detected_ns, produced_ns=time.time_ns(), track_id=track_id),
-            face.thumbnail if sent else b""), self.keying)
-            for face_index, (face, (track_id, sent)) in enumerate(zip(found, followed, strict=True))]
+        if self.tracks is None:
+            followed = [Sent(face.track_id, True) for face in found]
+        else:
+            followed = self.tracks.follow(frame.stream_id, frame.index, [face.box for face in found])
+            self.tracks.remember(frame.stream_id, frame.index, (frame.scheduled_ns, frame.captured_ns,
+                                                                frame.ingested_ns))
+        records = [self._record(detected, frame.index, face_index, len(found), face.box, face.confidence,
+                                (frame.scheduled_ns, frame.captured_ns, frame.ingested_ns), sent.track_id,
+                                face.thumbnail if sent.thumbnail else None, face.encoding)
+                   for face_index, (face, sent) in enumerate(zip(found, followed, strict=True))]
+        for sent in followed:  # the frames a face was missed in, reported late from its track
+            for index, box in sent.missed:
+                stamps = self.tracks.stamps(frame.stream_id, index) if self.tracks is not None else None
+                if stamps is not None:
+                    records.append(self._record(detected, index, MISSED_FACE_INDEX - sent.track_id, 0, box, 0.0,
+                                                stamps, sent.track_id, None, TRACKED))
+        return records
+
+    def _record(self, detected: Detected, frame_index: int, face_index: int, faces_in_frame: int,
+                box: tuple[int, int, int, int], confidence: float, stamps: tuple[int, int, int], track_id: int,
+                thumbnail: bytes | None, encoding: str) -> Record:
+        """A face's record; `thumbnail` None: a `tracked` face, its metadata only."""
+        scheduled_ns, captured_ns, ingested_ns = stamps
+        return encode_face(FaceMessage(FaceMeta(
+            run_id=detected.run_id, stream_id=detected.frame.stream_id, frame_index=frame_index,
+            face_index=face_index, faces_in_frame=faces_in_frame, box=box, confidence=round(confidence, 4),
+            encoding=encoding if thumbnail is not None else TRACKED, scheduled_ns=scheduled_ns,
+            captured_ns=captured_ns, ingested_ns=ingested_ns, detect_start_ns=detected.detect_start_ns,
+            detected_ns=detected.detected_ns, produced_ns=time.time_ns(), track_id=track_id), thumbnail or b""),
+            self.keying)
 
 
 class MtcnnFaceFinder:

@@ -33,6 +33,7 @@ from pipeline.schema import UNTRACKED
 
 Box = tuple[int, int, int, int]  # x, y, width, height
 MAX_MISSED_FRAMES = 10  # a second at the paper's 10 FPS: a face missed that long has left, or is someone else
+FILL_MISSED_FRAMES = 3  # a face missed this many frames in a row, then found again, is reported for them late
 MIN_IOU = 0.2  # a detection continues a predicted box it overlaps this much
 SURE_IOU = 0.5  # ... and is followed surely when it overlaps it this much, touching no other face
 NEAR = 0.6  # ... or whose centre is within this share of its size, at a size within SIZE_RATIO
@@ -78,6 +79,9 @@ def _cost(predicted: np.ndarray, detected: np.ndarray) -> float:
 class Followed(NamedTuple):
     track_id: int
     sure: bool  # continued a track by a clear overlap, touching no other face (see the module's docstring)
+    # The frames the detector missed the face in since the track's previous face, with its box drawn between the
+    # two (only after a gap of at most FILL_MISSED_FRAMES, continued by overlap): the faces a tracker reports late
+    missed: tuple[tuple[int, Box], ...] = ()
 
 
 @dataclass
@@ -95,6 +99,7 @@ class FaceTracker:
         detected = [np.array(box, float) for box in boxes]
         ids: list[int] = [UNTRACKED] * len(detected)
         sure = [False] * len(detected)
+        missed: list[tuple[tuple[int, Box], ...]] = [()] * len(detected)
         if self._tracks and detected:
             predicted = [track.predicted(frame_index) for track in self._tracks]
             costs = np.array([[_cost(p, d) for d in detected] for p in predicted])
@@ -102,6 +107,11 @@ class FaceTracker:
                 if costs[row, column] < _NO_MATCH:
                     track = self._tracks[row]
                     gap = max(1, frame_index - track.last_frame)
+                    if 1 < gap <= FILL_MISSED_FRAMES + 1 and costs[row, column] < 1:
+                        missed[column] = tuple(
+                            (track.last_frame + step, tuple(round(v) for v in
+                                                            track.box + (detected[column] - track.box) * step / gap))
+                            for step in range(1, gap))
                     track.velocity = 0.5 * track.velocity + 0.5 * (detected[column] - track.box) / gap
                     track.box, track.last_frame = detected[column], frame_index
                     ids[column] = track.track_id
@@ -113,7 +123,7 @@ class FaceTracker:
         for one, other in itertools.combinations(range(len(detected)), 2):
             if _overlap(detected[one], detected[other]) > 0:
                 sure[one] = sure[other] = False
-        return [Followed(track_id, certain) for track_id, certain in zip(ids, sure, strict=True)]
+        return [Followed(*followed) for followed in zip(ids, sure, missed, strict=True)]
 
 
 @dataclass
@@ -168,9 +178,30 @@ class StreamTracks:
 
     send: SendPolicy = field(default_factory=SendPolicy)
     _trackers: dict[str, FaceTracker] = field(default_factory=dict)
+    _stamps: dict[str, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
 
-    def follow(self, stream_id: str, frame_index: int, boxes: Sequence[Box]) -> list[tuple[int, bool]]:
-        """Per box: its track id, and whether its thumbnail is sent."""
+    def remember(self, stream_id: str, frame_index: int, stamps: tuple[int, int, int]) -> None:
+        """A processed frame's (scheduled, captured, ingested) times: a face missed in it is reported with them."""
+        recent = self._stamps.setdefault(stream_id, {})
+        recent[frame_index] = stamps
+        for old in [index for index in recent if index < frame_index - FILL_MISSED_FRAMES]:
+            del recent[old]
+
+    def stamps(self, stream_id: str, frame_index: int) -> tuple[int, int, int] | None:
+        """The times `remember` kept for the frame; None for a frame not processed (a camera's dropped frame)."""
+        return self._stamps.get(stream_id, {}).get(frame_index)
+
+    def follow(self, stream_id: str, frame_index: int, boxes: Sequence[Box]) -> list[Sent]:
+        """Per box: its track, whether its thumbnail is sent, and the frames its face was missed in."""
         followed = self._trackers.setdefault(stream_id, FaceTracker()).follow(frame_index, boxes)
-        return [(track_id, self.send.sends(stream_id, track_id, frame_index, box, sure))
-                for (track_id, sure), box in zip(followed, boxes, strict=True)]
+        return [Sent(one.track_id, self.send.sends(stream_id, one.track_id, frame_index, box, one.sure), one.missed)
+                for one, box in zip(followed, boxes, strict=True)]
+
+
+class Sent(NamedTuple):
+    """What a detect loop sends for a face it found: its track, whether with its thumbnail, and the frames the face
+    was missed in since its track's previous face (`Followed.missed`), each reported as a `tracked` face."""
+
+    track_id: int
+    thumbnail: bool
+    missed: tuple[tuple[int, Box], ...] = ()

@@ -79,9 +79,9 @@ def test_a_bad_send_policy_is_named(text: str) -> None:
 
 def test_stream_tracks_give_each_stream_its_own_tracks() -> None:
     tracks = StreamTracks(SendPolicy.parse("sample:10"))
-    assert tracks.follow("a", 0, [(0, 0, 40, 40)]) == [(0, True)]
-    assert tracks.follow("b", 0, [(0, 0, 40, 40)]) == [(0, True)]
-    assert tracks.follow("a", 1, [(1, 0, 40, 40)]) == [(0, False)]
+    assert tracks.follow("a", 0, [(0, 0, 40, 40)]) == [(0, True, ())]
+    assert tracks.follow("b", 0, [(0, 0, 40, 40)]) == [(0, True, ())]
+    assert tracks.follow("a", 1, [(1, 0, 40, 40)]) == [(0, False, ())]
 
 
 def _gallery() -> Gallery:
@@ -199,6 +199,13 @@ def test_time_to_a_tracks_first_name_runs_from_its_first_face_to_the_identity_th
 def test_faces_that_touch_or_tracks_found_only_by_nearness_send_their_thumbnail_under_a_sample() -> None:
     tracks = StreamTracks(SendPolicy.parse("sample:10"))
     tracks.follow("s", 0, [(100, 100, 40, 40), (300, 100, 40, 40)])
-    assert tracks.follow("s", 1, [(101, 100, 40, 40), (300, 100, 40, 40)]) == [(0, False), (1, False)]
+    assert tracks.follow("s", 1, [(101, 100, 40, 40), (300, 100, 40, 40)]) == [(0, False, ()), (1, False, ())]
     crossing = tracks.follow("s", 2, [(102, 100, 40, 40), (135, 100, 40, 40)])  # the second jumped onto the first
-    assert all(sent for _, sent in crossing)
+    assert all(sent.thumbnail for sent in crossing)
+
+
+def test_a_face_missed_for_a_few_frames_is_reported_for_them_when_it_is_found_again() -> None:
+    tracker = FaceTracker()
+    tracker.follow(0, [(100, 100, 40, 40)])
+    assert tracker.follow(3, [(106, 100, 40, 40)])[0].missed == ((1, (102, 100, 40, 40)), (2, (104, 100, 40, 40)))
+    assert tracker.follow(8, [(106, 100, 40, 40)])[0].missed == ()  # missed four frames: too long to vouch for
