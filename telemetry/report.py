@@ -167,6 +167,8 @@ class Report:
     amdahl: list[AmdahlProjection]
     throughput: Throughput
     cameras: list[CameraReport] = field(default_factory=list)  # live cameras only
+    # identified faces whose thumbnail crossed Kafka; the rest were `tracked` faces named from their track
+    thumbnails_identified: int = 0
     paper: PaperNumbers = field(default=PAPER)
 
     def to_dict(self) -> dict[str, Any]:
@@ -486,4 +488,5 @@ def build_report(run_id: str, documents: Iterable[Document], malformed_lines: in
         throughput=_throughput(run, end_ns - start_ns),
         cameras=[CameraReport(stream_id, CameraHealth.from_document(document["camera"]))
                  for stream_id, document in sorted(run.cameras.items())],
+        thumbnails_identified=sum(1 for d in run.identify.values() if d.get("data_size_bytes")),
     )

@@ -90,7 +90,8 @@ def summary_lines(report: Report) -> list[str]:
     for camera in report.cameras:
         lines.append(camera_line(camera.stream_id, camera.health))
     lines.append(f"events {report.events}; faces detected {report.faces_detected}, identified "
-                 f"{report.faces_identified} ({report.faces_unmatched} without their frame's events); "
+                 f"{report.faces_identified} ({report.thumbnails_identified} from their thumbnail, the rest from "
+                 f"their track; {report.faces_unmatched} without their frame's events); "
                  f"{report.duplicate_events} duplicate, {report.ignored_events} ignored events, "
                  f"{report.malformed_lines} malformed lines")
     return lines

@@ -209,3 +209,25 @@ def test_a_face_missed_for_a_few_frames_is_reported_for_them_when_it_is_found_ag
     tracker.follow(0, [(100, 100, 40, 40)])
     assert tracker.follow(3, [(106, 100, 40, 40)])[0].missed == ((1, (102, 100, 40, 40)), (2, (104, 100, 40, 40)))
     assert tracker.follow(8, [(106, 100, 40, 40)])[0].missed == ()  # missed four frames: too long to vouch for
+
+
+def test_an_emulated_profile_with_a_thumbnail_share_sends_that_share_and_identifies_only_those(tmp_path) -> None:
+    import random
+
+    from emulation.profile import load_profile, paper_profile
+    from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
+    from telemetry.timing import Stopwatch
+
+    profile = replace(paper_profile(), thumbnail_share=0.25)
+    path = tmp_path / "sampled.yaml"
+    path.write_text(profile.to_yaml())
+    assert load_profile(str(path)).thumbnail_share == 0.25
+    finder = EmulatedFaceFinder(profile, 1000.0, random.Random(3))
+    faces = [face for _ in range(400) for face in finder(np.zeros((1, 1, 3), np.uint8), Stopwatch())]
+    tracked = [face for face in faces if face.encoding == TRACKED]
+    assert 0.65 < len(tracked) / len(faces) < 0.85 and all(not face.thumbnail for face in tracked)
+    assert len({face.track_id for face in faces}) == len(faces)  # a face of a track of its own: keyed as spread
+    identifier = EmulatedIdentifier(profile, 1.0, random.Random(3))
+    watch = Stopwatch()
+    identifier([_face(encoding=TRACKED, thumbnail=b"")] * 4, watch)
+    assert "emulated" not in watch.with_other(0.0)  # tracked faces cost no emulated inference
