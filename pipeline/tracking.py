@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from pipeline.schema import UNTRACKED
 
@@ -95,6 +94,9 @@ class FaceTracker:
         return [followed.track_id for followed in self.follow(frame_index, boxes)]
 
     def follow(self, frame_index: int, boxes: Sequence[Box]) -> list[Followed]:
+        # here, not at the top: the emulator's image imports this module (through the detect loop) and has no SciPy
+        from scipy.optimize import linear_sum_assignment
+
         self._tracks = [t for t in self._tracks if frame_index - t.last_frame <= self.max_missed_frames + 1]
         detected = [np.array(box, float) for box in boxes]
         ids: list[int] = [UNTRACKED] * len(detected)
