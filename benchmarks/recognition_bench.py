@@ -34,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="1001,1002,1003", help="video seeds (default 1001,1002,1003)")
     parser.add_argument("--seconds", type=float, default=40.0, help="length of each video (default 40)")
@@ -50,7 +50,11 @@ def main() -> int:
     parser.add_argument("--videos", help="score these videos (comma-separated, each with its .truth.json sidecar: "
                                          "held-out footage, e.g. from benchmarks/heldout_video.py) instead of "
                                          "composing one per seed")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = _arguments()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     sizes = [int(size) for size in args.min_face_sizes.split(",")]
     if args.track_size not in sizes:
@@ -67,7 +71,6 @@ def main() -> int:
     from pipeline.identify import FaceNetIdentifier
     from pipeline.ingest_detect import MtcnnFaceFinder
     from pipeline.inputs import compose_video, enroll_gallery
-    from pipeline.schema import FaceMessage, FaceMeta, IdentityMessage
     from pipeline.synth_video import load_truth
     from telemetry.timing import Stopwatch
 
@@ -104,18 +107,7 @@ def main() -> int:
                 if size == args.track_size:
                     for run in by_mode.values():
                         run.frame(frame.index, found)
-                faces = [FaceMessage(FaceMeta("bench", "bench", frame.index, i, len(found), face.box,
-                                              face.confidence, face.encoding, 0, 0, 0, 0, 0, 0), face.thumbnail)
-                         for i, face in enumerate(found)]
-                if not faces:
-                    continue
-                started = time.process_time()
-                matches = identifier(faces, Stopwatch())
-                identify_ms.append((time.process_time() - started) * 1000 / len(faces))
-                identities[size] += [IdentityMessage.answering(face.meta, match, appended_ns=0, requested_ns=0,
-                                                               fetched_ns=0, identify_start_ns=0, identified_ns=0,
-                                                               batch_size=len(faces))
-                                     for face, match in zip(faces, matches, strict=True)]
+                identities[size] += _identified_alone(identifier, frame.index, found, identify_ms)
         for size in sizes:
             evaluation = score(identities[size], truth, {"bench": set(range(len(truth["frames"])))}, (960, 540),
                                "bench")
@@ -210,6 +202,23 @@ def _modes_table(runs: list[TrackedRun]) -> str:
                      str(sum(final.confusions.values()) - final.strangers_named)])
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
+
+
+def _identified_alone(identifier, frame_index: int, found: list, identify_ms: list[float]) -> list:
+    """The frame's faces, untracked, each named from itself (the paper's way); its CPU per face into `identify_ms`."""
+    from pipeline.schema import FaceMessage, FaceMeta, IdentityMessage
+    from telemetry.timing import Stopwatch
+
+    faces = [FaceMessage(FaceMeta("bench", "bench", frame_index, i, len(found), face.box, face.confidence,
+                                  face.encoding, 0, 0, 0, 0, 0, 0), face.thumbnail) for i, face in enumerate(found)]
+    if not faces:
+        return []
+    started = time.process_time()
+    matches = identifier(faces, Stopwatch())
+    identify_ms.append((time.process_time() - started) * 1000 / len(faces))
+    return [IdentityMessage.answering(face.meta, match, appended_ns=0, requested_ns=0, fetched_ns=0,
+                                      identify_start_ns=0, identified_ns=0, batch_size=len(faces))
+            for face, match in zip(faces, matches, strict=True)]
 
 
 def _size_table(pooled: dict, detect_ms: dict[int, list[float]]) -> str:
