@@ -144,13 +144,14 @@ def plot_det(evaluation: Evaluation, threshold: float | None, path: Path) -> Pat
 def named_by_track(identities: list[IdentityMessage]) -> list[IdentityMessage]:
     """Each tracked face with its track's final name, as a reader that wants one name per track reads `identities`:
     the decision resting on the most evidence (of equals, the latest). A track's evidence grows face by face; where
-    it falls (the track changed person, or moved to another identify consumer) a new stretch of the track begins,
-    named on its own. Untracked faces keep their own names."""
-    stretches: dict[tuple[str, str, int], list[list[IdentityMessage]]] = {}
+    the track changed person (`track_stretch`) or its evidence falls (it moved to another identify consumer) a new
+    stretch of the track begins, named on its own. Untracked faces keep their own names."""
+    stretches: dict[tuple[str, str, int, int], list[list[IdentityMessage]]] = {}
     for identity in sorted(identities, key=lambda i: (i.frame_index, i.identified_ns)):
         if identity.track_id == UNTRACKED:
             continue
-        track = stretches.setdefault((identity.run_id, identity.stream_id, identity.track_id), [[]])
+        track = stretches.setdefault((identity.run_id, identity.stream_id, identity.track_id,
+                                      identity.track_stretch), [[]])
         if track[-1] and identity.evidence_frames < track[-1][-1].evidence_frames:
             track.append([])
         track[-1].append(identity)

@@ -27,8 +27,9 @@ from telemetry.latency import delivered_ns
 #    of the batch it was identified in; detections carry their frame's wait the same way. An older identity or
 #    detections record reads with its whole broker wait as `produce`.
 # 6: faces carry `track_id`, the face's track in its stream (`pipeline.tracking`), and may be `tracked` (no
-#    thumbnail: the track's name answers it); identities carry `track_id` and `evidence_frames`, the faces the
-#    name rests on. Older faces and identities read as untracked (-1) and named from one frame.
+#    thumbnail: the track's name answers it); identities carry `track_id`, `evidence_frames`, the faces the
+#    name rests on, and `track_stretch`, the times the track changed person before the face. Older faces and
+#    identities read as untracked (-1) and named from one frame.
 SCHEMA_VERSION = 6
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 SCHEMA_HEADER = "aitax.schema"
@@ -267,6 +268,7 @@ class Match(NamedTuple):
     score: float  # similarity to `candidate`: the open-set decision compares it with a threshold
     candidate: str  # the enrolled identity it resembled most, kept when the name is UNKNOWN (for DET curves)
     evidence_frames: int = 1  # faces the decision rests on: its track's so far, or this face alone
+    track_stretch: int = 0  # times the track changed person before this face (pipeline.track_names)
 
 
 @dataclass(frozen=True, kw_only=True)  # many fields: built by name, never by position
@@ -295,6 +297,7 @@ class IdentityMessage:
     # as its evidence grows: a reader that wants one name per track takes its identity with the most evidence.
     track_id: int = UNTRACKED
     evidence_frames: int = 1
+    track_stretch: int = 0  # times the track changed person before this face: each stretch is named on its own
     # When the brokers took this identity, from its record's append time: set by whoever reads it, never sent
     # (0 until then). End to end ends here, when the identity is durable and any application can read it.
     delivered_ns: int = 0
@@ -311,7 +314,7 @@ class IdentityMessage:
         return cls(run_id=meta.run_id, stream_id=meta.stream_id, frame_index=meta.frame_index,
                    face_index=meta.face_index, identity=match.identity, score=round(match.score, 4),
                    candidate=match.candidate, box=meta.box, track_id=meta.track_id,
-                   evidence_frames=match.evidence_frames,
+                   evidence_frames=match.evidence_frames, track_stretch=match.track_stretch,
                    scheduled_ns=meta.scheduled_ns, captured_ns=meta.captured_ns, ingested_ns=meta.ingested_ns,
                    detect_start_ns=meta.detect_start_ns, detected_ns=meta.detected_ns, appended_ns=appended_ns,
                    requested_ns=requested_ns, fetched_ns=fetched_ns, identify_start_ns=identify_start_ns,

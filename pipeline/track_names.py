@@ -35,6 +35,7 @@ class _Evidence:
     total: np.ndarray  # the sum of the track's unit embeddings since it last changed person
     faces: int
     decision: Match
+    stretch: int = 0  # how many times the track changed person: a reader names each stretch on its own
 
 
 class TrackNames:
@@ -49,19 +50,20 @@ class TrackNames:
     def name(self, key: TrackKey, embedding: np.ndarray) -> Match:
         """Add a face's unit embedding to its track and answer the track's decision."""
         evidence = self._tracks.get(key)
+        stretch = 0 if evidence is None else evidence.stretch
         if evidence is not None and self.accumulate:
             mean = evidence.total / np.linalg.norm(evidence.total)
             if float(mean @ embedding) < SAME_PERSON:
                 self.person_changes += 1
-                evidence = None
+                evidence, stretch = None, stretch + 1
         if evidence is None or not self.accumulate:
-            evidence = _Evidence(np.array(embedding, np.float32), 0, Match(UNKNOWN, 0.0, "", 0))
+            evidence = _Evidence(np.array(embedding, np.float32), 0, Match(UNKNOWN, 0.0, "", 0), stretch)
         else:
             evidence.total = evidence.total + embedding
         evidence.faces += 1
         mean = evidence.total / np.linalg.norm(evidence.total)
         match = self.gallery.identify(mean[None])[0]
-        evidence.decision = match._replace(evidence_frames=evidence.faces)
+        evidence.decision = match._replace(evidence_frames=evidence.faces, track_stretch=stretch)
         self._remember(key, evidence)
         return evidence.decision
 

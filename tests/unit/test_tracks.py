@@ -231,3 +231,18 @@ def test_an_emulated_profile_with_a_thumbnail_share_sends_that_share_and_identif
     watch = Stopwatch()
     identifier([_face(encoding=TRACKED, thumbnail=b"")] * 4, watch)
     assert "emulated" not in watch.with_other(0.0)  # tracked faces cost no emulated inference
+
+
+def test_a_stretch_after_a_change_of_person_is_named_on_its_own_even_without_a_fall_in_evidence() -> None:
+    """A stranger seen once, then (the same track) someone enrolled: the track's evidence never falls (1, 1, 2),
+    but the change of person is in the record."""
+    gallery, rng = _gallery(), np.random.default_rng(5)
+    names = TrackNames(gallery)
+    stranger = np.zeros(16, np.float32)
+    stranger[7] = 1.0
+    answers = [names.name(("r", "s", 4), stranger), names.name(("r", "s", 4), _look(0, 0.05, rng)),
+               names.name(("r", "s", 4), _look(0, 0.05, rng))]
+    assert [(m.evidence_frames, m.track_stretch) for m in answers] == [(1, 0), (1, 1), (2, 1)]
+    identities = [replace(_identity(frame, 4, match.identity, match.evidence_frames),
+                          track_stretch=match.track_stretch) for frame, match in enumerate(answers)]
+    assert [i.identity for i in named_by_track(identities)] == [UNKNOWN, "alice", "alice"]
