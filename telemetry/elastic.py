@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from telemetry.elastic_access import ElasticsearchCredentials, client, http_options, refusal
+from telemetry.elastic_access import ElasticsearchCredentials, client, http_options, refusal, usable_url
 from telemetry.events import INDEX_PREFIX, Event
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,12 @@ def install_event_template(url: str, credentials: ElasticsearchCredentials | Non
     from common.errors import UserError
     from telemetry.events import INDEX_MAPPING, TEMPLATE_NAME, index_template
 
-    access = http_options(credentials)
-    response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10, **access)
+    url, access = usable_url(url, credentials), http_options(credentials)
+    try:
+        response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10,
+                                **access)
+    except requests.RequestException as error:
+        raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
     if response.status_code == 403:
         return False
     if not response.ok:
@@ -136,6 +140,14 @@ class ElasticsearchSink:
     def _take(self, count: int) -> list[dict[str, Any]]:
         return [self._buffer.popleft() for _ in range(min(count, len(self._buffer)))]
 
+    def answers(self) -> bool:
+        """Whether Elasticsearch answers now (a sink assumes it does until a shipment fails)."""
+        try:
+            self._client.cluster.health(timeout="2s")
+        except Exception:  # any failure means: not now
+            return False
+        return True
+
     def _probe(self) -> bool:
         if self._available:
             return True
@@ -143,9 +155,7 @@ class ElasticsearchSink:
         if now < self._next_probe and not self._closing:
             return False
         self._next_probe = now + PROBE_INTERVAL_S
-        try:
-            self._client.cluster.health(timeout="2s")
-        except Exception:  # any failure means: not back yet
+        if not self.answers():
             return False
         log.warning("Elasticsearch at %s is back: replaying the spool", self.url)
         self._available = True
@@ -248,7 +258,7 @@ def replay_spools(url: str, spool_dir: Path) -> int:
 
     sink = ElasticsearchSink(url, spool_dir / f"replay-{os.getpid()}.jsonl")
     try:
-        if not sink._probe():
+        if not sink.answers():
             from common.errors import UserError
 
             raise UserError(f"Elasticsearch at {url} unreachable: the spools in {spool_dir} stay for later")

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from common.errors import UserError
 
@@ -47,11 +48,37 @@ def credentials_from_environment() -> ElasticsearchCredentials | None:
     return ElasticsearchCredentials(Path(folder)) if folder else None
 
 
+def usable_url(url: str, credentials: ElasticsearchCredentials | None = None) -> str:
+    """`url` with its port spelt out, or one line on what makes it unusable: a scheme other than http(s), a user or
+    password in it, no host, a port out of range, or plain http while the credentials hold a CA (the server speaks
+    TLS; the official client would end in a traceback, and the password would travel in the clear)."""
+    parts = urlsplit(url.strip())
+    if parts.username or parts.password:  # it would show in process lists, logs and error lines
+        raise UserError(f"Elasticsearch URL for host {parts.hostname}: user or password in the URL; give them as "
+                        f"files in ${CREDENTIALS_ENV} (a basic-auth Secret's layout)")
+    if parts.scheme not in ("http", "https"):
+        raise UserError(f"Elasticsearch URL {url!r}: the scheme must be http:// or https://, not "
+                        f"{parts.scheme + '://' if parts.scheme else 'missing'}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise UserError(f"Elasticsearch URL {url!r}: the port is not a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise UserError(f"Elasticsearch URL {url!r}: no host")
+    credentials = credentials or credentials_from_environment()
+    if parts.scheme == "http" and credentials is not None and credentials.ca:
+        raise UserError(f"Elasticsearch URL {url!r}: plain http, but the credentials in {credentials.folder} are for "
+                        "a TLS server (they hold its CA); give https://")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
 def client(url: str, credentials: ElasticsearchCredentials | None = None, **options: Any):
     """The official client for `url`, as `credentials` (default: this process's, $AITAX_ELASTICSEARCH_CREDENTIALS)."""
     from elasticsearch import Elasticsearch
 
     credentials = credentials or credentials_from_environment()
+    url = usable_url(url, credentials)
     if credentials is not None:
         options = {"basic_auth": credentials.basic_auth(), **({"ca_certs": credentials.ca} if credentials.ca else {}),
                    **options}

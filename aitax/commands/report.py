@@ -26,13 +26,14 @@ FILE = click.Path(dir_okay=False, path_type=Path)
 def report(run_id: str, events: str | None, es: str | None, html: Path | None, json_out: Path | None,
            plots: Path | None) -> int:
     from stack.stack import local_elasticsearch_url
+    from telemetry.elastic_access import usable_url
     from telemetry.report import build_report
     from telemetry.report_render import format_text, render_figures, render_html, write_plots
     from telemetry.report_sources import load_events
 
     if events and es:
         raise UserError("--events and --es: give one source of events, not both")
-    loaded = load_events(run_id, events or es or local_elasticsearch_url("--events or --es"))
+    loaded = load_events(run_id, events or (usable_url(es) if es else local_elasticsearch_url("--events or --es")))
     built = build_report(run_id, loaded.documents, malformed_lines=loaded.malformed_lines)
     print(format_text(built))
     written: list[Path] = []

@@ -164,7 +164,9 @@ def template(es: str, wait_s: float) -> int:
 
     from common.daemons import poll_until
     from telemetry.elastic import install_event_template
-    from telemetry.elastic_access import CREDENTIALS_ENV, http_options
+    from telemetry.elastic_access import CREDENTIALS_ENV, http_options, usable_url
+
+    es = usable_url(es)
 
     def answers() -> bool:
         try:

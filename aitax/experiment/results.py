@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from common.errors import UserError
-from telemetry.elastic_access import http_options, refusal
+from telemetry.elastic_access import http_options, refusal, usable_url
 from telemetry.events import INDEX_PREFIX
 from telemetry.results import StageSummary
 
@@ -20,8 +20,9 @@ def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:
     """Fail with one line before an experiment starts when its Elasticsearch cannot be read."""
     import requests
 
+    url = usable_url(url)
     try:
-        response = requests.get(f"{url.rstrip('/')}/_cluster/health", timeout=timeout_s, **http_options())
+        response = requests.get(f"{url}/_cluster/health", timeout=timeout_s, **http_options())
     except requests.RequestException as error:
         raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
     if not response.ok:
