@@ -20,7 +20,7 @@ from load.resources import Sampler, Usage, resources
 from stack.config import StackConfig
 from telemetry.applications import application
 from telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
-from telemetry.results import RESULT_FILE, Driver, RunResult, Workload, judge, write_results
+from telemetry.results import RESULT_FILE, Driver, RunResult, Startup, Workload, judge, write_results
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
 DISRUPTION_JOIN_S = 120.0
@@ -111,8 +111,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     _join_load_slice(stack)
     try:
         with sampler or contextlib.nullcontext():
-            load.start_consumers()
-            load.start_producers()
+            ready_s = _start(load)
             if sampler is not None:
                 for role, pids in load.pids().items():
                     sampler.watch(role, pids)
@@ -149,6 +148,8 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
     in_window = sum(measured_from_ns <= i.delivered_ns < measured_to_ns for i in identities)
     offered = None if offered_faces_per_s is None else round(offered_faces_per_s * workload.window_s)
     latency = summarize(measured, workload.quantiles)
+    first_result_s = min(((i.delivered_ns - schedule_start_ns) / 1e9 for i in identities), default=None)
+    warmup = summarize([i for i in identities if i.captured_ns < measured_from_ns], workload.quantiles)
     if backlog:
         notes.append(f"{backlog} faces still queued after a {workload.drain_s:g} s drain")
     failures = load.failures()
@@ -161,6 +162,7 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
         achieved_faces_per_s=in_window / workload.window_s,
         produced_faces=produced, identified_faces=len(identities), duplicates=duplicates, backlog_faces=backlog,
         face_bytes_mean=face_bytes, latency=latency,
+        startup=Startup(ready_s=ready_s, first_result_s=first_result_s, warmup=warmup),
         verdict=judge(latency, offered_faces=offered, identified_in_window=in_window,
                       produced_faces=produced, identified_faces=len(identities), backlog_faces=backlog,
                       drained=workload.mode == "real",
@@ -169,6 +171,25 @@ def run_load(load: Load, *, offered_faces_per_s: float | None = None, stack: Sta
                       process_failures=failures),
         resources=None if usage is None else resources(usage, latency),
         process_failures=failures, interrupted=interrupted, notes=notes)
+
+
+def _start(load: Load) -> dict[str, float]:
+    """Consumers, then producers, each role ready before the next starts; each role's seconds to ready."""
+    ready_s = {}
+    for role, start in zip(_roles(load), (load.start_consumers, load.start_producers), strict=True):
+        began = time.monotonic()
+        start()  # returns once every process of the role reported ready
+        ready_s[role] = round(time.monotonic() - began, 2)
+    return ready_s
+
+
+def _roles(load: Load) -> tuple[str, str]:
+    """The consumers' and the producers' stage commands, as start-up reports them."""
+    w = load.workload
+    if w.mode != "real":
+        return "emulated consumers", "emulated producers"
+    producer, middle, consumer = application(w.application).stages(w.stages)
+    return consumer.command + (f" and {middle.command}" if middle else ""), producer.command
 
 
 def _join_load_slice(stack: StackConfig | None) -> None:
@@ -230,6 +251,8 @@ def print_result(result: RunResult) -> None:
     if latency is not None and app.paper_breakdown is not None:
         print(f"  per {app.unit}: ingest {steps['ingest']:.1f} ms, broker wait {broker_wait_ms(steps):.0f} ms, "
               f"{app.consumer.command} {steps['identify']:.1f} ms ({app.paper_breakdown})")
+    if result.startup is not None:
+        print_startup(result.startup, unit, result.workload.ramp_up_s)
     if result.resources is not None:
         print(f"  saturated: {result.resources.saturated}")
     for condition in result.verdict.conditions:
@@ -237,6 +260,18 @@ def print_result(result: RunResult) -> None:
               f"(required: {condition.required})")
     for line in result.process_failures + result.notes:
         print(f"  {line}")
+
+
+def print_startup(startup: Startup, unit: str, ramp_up_s: float) -> None:
+    """Start-up on lines of its own: none of it is in the window's latency above."""
+    ready = ", then ".join(f"{role} ready in {seconds:.1f} s" for role, seconds in startup.ready_s.items())
+    first = "no result" if startup.first_result_s is None else \
+        f"first result {startup.first_result_s:.1f} s after the load began"
+    print(f"  start-up (before the load and its clock): {ready}; {first}")
+    if startup.warmup is not None:
+        warmup = startup.warmup
+        print(f"  warm-up (the load's first {ramp_up_s:g} s, not in the window): {warmup.faces} {unit}, end to end "
+              f"mean {warmup.mean_ms:.0f} ms, p50 {warmup.p50_ms:.0f} ms, p99 {warmup.p99_ms:.0f} ms")
 
 
 def run_local_pipeline(workload: Workload, driver: Driver, run_id: str | None, bootstrap: str,

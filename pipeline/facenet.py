@@ -147,6 +147,12 @@ class FaceEmbedder:
         session.run(None, {session.get_inputs()[0].name: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return session
 
+    def warm(self, max_batch: int) -> None:
+        """One inference at each batch size a stage's batches take most (1-8) and at `max_batch`: a runtime's
+        first call at a new shape sets it up (15-30 ms each on this CPU), which would otherwise be a face's wait."""
+        for size in sorted({*range(1, min(max_batch, 8) + 1), max_batch}):
+            self.embed(np.zeros((size, FACE_SIZE, FACE_SIZE, 3), np.uint8))
+
     def embed(self, faces_rgb: np.ndarray) -> np.ndarray:
         """A batch (N, 160, 160, 3) of uint8 RGB faces -> (N, 128) float32 unit vectors."""
         if faces_rgb.ndim != 4 or faces_rgb.shape[1:] != (FACE_SIZE, FACE_SIZE, 3) or faces_rgb.dtype != np.uint8:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -65,7 +65,15 @@ class FindFaces(Protocol):
     sub-step; `full`, where given, is the same picture at its own resolution, to cut thumbnails from."""
 
     def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]: ...
-Record = tuple[bytes | None, bytes, dict[str, bytes]]  # key, value, headers
+
+
+class Record(NamedTuple):
+    """One record a detect loop sends."""
+
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+    partition: int | None = None  # None: the client's partitioner, by key
 
 
 @dataclass(frozen=True)
@@ -127,13 +135,16 @@ class FaceRecords:
                 thumbnail: bytes | None, encoding: str) -> Record:
         """A face's record; `thumbnail` None: a `tracked` face, its metadata only."""
         scheduled_ns, captured_ns, ingested_ns = stamps
-        return encode_face(FaceMessage(FaceMeta(
+        lanes = self.tracks.lanes if self.tracks is not None and self.keying == "track" else None
+        partition = None if lanes is None or track_id == UNTRACKED else lanes.partition(detected.frame.stream_id,
+                                                                                         track_id)
+        return Record(*encode_face(FaceMessage(FaceMeta(
             run_id=detected.run_id, stream_id=detected.frame.stream_id, frame_index=frame_index,
             face_index=face_index, faces_in_frame=faces_in_frame, box=box, confidence=round(confidence, 4),
             encoding=encoding if thumbnail is not None else TRACKED, scheduled_ns=scheduled_ns,
             captured_ns=captured_ns, ingested_ns=ingested_ns, detect_start_ns=detected.detect_start_ns,
             detected_ns=detected.detected_ns, produced_ns=time.time_ns(), track_id=track_id), thumbnail or b""),
-            self.keying)
+            self.keying), partition)
 
 
 class MtcnnFaceFinder:
@@ -296,16 +307,16 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
             records = publication.records(Detected(frame, found, frame.run_id or run_id, detect_start_ns,
                                                    detected_ns))
             stats.frame_sent(frame.stream_id, frame.index, len(records))
-            for key, value, headers in records:
-                producer.send(topic, value, key=key, headers=headers, on_delivery=stats.on_delivery,
-                              opaque=(frame.stream_id, frame.index))
-                payload += len(value)
+            for record in records:
+                producer.send(topic, record.value, key=record.key, headers=record.headers, partition=record.partition,
+                              on_delivery=stats.on_delivery, opaque=(frame.stream_id, frame.index))
+                payload += len(record.value)
             producer.poll(0)
         substeps = watch.with_other((time.perf_counter() - started) * 1000 + logging_ms)
         stats.frames += 1
         stats.faces += len(found)
         stats.records += len(records)
-        stats.thumbnails += sum(1 for _, value, _ in records if value)
+        stats.thumbnails += sum(1 for record in records if record.value)
         stats.bytes_sent += payload
         if checkpoint is not None and time.monotonic() >= next_checkpoint:
             checkpoint.save(stats.done_through(checkpoint.stream_id) + 1)

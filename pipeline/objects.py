@@ -176,7 +176,7 @@ class ObjectRecords:
             objects=tuple(detected.found), scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
             ingested_ns=frame.ingested_ns, appended_ns=frame.appended_ns, requested_ns=frame.requested_ns,
             fetched_ns=frame.fetched_ns, detect_start_ns=detected.detect_start_ns, detected_ns=detected.detected_ns))
-        return [(key, value, {})]
+        return [Record(key, value, {})]
 
 
 @dataclass(frozen=True)

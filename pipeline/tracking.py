@@ -22,6 +22,8 @@ track's faces stay one person (`pipeline.track_names`).
 from __future__ import annotations
 
 import itertools
+import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -42,6 +44,7 @@ SEND_POLICIES = ("every", "sample")
 DEFAULT_SAMPLE_EVERY = 10  # frames between a track's thumbnails under `sample`: one a second at 10 FPS
 TRACKS_PER_FRAME = 100  # new tracks a frame can start (MTCNN finds a few dozen faces in a crowd)
 GROWTH_TO_RESEND = 1.5  # under `sample`, a face this much larger (in area) than the last sent is sent at once
+MAX_LANES = 10_000  # tracks whose partition is remembered, least recently seen forgotten first
 
 
 @dataclass
@@ -175,12 +178,47 @@ class SendPolicy:
 
 
 @dataclass
+class TrackLanes:
+    """The `faces` partition of each track: a stream's new tracks take the partitions in turn (each stream starting
+    where its name hashes to), so the faces on screen together are spread over the partitions, and over the identify
+    processes the round-robin assignor deals them to. By the hash of their keys, two tracks share one of two
+    processes half the time (measured: every face of a 20 faces/s stretch on one process, the other idle)."""
+
+    partitions: int
+    _turn: dict[str, int] = field(default_factory=dict)
+    _lanes: OrderedDict[tuple[str, int], int] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"{self.partitions} partitions: at least 1")
+
+    def partition(self, stream_id: str, track_id: int) -> int:
+        key = (stream_id, track_id)
+        lane = self._lanes.get(key)
+        if lane is None:
+            turn = self._turn.get(stream_id, zlib.crc32(stream_id.encode()))
+            self._turn[stream_id] = turn + 1
+            lane = self._lanes[key] = turn % self.partitions
+            if len(self._lanes) > MAX_LANES:
+                self._lanes.popitem(last=False)
+        self._lanes.move_to_end(key)
+        return lane
+
+
+@dataclass
 class StreamTracks:
-    """What a detect loop keeps to follow faces: a tracker per stream and the send policy."""
+    """What a detect loop keeps to follow faces: a tracker per stream, the send policy, and where the partitions
+    are dealt to tracks (`lanes`; None: by the records' keys)."""
 
     send: SendPolicy = field(default_factory=SendPolicy)
+    lanes: TrackLanes | None = None
     _trackers: dict[str, FaceTracker] = field(default_factory=dict)
     _stamps: dict[str, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # SciPy loads now, with the stage, not in the first frame (0.65 s measured there, which every frame queued
+        # behind it waited too). The emulator follows no tracks and its image has no SciPy.
+        import scipy.optimize  # noqa: F401
 
     def remember(self, stream_id: str, frame_index: int, stamps: tuple[int, int, int]) -> None:
         """A processed frame's (scheduled, captured, ingested) times: a face missed in it is reported with them."""

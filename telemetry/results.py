@@ -222,6 +222,17 @@ class Resources(_Model):
     saturated: str = ""  # which resource ran out first, and the brokers' own signals
 
 
+class Startup(_Model):
+    """What a run spent before its measurement window, reported apart and never in its latency: each role's time
+    to ready (from its start until every process of it reported ready: models loaded and warmed, partitions
+    assigned, producers connected), the first durable result after the load began, and the warm-up's latency (the
+    faces captured in the ramp-up)."""
+
+    ready_s: dict[str, float]  # role (the stage commands it runs) -> seconds, in the order they started
+    first_result_s: float | None  # None: no result
+    warmup: LatencySummary | None  # None: no ramp-up, or no face in it
+
+
 RESULT_FILE = "result.json"  # a run's RunResult, beside its events (load.engine.run_local_pipeline)
 
 
@@ -247,6 +258,7 @@ class RunResult(_Model):
     face_bytes_mean: float
     latency: LatencySummary | None
     verdict: Verdict
+    startup: Startup | None = None  # None: a result written before start-up was reported apart
     resources: Resources | None = None  # None: not sampled (brokers not local)
     process_failures: list[str] = Field(default_factory=list)  # "name: exit N, log PATH"
     interrupted: bool = False  # Ctrl-C ended the load early

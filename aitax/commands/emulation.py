@@ -447,6 +447,7 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
     try:
         # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
         require_brokers(settings.bootstrap, topics=[topics.faces if stages == 2 else topics.frames])
+        producer.connect([topics.faces if stages == 2 else topics.frames])
         report(READY)  # a run's clock starts with the frames
         deadline = time.monotonic() + duration if duration else float("inf")
         stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", loaded, factor, producer, sink,
@@ -499,6 +500,7 @@ def emulate_detectors_command(instances: int, factor: float, profile: str, run_i
         consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.frames])
                      for _ in range(instances)]
         producer = make_producer(settings.kafka_client, settings.bootstrap)
+        producer.connect([topics.faces])
         stop = stop_flag()
         try:
             stats = run_detector_instances(consumers, producer, loaded, factor, sink, run_id, topics,
@@ -543,6 +545,7 @@ def emulate_consumers_command(instances: int, factor: float, profile: str, run_i
         # One producer shared by the instances.
         producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
                                  idempotent=True)
+        producer.connect([topics.identities])
         stop = stop_flag()
         try:
             # The sweep starts its producers once every instance has partitions: group formation is not broker wait.

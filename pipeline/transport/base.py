@@ -22,6 +22,11 @@ HEARTBEAT_INTERVAL_MS = 3_000
 # are not: librdkafka 2.16's idempotence cost 250-300 us of client CPU per 37 kB face against 40 us without it
 # (docs/emulation.md, the emulator against Kafka's tools), and a retried face written twice is dropped by identify
 # (by key). Nothing is lost either way.
+# Partitions dealt to a group's members in turn, so that records spread over consecutive partitions (a stream's
+# tracks, `pipeline.tracking.TrackLanes`) reach different members; range, the clients' default, is kept as the
+# fall-back that a group still holding members of an older release agrees on.
+ASSIGNORS = ("roundrobin", "range")
+CONNECT_TIMEOUT_S = 30.0  # a producer's metadata and first connections, before its stage is ready
 PRODUCER_MAX_IN_FLIGHT = 5  # requests per broker connection (Java's default; idempotence allows at most 5)
 
 
@@ -74,11 +79,18 @@ class Producer(Protocol):
         headers: dict[str, bytes] | None = None,
         on_delivery: DeliveryCallback | None = None,
         opaque: object = None,
+        partition: int | None = None,
     ) -> None:
-        """Queue one record; blocks (serving callbacks) while the client's send buffer is full."""
+        """Queue one record, to `partition` or (None) where its key hashes to; blocks (serving callbacks) while the
+        client's send buffer is full."""
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Run delivery callbacks that are due, in the caller's thread."""
+
+    def connect(self, topics: Sequence[str], timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
+        """Learn `topics`' partitions and leaders, and open connections (TCP and TLS) now: a stage is ready only
+        once its first record costs what the others do, not a metadata round trip and handshakes more. Returns
+        each topic's partition count."""
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait for every queued record's acknowledgement; returns how many are still unacknowledged."""

@@ -11,6 +11,8 @@ from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import Producer as _Producer
 
 from pipeline.transport.base import (
+    ASSIGNORS,
+    CONNECT_TIMEOUT_S,
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
     HEARTBEAT_INTERVAL_MS,
@@ -63,6 +65,8 @@ class ConfluentProducer:
                 # Retry through broker fail-over for up to five minutes rather than drop a face.
                 "delivery.timeout.ms": 300_000,
                 "queue.buffering.max.kbytes": PRODUCER_QUEUE_KB,
+                # Every broker connected as soon as metadata names it (see `connect`), not at its first record.
+                "enable.sparse.connections": False,
                 **settings,
             })
         )
@@ -75,7 +79,10 @@ class ConfluentProducer:
         headers: dict[str, bytes] | None = None,
         on_delivery: DeliveryCallback | None = None,
         opaque: object = None,
+        partition: int | None = None,
     ) -> None:
+        where = {} if partition is None else {"partition": partition}
+
         def report(error: KafkaError | None, message) -> None:
             if on_delivery is not None:
                 on_delivery(
@@ -91,13 +98,18 @@ class ConfluentProducer:
 
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report, **where)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # back-pressure: wait for acknowledgements to free the queue
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._producer.poll(timeout_s)
+
+    def connect(self, topics: Sequence[str], timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
+        # the leaders' connections open as the metadata arrives (no sparse connections)
+        return {topic: len(self._producer.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
+                for topic in topics}
 
     def flush(self, timeout_s: float = 30.0) -> int:
         return self._producer.flush(timeout_s)
@@ -117,6 +129,7 @@ class ConfluentConsumer:
         self._consumer = _Consumer(
             librdkafka_settings(bootstrap_servers, {
                 "group.id": group_id,
+                "partition.assignment.strategy": ",".join(ASSIGNORS),
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "topic.metadata.refresh.interval.ms": TOPIC_METADATA_REFRESH_MS,

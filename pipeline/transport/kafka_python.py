@@ -12,11 +12,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.errors import CommitFailedError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from common.errors import UserError
 from pipeline.transport.base import (
+    ASSIGNORS,
+    CONNECT_TIMEOUT_S,
     FETCH_MAX_WAIT_MS,
     FETCH_MIN_BYTES,
     HEARTBEAT_INTERVAL_MS,
@@ -31,6 +35,7 @@ from pipeline.transport.base import (
 )
 from pipeline.transport.security import kafka_python_settings
 
+ASSIGNOR_CLASSES = {"roundrobin": RoundRobinPartitionAssignor, "range": RangePartitionAssignor}
 LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for broker append time
 MAX_IN_FLIGHT_SENDS = 400
 REVOKE_YIELD_S = 0.005
@@ -66,13 +71,15 @@ class KafkaPythonProducer:
         headers: dict[str, bytes] | None = None,
         on_delivery: DeliveryCallback | None = None,
         opaque: object = None,
+        partition: int | None = None,
     ) -> None:
         with self._in_flight_changed:
             while self._in_flight >= MAX_IN_FLIGHT_SENDS:
                 self._in_flight_changed.wait(0.05)
                 self.poll()
             self._in_flight += 1
-        future = self._producer.send(topic, value=value, key=key, headers=list((headers or {}).items()))
+        future = self._producer.send(topic, value=value, key=key, headers=list((headers or {}).items()),
+                                     partition=partition)
 
         def done(result) -> None:
             with self._in_flight_changed:
@@ -101,6 +108,17 @@ class KafkaPythonProducer:
             except queue.Empty:
                 return
             callback(report)
+
+    def connect(self, topics: Sequence[str], timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
+        # The metadata only: kafka-python opens a leader's connection with its first record, and offers no public way
+        # to open it before.
+        deadline = time.monotonic() + timeout_s
+        partitions = {}
+        for topic in topics:
+            while not partitions.get(topic) and time.monotonic() < deadline:
+                partitions[topic] = len(self._producer.partitions_for(topic) or ())
+                time.sleep(0 if partitions[topic] else 0.1)
+        return partitions
 
     def flush(self, timeout_s: float = 30.0) -> int:
         self._producer.flush(timeout=timeout_s)
@@ -170,6 +188,7 @@ class KafkaPythonConsumer:
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap_servers.split(","),
             group_id=group_id,
+            partition_assignment_strategy=[ASSIGNOR_CLASSES[name] for name in ASSIGNORS],
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_min_bytes=FETCH_MIN_BYTES,

@@ -65,7 +65,7 @@ def test_a_record_answers_every_frame_and_reads_back_on_the_results_timeline() -
     class Producer:
         client_name = "fake"
 
-        def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+        def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None, partition=None) -> None:
             sent.append((topic, key, value))
             on_delivery(DeliveryReport(topic, 0, len(sent), None, opaque))
 

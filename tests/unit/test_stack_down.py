@@ -23,7 +23,8 @@ COMMANDS = {
     "emulate-producers": (["emulate-producers", "--duration", "1"], "unreachable"),
     "emulate-consumers": (["emulate-consumers"], "unreachable"),
     "report": (["report", "--run", "r1"], "Elasticsearch at https://127.0.0.1:31900 unreachable"),
-    "report --es": (["report", "--run", "r1", "--es", "https://127.0.0.1:31901"], "https://127.0.0.1:31901 unreachable"),
+    "report --es": (["report", "--run", "r1", "--es", "https://127.0.0.1:31901"],
+                    "https://127.0.0.1:31901 unreachable"),
     "profile": (["profile", "--run", "r1", "--out", "p.yaml"], "unreachable"),
     "audit": (["audit", "--run-id", "r1"], "unreachable"),
 }

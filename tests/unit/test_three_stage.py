@@ -23,7 +23,7 @@ class FakeProducer:
     def __init__(self, log: Log) -> None:
         self.log = log
 
-    def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+    def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None, partition=None) -> None:
         self.log.calls.append(("send", topic, headers.get("aitax.dlq.reason", b"").decode()))
 
     def poll(self, timeout_s: float = 0.0) -> None: ...
@@ -99,7 +99,7 @@ def test_the_emulators_frames_are_measured_jpeg_sizes_of_random_bytes_never_deco
     sent: list[tuple[str, bytes, dict]] = []
 
     class Producer(FakeProducer):
-        def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
+        def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None, partition=None) -> None:
             sent.append((topic, value, headers))
 
         def flush(self, timeout_s: float = 30.0) -> int:

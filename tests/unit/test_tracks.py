@@ -23,7 +23,7 @@ from pipeline.schema import (
     encode_face,
 )
 from pipeline.track_names import TrackNames
-from pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks
+from pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks, TrackLanes
 
 
 def test_a_moving_face_keeps_its_track_through_short_misses_and_a_second_face_has_its_own() -> None:
@@ -246,3 +246,27 @@ def test_a_stretch_after_a_change_of_person_is_named_on_its_own_even_without_a_f
     identities = [replace(_identity(frame, 4, match.identity, match.evidence_frames),
                           track_stretch=match.track_stretch) for frame, match in enumerate(answers)]
     assert [i.identity for i in named_by_track(identities)] == [UNKNOWN, "alice", "alice"]
+
+
+def test_a_streams_new_tracks_take_the_partitions_in_turn_and_keep_theirs() -> None:
+    lanes = TrackLanes(12)
+    first = [lanes.partition("cam-1", track) for track in (100, 101, 700, 1500)]
+    assert [(lane - first[0]) % 12 for lane in first] == [0, 1, 2, 3]  # the tracks on screen together spread
+    assert lanes.partition("cam-1", 101) == first[1]  # a track's faces stay on its partition
+    dealt = [lanes.partition("cam-2", track) for track in range(24)]
+    assert sorted(dealt) == sorted(list(range(12)) * 2)  # another stream goes round them all too
+    with pytest.raises(ValueError, match="0 partitions"):
+        TrackLanes(0)
+
+
+def test_a_track_keyed_face_goes_to_its_tracks_partition_and_an_untracked_one_by_its_key() -> None:
+    from pipeline.ingest_detect import Detected, FaceRecords, FoundFace
+    from pipeline.stream import Frame
+
+    frame = Frame("cam-1", 0, np.zeros((4, 4, 3), np.uint8), 1, 2, 0.0, 0.0, 0)
+    found = [FoundFace((0, 0, 40, 40), 0.99, b"png", "png"), FoundFace((200, 0, 40, 40), 0.99, b"png", "png")]
+    dealt = FaceRecords("track", StreamTracks(lanes=TrackLanes(12))).records(Detected(frame, found, "r", 3, 4))
+    assert (dealt[1].partition - dealt[0].partition) % 12 == 1
+    hashed = FaceRecords("face", StreamTracks(lanes=TrackLanes(12))).records(Detected(frame, found, "r", 3, 4))
+    untracked = FaceRecords("track").records(Detected(frame, found, "r", 3, 4))
+    assert [record.partition for record in hashed + untracked] == [None] * 4
