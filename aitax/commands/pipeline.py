@@ -644,14 +644,16 @@ def evaluate(video: Path, run_id: str, events: str | None, bootstrap: str | None
 
 
 @click.command("core-scaling",
-               short_help="compute latency of each container kind on 1, 2, ... cores (the paper's Fig. 5)",
+               short_help="compute latency of each container kind on 1, 2, ... cores (the paper's Fig. 5 and 12)",
                help="Each kind and core count in a fresh process pinned to that many CPUs, with that many threads: "
                     "ingest-detect times decode, resize, MTCNN and thumbnails per frame; identify times thumbnail "
-                    "decoding and FaceNet per frame's faces. Prints mean latency relative to one core beside the "
+                    "decoding and FaceNet per frame's faces; detect-objects (Object Detection, Fig. 12) times a "
+                    "frame's JPEG decoding and CenterNet. Prints mean latency relative to one core beside the "
                     "paper's and draws it.")
 @click.option("--cores", type=COUNTS, default="1,2", show_default=True,
               help="core counts, comma-separated, including 1")
-@click.option("--kinds", default="ingest-detect,identify", show_default=True, help="container kinds")
+@click.option("--kinds", default="ingest-detect,identify", show_default=True,
+              help="container kinds: ingest-detect, identify, detect-objects")
 @click.option("--video", type=FILE, help="a 1920x1080 video (default: a 30 s hard video with strangers, made here)")
 @click.option("--frames", type=int, default=150, show_default=True, help="frames timed per point")
 @click.option("--min-face-size", type=int, default=40, show_default=True, help="MTCNN's smallest face")

@@ -43,3 +43,21 @@ def test_each_point_runs_the_real_compute_in_a_process_pinned_to_its_cores(asset
     detect, identify = points
     assert len(detect.latencies_ms) == 30 and all(ms > 1 for ms in detect.latencies_ms)  # MTCNN ran
     assert identify.latencies_ms and all(ms > 1 for ms in identify.latencies_ms)  # FaceNet ran on found faces
+
+
+def test_object_detection_is_reported_beside_the_papers_near_linear_scaling(tmp_path: Path) -> None:
+    points = [CorePoint("detect-objects", 1, [200.0], 1), CorePoint("detect-objects", 2, [110.0], 2)]
+    table = format_table(points)
+    assert table[2].split()[-2:] == ["0.55", "0.50"]  # Fig. 12's "near linear": 1/2 on two cores
+    assert "Fig. 12" in table[-1]
+    assert plot(points, tmp_path / "fig12.png").stat().st_size > 10_000
+
+
+def test_object_detection_runs_centernet_on_each_frames_jpeg(assets, tmp_path: Path) -> None:
+    from pipeline.synth_video import make_video
+
+    video = tmp_path / "short.mp4"
+    make_video(assets.faces_val_dir, video, seconds=2.0, seed=3)
+    (point,) = run_points(["detect-objects"], [1], str(video), frames=5, min_face_size=40)
+    assert (point.kind, point.cores, point.cpus_seen) == ("detect-objects", 1, 1)
+    assert len(point.latencies_ms) == 5 and all(ms > 5 for ms in point.latencies_ms)  # CenterNet ran
