@@ -26,6 +26,7 @@ import numpy as np
 
 from common.errors import UserError
 from pipeline.camera import CameraSource, SharedHealth
+from pipeline.frame_slots import FrameSlots, InSlot, SlotQueue, frame_bytes
 from pipeline.schema import (
     DEFAULT_KEYING,
     DEFAULT_TOPICS,
@@ -345,11 +346,24 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
     return stats
 
 
+def _video_size(source: str) -> tuple[int, int]:
+    """A video file's frame size (width, height); a one-line error, in this process, when it cannot be read."""
+    import cv2
+
+    from pipeline.frames import open_video
+
+    capture = open_video(source)
+    try:
+        return int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    finally:
+        capture.release()
+
+
 # -- the two processes ---------------------------------------------------------------------------------------
 
 def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
                     max_frames: int | None, start_frame: int, frames: multiprocessing.Queue,
-                    stop: multiprocessing.Event, health: SharedHealth | None) -> None:
+                    stop: multiprocessing.Event, health: SharedHealth | None, slots: tuple[str, ...]) -> None:
     """Process 1: decode + resize into the bounded queue. A file's frames wait when detection falls behind (the
     paper's back-pressure); a camera's do not: frames that find no room are dropped, and counted, the newest kept."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
@@ -374,9 +388,10 @@ def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int,
         else:
             from pipeline.frames import read_frames
 
+            ring = SlotQueue(frames, FrameSlots.attach(slots)) if slots else frames
             for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
                                      start_frame=start_frame):
-                if not hand_off(frames, frame, stopping):
+                if not hand_off(ring, frame, stopping):
                     break
     finally:
         if os.getppid() == parent:
@@ -414,7 +429,7 @@ class CameraReporter:
 def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Process,
                       metrics: StageMetrics | None = None,
                       on_first_frame: Callable[[], None] | None = None,
-                      camera: CameraReporter | None = None) -> Iterable[Frame]:
+                      camera: CameraReporter | None = None, slots: FrameSlots | None = None) -> Iterable[Frame]:
     while True:
         if metrics is not None:
             metrics.queue_depth.set(frames.qsize())
@@ -430,6 +445,8 @@ def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Pro
             continue
         if frame is END_OF_STREAM:
             break
+        if isinstance(frame, InSlot) and slots is not None:
+            frame = slots.read(frame)
         if on_first_frame is not None:
             on_first_frame()
             on_first_frame = None
@@ -454,8 +471,6 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
 
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
     the producer: no frame that was ingested is dropped."""
-    from pipeline.frames import open_video
-
     context = multiprocessing.get_context("spawn")  # no fork: TensorFlow's threads do not survive it
     health, camera = None, None
     if isinstance(source, CameraSource):
@@ -464,17 +479,19 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
         check_access(source)  # credentials refused: one line, now (an unreachable camera is waited for)
         health = SharedHealth(context)
         camera = CameraReporter(stream_id, run_id, health, sink)
-    else:
-        open_video(source).release()  # fail fast, in this process, with a one-line error
+    slots = None
+    if not isinstance(source, CameraSource):
+        slots = FrameSlots.create(queue_size, frame_bytes(size, _video_size(source)))
     frames: multiprocessing.Queue = context.Queue(maxsize=queue_size)
     stop = context.Event()
     ingest = context.Process(target=_ingest_process, name=f"ingest-{stream_id}",
                              args=(source, stream_id, size, pace, loop, max_frames, start_frame, frames, stop,
-                                   health), daemon=True)
+                                   health, slots.names if slots else ()), daemon=True)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     ingest.start()
     try:
-        stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame, camera), find_faces, producer,
+        stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame, camera, slots), find_faces,
+                            producer,
                             sink, run_id,
                             acceleration_factor, DetectStats(first_frame=start_frame), topics,
                             publication=FaceRecords(keying, tracks), checkpoint=checkpoint)
@@ -486,5 +503,7 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
         ingest.join(10)
         if ingest.is_alive():
             ingest.kill()
+        if slots is not None:
+            slots.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
