@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from telemetry.elastic_access import ElasticsearchCredentials, client, http_options, refusal, usable_url
+from telemetry.elastic_access import ElasticsearchCredentials, client, http_options, redacted, refusal, usable_url
 from telemetry.events import INDEX_PREFIX, Event
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def install_event_template(url: str, credentials: ElasticsearchCredentials | Non
         response = requests.put(f"{url}/_index_template/{TEMPLATE_NAME}", json=index_template(), timeout=10,
                                 **access)
     except requests.RequestException as error:
-        raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
+        raise UserError(f"Elasticsearch at {redacted(url)} unreachable: {type(error).__name__}") from None
     if response.status_code == 403:
         return False
     if not response.ok:
@@ -79,6 +79,7 @@ class ElasticsearchSink:
     def __init__(self, url: str, spool: Path, batch_size: int = 500, flush_interval_s: float = 1.0,
                  buffer_limit: int = 50_000) -> None:
         self.url = url
+        self.shown = redacted(url)  # what log lines say: never the password a URL may carry
         self.spool = spool
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
@@ -157,7 +158,7 @@ class ElasticsearchSink:
         self._next_probe = now + PROBE_INTERVAL_S
         if not self.answers():
             return False
-        log.warning("Elasticsearch at %s is back: replaying the spool", self.url)
+        log.warning("Elasticsearch at %s is back: replaying the spool", self.shown)
         self._available = True
         return True
 
@@ -170,7 +171,7 @@ class ElasticsearchSink:
                 install_event_template(self.url)
                 self._template_installed = True  # or left to the admin: asking again would not change that
             except Exception as error:  # unreachable, or an unexpected answer: the bulk below decides what to do
-                log.warning("event index template not installed at %s: %s", self.url, error)
+                log.warning("event index template not installed at %s: %s", self.shown, error)
         for start in range(0, len(documents), self.batch_size):
             batch = documents[start:start + self.batch_size]
             if not self._bulk(batch):
@@ -188,7 +189,7 @@ class ElasticsearchSink:
             if self._available:
                 status = getattr(getattr(error, "meta", None), "status", None)
                 log.warning("%s: spooling events to %s", refusal(self.url, status) or
-                            f"Elasticsearch at {self.url} unreachable ({type(error).__name__})", self.spool)
+                            f"Elasticsearch at {self.shown} unreachable ({type(error).__name__})", self.spool)
             self._available = False
             return False
         refused = [e for e in errors if next(iter(e.values())).get("status") in RETRIED_STATUSES]
@@ -261,7 +262,7 @@ def replay_spools(url: str, spool_dir: Path) -> int:
         if not sink.answers():
             from common.errors import UserError
 
-            raise UserError(f"Elasticsearch at {url} unreachable: the spools in {spool_dir} stay for later")
+            raise UserError(f"Elasticsearch at {redacted(url)} unreachable: the spools in {spool_dir} stay for later")
         sink._adopt_orphans()
     finally:
         sink.close()

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from common.errors import UserError
 
@@ -48,14 +48,22 @@ def credentials_from_environment() -> ElasticsearchCredentials | None:
     return ElasticsearchCredentials(Path(folder)) if folder else None
 
 
+def redacted(url: str) -> str:
+    """`url` without a user and password in it (an external Elasticsearch's URL may carry them, from the chart's
+    `elasticsearch.external.existingSecret`): what a message, a log line or a page shows."""
+    parts = urlsplit(url)
+    if not parts.username and not parts.password:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def usable_url(url: str, credentials: ElasticsearchCredentials | None = None) -> str:
-    """`url` with its port spelt out, or one line on what makes it unusable: a scheme other than http(s), a user or
-    password in it, no host, a port out of range, or plain http while the credentials hold a CA (the server speaks
-    TLS; the official client would end in a traceback, and the password would travel in the clear)."""
+    """`url` with its port spelt out, or one line on what makes it unusable: a scheme other than http(s), no host, a
+    port out of range, or plain http while the credentials hold a CA (the server speaks TLS; the official client
+    would end in a traceback, and the password would travel in the clear). A user and password in the URL are kept
+    for the connection and never shown."""
     parts = urlsplit(url.strip())
-    if parts.username or parts.password:  # it would show in process lists, logs and error lines
-        raise UserError(f"Elasticsearch URL for host {parts.hostname}: user or password in the URL; give them as "
-                        f"files in ${CREDENTIALS_ENV} (a basic-auth Secret's layout)")
+    url = redacted(url.strip())
     if parts.scheme not in ("http", "https"):
         raise UserError(f"Elasticsearch URL {url!r}: the scheme must be http:// or https://, not "
                         f"{parts.scheme + '://' if parts.scheme else 'missing'}")
@@ -69,8 +77,9 @@ def usable_url(url: str, credentials: ElasticsearchCredentials | None = None) ->
     if parts.scheme == "http" and credentials is not None and credentials.ca:
         raise UserError(f"Elasticsearch URL {url!r}: plain http, but the credentials in {credentials.folder} are for "
                         "a TLS server (they hold its CA); give https://")
+    user = parts.netloc.rpartition("@")[0]
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+    return f"{parts.scheme}://{user + '@' if user else ''}{host}:{port}{parts.path.rstrip('/')}"
 
 
 def client(url: str, credentials: ElasticsearchCredentials | None = None, **options: Any):
@@ -101,4 +110,4 @@ def refusal(url: str, status: int | None, credentials: ElasticsearchCredentials 
     credentials = credentials or credentials_from_environment()
     who = f"the credentials in {credentials.folder}" if credentials else f"no credentials (${CREDENTIALS_ENV} unset)"
     verdict = "refused" if status == 401 else "does not allow this request for"
-    return f"Elasticsearch at {url} {verdict} {who} ({status})"
+    return f"Elasticsearch at {redacted(url)} {verdict} {who} ({status})"

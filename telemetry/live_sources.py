@@ -9,11 +9,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
 from common.errors import UserError
+from telemetry.elastic_access import redacted
 from telemetry.events import INDEX_PREFIX
 from telemetry.live import QUERIES, STEP_S, DashboardView, build_view, find_result
 from telemetry.report import NS_PER_S, build_report
@@ -38,14 +38,6 @@ class PrometheusRange:
             label = " ".join(value for value in item["metric"].values() if value)
             series[label] = [(float(t), float(v)) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
         return series
-
-
-def redacted(url: str) -> str:
-    """`url` without a user and password in it (an external Elasticsearch's URL may carry them): what a page shows."""
-    parts = urlsplit(url)
-    if not parts.username and not parts.password:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
 
 
 def latest_run_id(events: str) -> str | None:

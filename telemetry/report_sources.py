@@ -70,14 +70,14 @@ def _from_elasticsearch(run_id: str, url: str) -> list[dict[str, Any]]:
     from elasticsearch import ApiError, ConnectionError, TransportError, helpers
 
     from telemetry.elastic_access import client as elasticsearch_client
-    from telemetry.elastic_access import refusal
+    from telemetry.elastic_access import redacted, refusal
 
     client = elasticsearch_client(url, request_timeout=60)
     try:
         client.info()  # one quick question first: an unreachable URL is one line, not a scroll's retries
     except ConnectionError:
         client.close()
-        raise UserError(f"run {run_id!r}: Elasticsearch at {url} unreachable (the local stack's starts with "
+        raise UserError(f"run {run_id!r}: Elasticsearch at {redacted(url)} unreachable (the local stack's starts with "
                         "`aitax stack up`; or pass --events DIR)") from None
     except ApiError as error:
         client.close()
@@ -89,7 +89,7 @@ def _from_elasticsearch(run_id: str, url: str) -> list[dict[str, Any]]:
         return [hit["_source"] for hit in hits]
     except (ApiError, TransportError) as error:
         status = error.meta.status if isinstance(error, ApiError) else None
-        reason = refusal(url, status) or f"cannot read events from Elasticsearch at {url}: {error}"
+        reason = refusal(url, status) or f"cannot read events from Elasticsearch at {redacted(url)}: {error}"
         raise UserError(f"run {run_id!r}: {reason}") from error
     finally:
         client.close()

@@ -164,7 +164,7 @@ def template(es: str, wait_s: float) -> int:
 
     from common.daemons import poll_until
     from telemetry.elastic import install_event_template
-    from telemetry.elastic_access import CREDENTIALS_ENV, http_options, usable_url
+    from telemetry.elastic_access import CREDENTIALS_ENV, http_options, redacted, usable_url
 
     es = usable_url(es)
 
@@ -175,11 +175,11 @@ def template(es: str, wait_s: float) -> int:
             return False
 
     if wait_s and not poll_until(answers, wait_s, 5):
-        raise UserError(f"Elasticsearch at {es}: no answer within {wait_s:.0f} s")
+        raise UserError(f"Elasticsearch at {redacted(es)}: no answer within {wait_s:.0f} s")
     if not install_event_template(es):
-        raise UserError(f"Elasticsearch at {es} refused the index template to this identity (${CREDENTIALS_ENV}): "
-                        "installing it takes the admin's")
-    print(f"event index template installed at {es}")
+        raise UserError(f"Elasticsearch at {redacted(es)} refused the index template to this identity "
+                        f"(${CREDENTIALS_ENV}): installing it takes the admin's")
+    print(f"event index template installed at {redacted(es)}")
     return 0
 
 

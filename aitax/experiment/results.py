@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from common.errors import UserError
-from telemetry.elastic_access import http_options, refusal, usable_url
+from telemetry.elastic_access import http_options, redacted, refusal, usable_url
 from telemetry.events import INDEX_PREFIX
 from telemetry.results import StageSummary
 
@@ -24,10 +24,10 @@ def check_elasticsearch(url: str, timeout_s: float = 5.0) -> None:
     try:
         response = requests.get(f"{url}/_cluster/health", timeout=timeout_s, **http_options())
     except requests.RequestException as error:
-        raise UserError(f"Elasticsearch at {url} unreachable: {type(error).__name__}") from None
+        raise UserError(f"Elasticsearch at {redacted(url)} unreachable: {type(error).__name__}") from None
     if not response.ok:
         raise UserError(refusal(url, response.status_code) or
-                        f"Elasticsearch at {url} answered {response.status_code} to /_cluster/health")
+                        f"Elasticsearch at {redacted(url)} answered {response.status_code} to /_cluster/health")
 
 
 def stage_summaries(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str, StageSummary]:
@@ -53,7 +53,7 @@ def stage_summaries(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str,
                                  headers={"Content-Type": "application/json"},
                                  params={"ignore_unavailable": "true", "allow_no_indices": "true"}, **http_options())
     except requests.RequestException as error:
-        raise UserError(f"Elasticsearch at {url} unreachable while collecting {run_id}: "
+        raise UserError(f"Elasticsearch at {redacted(url)} unreachable while collecting {run_id}: "
                         f"{type(error).__name__}") from None
     if not response.ok:
         raise UserError(refusal(url, response.status_code) or
