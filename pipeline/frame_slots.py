@@ -112,9 +112,16 @@ class SlotQueue:
     def __init__(self, frames: BoundedQueue, slots: FrameSlots) -> None:
         self.frames, self.slots = frames, slots
         self.sent = 0  # frames put through the ring: the next one goes to slot sent % len(ring)
+        self._written: tuple[Frame, InSlot | None] | None = None  # the frame last copied in, not yet put
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        packed = self.slots.write(self.sent % len(self.slots.memory), item) if isinstance(item, Frame) else None
+        packed = None
+        if isinstance(item, Frame):
+            # a frame retried while the queue is full (detection behind) is copied in once, not at every retry
+            if self._written is None or self._written[0] is not item:
+                self._written = (item, self.slots.write(self.sent % len(self.slots.memory), item))
+            packed = self._written[1]
         self.frames.put(item if packed is None else packed, block, timeout)
         if packed is not None:
             self.sent += 1  # only once put: a frame that found the queue full leaves its slot to the next
+            self._written = None

@@ -78,3 +78,22 @@ def test_a_slow_detection_never_sees_a_frame_overwritten() -> None:
     finally:
         ingest.join(10)
         slots.close()
+
+
+def test_a_frame_retried_while_the_queue_is_full_is_copied_in_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    slots = FrameSlots.create(1, frame_bytes(SIZE, SOURCE))
+    try:
+        written = []
+        write = slots.write
+        monkeypatch.setattr(slots, "write", lambda slot, frame: written.append(slot) or write(slot, frame))
+        ring = SlotQueue(queue.Queue(1), slots)
+        ring.put(_frame(0))
+        waiting = _frame(1)
+        for _ in range(3):  # detection behind: the queue stays full
+            with pytest.raises(queue.Full):
+                ring.put(waiting, block=False)
+        assert slots.read(ring.frames.get()).index == 0
+        ring.put(waiting, block=False)
+        assert written == [0, 1] and slots.read(ring.frames.get()).rgb[0, 0, 0] == 1
+    finally:
+        slots.close()
