@@ -20,6 +20,7 @@ from cluster.k8s import tool
 from cluster.node import RealCluster
 from common.errors import UserError
 from common.paths import PROJECT_ROOT
+from pipeline.evaluate import DEMO_WARMUP_S
 from pipeline.transport.security import READER, READER_MOUNT, TLS_ENV
 from telemetry.elastic_access import CREDENTIALS_ENV
 
@@ -150,6 +151,18 @@ class ServiceName(HTTPAdapter):
         super().init_poolmanager(*args, **{**kwargs, "assert_hostname": self.name})
 
 
+def evaluate_in_pod(cluster: RealCluster, namespace: str, release: str, *options: str) -> str:
+    """`aitax evaluate` of the chart's run on the demo video, in an identify pod (the in-cluster Kafka and
+    Elasticsearch), with `options` (e.g. --warmup 10 --json): what it printed."""
+    # As the reader (its identity is mounted beside identify's when security is on): identify may not read results
+    secured = release_identity(cluster, namespace, release) is not None
+    reader = ["env", *(f"{variable}={READER_MOUNT}" for variable in (TLS_ENV, CREDENTIALS_ENV))] if secured else []
+    return cluster.kubectl(
+        "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", *reader, "aitax", "evaluate",
+        "--video", DEMO_VIDEO, "--run-id", CHART_RUN_ID, "--events",
+        f"{'https' if secured else 'http'}://{fullname(release)}-elasticsearch:9200", *options, timeout_s=600).stdout
+
+
 def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", nodes: int = 0, log=print) -> int:
     cluster = RealCluster(nodes=nodes)
     started = time.monotonic()
@@ -161,12 +174,11 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", n
     log("== 2/5 images: build (cached) and load into the cluster's containerd")
     images.build_all(None, tool("pause"), log=log)
     cluster.load_images([images.PAUSE_REFERENCE, *(i.reference for i in images.IMAGES)], log=log)
-    log(f"== 3/5 helm install {release} {CHART.relative_to(PROJECT_ROOT)} (defaults, and the release's own "
-        f"Prometheus) in namespace {namespace}")
+    log(f"== 3/5 helm install {release} {CHART.relative_to(PROJECT_ROOT)} (defaults) in namespace {namespace}")
     install_started = time.monotonic()
-    # The release's own Prometheus: experiments read each phase's resources there.
-    reinstall(cluster, release, namespace, "--set", "prometheus.enabled=true",
-              "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
+    # The release's own Prometheus (on by default) reads cAdvisor from the kubelet, which `aitax cluster` runs on
+    # a port of its own.
+    reinstall(cluster, release, namespace, "--set", f"prometheus.kubelet.port={cluster.kubelet_port}")
     log(f"   installed, every pod ready, in {time.monotonic() - install_started:.0f} s")
     log(f"== 4/5 faces flowing: {seconds:.0f} s of identities")
     deadline = time.monotonic() + max(seconds, 600)
@@ -183,14 +195,7 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", n
         raise UserError(f"no identities after {max(seconds, 600):.0f} s: kubectl --kubeconfig {cluster.kubeconfig} "
                         f"logs -n {namespace} deploy/{fullname(release)}-identify")
     log("== 5/5 score against ground truth (in an identify pod: the in-cluster Kafka and Elasticsearch)")
-    # As the reader (its identity is mounted beside identify's when security is on): identify may not read results
-    secured = release_identity(cluster, namespace, release) is not None
-    reader = ["env", *(f"{variable}={READER_MOUNT}" for variable in (TLS_ENV, CREDENTIALS_ENV))] if secured else []
-    evaluation = cluster.kubectl(
-        "exec", "-n", namespace, f"deploy/{fullname(release)}-identify", "--", *reader, "aitax", "evaluate",
-        "--video", DEMO_VIDEO, "--run-id", CHART_RUN_ID, "--events",
-        f"{'https' if secured else 'http'}://{fullname(release)}-elasticsearch:9200", timeout_s=600)
-    log(evaluation.stdout.rstrip())
+    log(evaluate_in_pod(cluster, namespace, release, "--warmup", f"{DEMO_WARMUP_S:g}").rstrip())
     log(f"k8s demo done in {time.monotonic() - started:.0f} s. The release keeps running; pods:")
     log(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip())
     log(f"remove it: {tool('helm')} --kubeconfig {cluster.kubeconfig} uninstall {release} -n {namespace}; "

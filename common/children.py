@@ -2,7 +2,8 @@
 
 A child appends one JSON object per line to the file named by `$AITAX_STATUS_FILE` (`report("ready")`,
 `report("summary", faces=...)`); its parent reads that file instead of scraping the child's log. Without the
-variable (a pod, a shell) `report` does nothing: stdout stays the human's.
+variable (a pod, a shell) `report` writes nothing: stdout stays the human's. In a pod, READY is what its readiness
+probe reads (`/ready` beside `/metrics`, through `on_report`).
 
 Every child gets its own session, so a Ctrl-C on the parent reaches only the parent, which then stops its
 children in order (SIGINT, a grace period, SIGKILL).
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,21 @@ READY, SUMMARY = "ready", "summary"
 POLL_S = 0.2
 
 
+_listeners: list[Callable[[str], None]] = []
+
+
+def on_report(listener: Callable[[str], None]) -> Callable[[], None]:
+    """Call `listener(state)` at each `report` of this process (a stage's `/ready` answers from READY); returns
+    what removes it."""
+    _listeners.append(listener)
+    return lambda: _listeners.remove(listener)
+
+
 def report(state: str, **fields: object) -> None:
-    """Tell the parent run (if any) that this process reached `state`, with `fields` as plain JSON data."""
+    """Tell the parent run (if any) that this process reached `state`, with `fields` as plain JSON data, and this
+    process's listeners (`on_report`)."""
+    for listener in list(_listeners):
+        listener(state)
     path = os.environ.get(STATUS_FILE_ENV)
     if path:
         with open(path, "a") as out:  # one short write per line: the reader never sees half a line

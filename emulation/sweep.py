@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -241,16 +242,25 @@ def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, o
             write_results(sweep, out or workdir / "results.json")
         return all(run.stable for run in runs)
 
-    low, high = min(spec.factors), max(spec.factors)
-    if not holds(low):
-        progress(f"{low:g}x already breaks a condition: no factor in range keeps the bound")
-        return sweep
-    if holds(high):
-        return sweep
-    while high / low > resolution:
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if holds(middle) else (low, middle)
+    lowest = min(spec.factors)
+    if highest_holding(holds, lowest, max(spec.factors), resolution) is None:
+        progress(f"{lowest:g}x already breaks a condition: no factor in range keeps the bound")
     return sweep
+
+
+def highest_holding(holds: Callable[[float], bool], lowest: float, highest: float, resolution: float = 1.1
+                    ) -> float | None:
+    """The highest factor in [lowest, highest] that `holds`, by bisection on a log scale until the bracket is
+    narrower than `resolution` (a ratio): `lowest` first, then `highest`, then the middles. None when `lowest`
+    already fails. Assumes that a factor that fails is not followed by a higher one that holds."""
+    if not holds(lowest):
+        return None
+    if holds(highest):
+        return highest
+    while highest / lowest > resolution:
+        middle = math.sqrt(lowest * highest)
+        lowest, highest = (middle, highest) if holds(middle) else (lowest, middle)
+    return lowest
 
 
 def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple[SweepResult, Path]:

@@ -1,7 +1,8 @@
 """Prometheus metrics of a stage process, fed by the same events it logs (one source of truth).
 
-Every stage process serves `/metrics`; given a folder of Prometheus file-based discovery targets (the local
-stack's), it also announces itself there so it is scraped without configuration. Names follow Prometheus conventions:
+Every stage process serves `/metrics`, and `/ready` once it can work at speed (a pod's readiness probe); given a
+folder of Prometheus file-based discovery targets (the local stack's), it also announces itself there so it is
+scraped without configuration. Names follow Prometheus conventions:
 `aitax_` prefix, base units (`_seconds`, `_bytes`), `_total` on counters.
 """
 
@@ -10,10 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from common import children
 from telemetry.camera_health import COUNTERS, CameraHealth
 from telemetry.events import CAMERA_STAGE, Event
 from telemetry.sinks import EventSink
@@ -69,6 +75,8 @@ class StageMetrics:
         self._camera_counts: dict[tuple[str, str], float] = {}
         self._ingest_end_ns: dict[tuple[str, int], int] = {}
         self._target: Path | None = None
+        self.ready = False  # the process reported READY (/ready)
+        self._unsubscribe: Callable[[], None] | None = None
 
     def observe(self, event: Event) -> None:
         seconds = (event.wall_end_ns - event.wall_start_ns) / 1e9
@@ -108,17 +116,45 @@ class StageMetrics:
         self.camera_connected.labels(stream).set(1 if health.connected else 0)
 
     def serve(self, name: str, port: int = 0, host: str = "127.0.0.1", scrape_targets: Path | None = None) -> int:
-        """Serve /metrics (port 0: any free port) and announce it in `scrape_targets` when given."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        """Serve /metrics (port 0: any free port), and /ready: 503 until the process reports READY (its model warm,
+        its producer connected, its consumer holding partitions: `common.children`), 200 from then on, which a
+        pod's readiness probe reads. Announce it in `scrape_targets` when given."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO") != "/ready":
+                return metrics(environ, start_response)
+            start_response("200 OK" if self.ready else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ready\n" if self.ready else b"starting\n"]
+
+        self._unsubscribe = children.on_report(self._reported)
+        server = make_server(host, port, app, _MetricsServer, handler_class=_Quiet)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         bound = server.server_address[1]
         if scrape_targets is not None:
             self._target = write_scrape_target(scrape_targets, name, "127.0.0.1", bound, {"role": self.role})
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound
 
+    def _reported(self, state: str) -> None:
+        if state == children.READY:
+            self.ready = True
+
     def close(self) -> None:
         if self._target is not None:
             self._target.unlink(missing_ok=True)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+
+class _MetricsServer(ThreadingWSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Every scrape and probe would be a line on stderr."""
 
 
 def write_scrape_target(folder: Path, name: str, host: str, port: int, labels: dict[str, str]) -> Path:

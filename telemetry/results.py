@@ -505,6 +505,26 @@ class PhaseResult(_Model):
     repeat: int = 1  # which pass over the phases (`--repeat`)
 
 
+class BoundSearchResult(_Model):
+    """A phase's latency-bound search (its probes are the experiment's phases of that name): the highest factor whose
+    run held every condition and the bound, or None when the lowest already broke one."""
+
+    phase: str
+    repeat: int = 1
+    quantile: float
+    within_ms: float
+    factors: tuple[float, float]  # the range searched
+    probes: list[float]  # the factors run, in order
+    highest_factor: float | None
+    faces_per_s: float | None  # achieved at the highest factor
+
+    def line(self) -> str:
+        found = ("no factor in range keeps it" if self.highest_factor is None else
+                 f"highest factor {self.highest_factor:.3g}x, {self.faces_per_s or 0:.1f} faces/s")
+        return (f"{self.phase}: {quantile_key(self.quantile)} within {self.within_ms:g} ms: {found} "
+                f"({len(self.probes)} probes: {', '.join(f'{f:.3g}x' for f in self.probes)})")
+
+
 class ExperimentResult(_Model):
     """What `aitax experiment run` writes, rewritten after every phase: an interrupted experiment keeps the phases
     it finished."""
@@ -514,6 +534,7 @@ class ExperimentResult(_Model):
     mode: str
     source: str  # the spec file
     phases: list[PhaseResult]
+    searches: list[BoundSearchResult] = Field(default_factory=list)
 
 
 class FaultResult(_Model):

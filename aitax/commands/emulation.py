@@ -415,9 +415,9 @@ def collect_command(group: str | None, run_id: str | None, since_ms: int | None,
 @_stage_process
 @click.option("--stream-prefix", default="stream", help="stream ids are PREFIX-0 .. PREFIX-(N-1)")
 @click.option("--duration", type=float, help="stop after this many seconds (default: until signalled)")
-@click.option("--in-flight", type=int, metavar="N",
+@click.option("--in-flight", type=int, metavar="N", envvar="AITAX_IN_FLIGHT", show_envvar=True,
               help="closed loop: each stream keeps N frames between ingest and their last identity (default: open "
-                   "loop, fps x factor)")
+                   "loop, fps x factor; the chart's emulator.producers.inFlight, an experiment phase's in_flight)")
 @click.option("--stages", type=click.Choice((2, 3)), default=2,
               help="3: ingest instances that publish frames (random bytes of a measured JPEG's size) to the frames "
                    "topic, for emulate-detectors (the paper's Fig. 3a)")

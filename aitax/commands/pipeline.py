@@ -37,7 +37,6 @@ DIR = click.Path(file_okay=False, path_type=Path)
 PACE = click.Choice(("native", "max"))
 RUN_ID = click.option("--run-id", envvar="AITAX_RUN_ID", show_envvar=True, help="experiment run id")
 GROUP_HELP = "consumer group"
-DEMO_WARMUP_S = 2.0  # the demo's first seconds of load (first fetches), reported apart from its window
 
 video_source = options(
     click.option("--video", required=True, help="video file or stream URL (rtsp://, http://, ...)"),
@@ -582,7 +581,7 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
     from common import children
     from common.paths import aitax_home
     from load.engine import run_local_pipeline
-    from pipeline.evaluate import evaluate_run, print_evaluation
+    from pipeline.evaluate import DEMO_WARMUP_S, evaluate_run, print_evaluation
     from pipeline.runtime import new_run_id
     from stack.security import DASHBOARD, identity
     from stack.stack import resolve_bootstrap
@@ -629,12 +628,21 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
 @click.option("--det", type=FILE, metavar="PNG",
               help="draw the DET curve (FNIR vs FPIR over every threshold) here; needs a video with strangers "
                    "(make-video --strangers)")
-def evaluate(video: Path, run_id: str, events: str | None, bootstrap: str | None, det: Path | None) -> int:
+@click.option("--warmup", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
+              help="latency counts only the faces scheduled this long after the first identity (a release's "
+                   "start-up and the backlog from before identify was ready left out); accuracy counts every face")
+@click.option("--json", "as_json", is_flag=True, help="then one JSON line: accuracy and end to end's quantiles")
+def evaluate(video: Path, run_id: str, events: str | None, bootstrap: str | None, det: Path | None, warmup: float,
+             as_json: bool) -> int:
+    import json
+
     from pipeline.evaluate import evaluate_run, plot_det, print_evaluation
     from stack.stack import resolve_bootstrap
 
-    result = evaluate_run(video, run_id, resolve_bootstrap(bootstrap), events)
+    result = evaluate_run(video, run_id, resolve_bootstrap(bootstrap), events, warmup_s=warmup)
     print_evaluation(result)
+    if as_json:
+        print(json.dumps(result.summary()), flush=True)
     if det:
         if plot_det(result, None, det) is None:
             raise UserError(f"--det {det}: the DET curve needs faces of both enrolled people and strangers; "

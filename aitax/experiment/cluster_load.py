@@ -2,7 +2,8 @@
 
 Consumers first: Kafka resized, the consumer Deployment rolled out with the phase's run id and factor, and ready
 only once its consumer group is stable with every expected instance holding partitions (group formation is not
-broker wait). Then the producers, for the phase's duration. At its end the producers are scaled to zero (SIGTERM:
+broker wait). Then the producers, for the phase's duration, with its frames in flight in a closed loop
+(AITAX_IN_FLIGHT; removed for an open loop). At its end the producers are scaled to zero (SIGTERM:
 each flushes and waits for its acknowledgements), the consumers drain, and the run is read back from its topics.
 
 The brokers are reachable only from the release's Kafka clients (its NetworkPolicy), so the group's state and the
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from aitax.experiment.kubernetes_api import (
     COMPONENT_LABEL,
     FACTOR_ENV,
+    IN_FLIGHT_ENV,
     INSTANCE_LABEL,
     RUN_ID_ENV,
     KubernetesCluster,
@@ -100,7 +102,11 @@ class ClusterLoad:
         self._roll_out(self.pods.producers, self.pods.producer_replicas)
 
     def _roll_out(self, scaled: Scaled, replicas: int) -> None:
-        self.cluster.set_env(scaled, {RUN_ID_ENV: self.run_id, FACTOR_ENV: f"{self.workload.factor:g}"})
+        env: dict[str, str | None] = {RUN_ID_ENV: self.run_id, FACTOR_ENV: f"{self.workload.factor:g}"}
+        if scaled is self.pods.producers and self.workload.mode == "emulated":
+            in_flight = self.workload.in_flight  # None: the open loop, the variable removed
+            env[IN_FLIGHT_ENV] = None if in_flight is None else str(in_flight)
+        self.cluster.set_env(scaled, env)
         self.cluster.scale(scaled, replicas)
         self.cluster.wait_rollouts([scaled], self.rollout_timeout_s)
 

@@ -22,6 +22,7 @@ REBALANCE_COMMAND = "/opt/kafka/bin/kafka-rebalance-topics"
 ADMIN_MOUNT = "/etc/aitax/identity"  # the admin identity in the rebalance Job (KAFKA_TLS_DIR)
 RUN_ID_ENV = "AITAX_RUN_ID"
 FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
+IN_FLIGHT_ENV = "AITAX_IN_FLIGHT"  # emulate-producers' --in-flight: a closed loop
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 API_TIMEOUT_S = 10
@@ -124,7 +125,7 @@ class KubernetesCluster:
         env = {var.name: var.value for var in (container.env or [])}
         return Scaled(stage=stage, kind=kind, name=item.metadata.name, container=container.name,
                       original_replicas=item.spec.replicas or 0,
-                      original_env={key: env.get(key) for key in (RUN_ID_ENV, FACTOR_ENV)},
+                      original_env={key: env.get(key) for key in (RUN_ID_ENV, FACTOR_ENV, IN_FLIGHT_ENV)},
                       args=tuple(container.args or ()), env=env)
 
     def scale(self, workload: Scaled, replicas: int) -> None:

@@ -138,31 +138,30 @@ class KubernetesBackend:
                             f"the emulator with another profile (emulator.profileYaml, configmap/{name})")
         return release_profile
 
-    def run_phase(self, index: int, run_id: str, disruption: Callable[[], None] | None = None,
-                  disruption_after_s: float | None = None, drain_s: float | None = None
-                  ) -> tuple[dict[str, int], RunResult]:
-        """The phase through the load engine: the replicas it ran and what it measured. `disruption`: a fault
-        scenario's, run `disruption_after_s` into the load (`load.engine.run_load`); `self.phase_load` then holds
-        the phase's read-back for its accounting. `drain_s`: the longest wait for the backlog after the load (it
-        ends once the consumers caught up), instead of the workload's default."""
+    def run_phase(self, index: int, run_id: str, factor: float | None = None,
+                  disruption: Callable[[], None] | None = None, disruption_after_s: float | None = None,
+                  drain_s: float | None = None) -> tuple[dict[str, int], RunResult]:
+        """The phase through the load engine (at `factor`: a search's probe): the replicas it ran and what it
+        measured. `disruption`: a fault scenario's, run `disruption_after_s` into the load
+        (`load.engine.run_load`); `self.phase_load` then holds the phase's read-back for its accounting. `drain_s`:
+        the longest wait for the backlog after the load (it ends once the consumers caught up), instead of the
+        workload's default."""
         drain = {} if drain_s is None else {"drain_s": drain_s}
         phase, mode = self.spec.phases[index], self.spec.mode
         replicas = {stage: phase.replicas.get(stage, scaled.original_replicas)
                     for stage, scaled in self.workloads.items()}
         consumers, producers = replicas[self.consumers.stage], replicas[self.producers.stage]
         per_consumer = int(self.consumers.arg("--instances", "1")) if mode == "emulated" else 1
-        per_producer = int(self.producers.arg("--instances", "1")) if mode == "emulated" else 1
         if mode == "real":
             workload = Workload(mode="real", producers=producers, consumers=consumers, duration_s=phase.duration_s,
                                 video=self.producers.env.get("AITAX_VIDEO"), gallery=self.consumers.arg("--gallery"),
                                 pace=self.producers.arg("--pace", "native"), **{"drain_s": REAL_DRAIN_S, **drain})
             offered = None
         else:
-            workload = Workload(mode="emulated", producers=producers * per_producer,
-                                consumers=consumers * per_consumer, producer_processes=producers,
-                                consumer_processes=consumers, duration_s=phase.duration_s, factor=phase.factor,
-                                profile=self.spec.profile, **drain)
-            offered = self.offered_per_producer * workload.producers * phase.factor
+            workload, offered = phase.emulated_workload(
+                self.spec.profile, {"producers": producers, "consumers": consumers},
+                {"producers": int(self.producers.arg("--instances", "1")), "consumers": per_consumer},
+                self.offered_per_producer, factor, **drain)
         pods = PhasePods(consumers=self.consumers, producers=self.producers, consumer_replicas=consumers,
                          producer_replicas=producers, members=consumers * per_consumer,
                          group=self.consumers.arg("--group", "identify"))

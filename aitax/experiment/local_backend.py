@@ -63,8 +63,9 @@ class LocalBackend:
                                 "a spec with that count (or none)")
         self.log(f"local stack: brokers {self.bootstrap}")
 
-    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
-        """One phase through the load engine: the replicas it ran and what it measured."""
+    def run_phase(self, index: int, run_id: str, factor: float | None = None) -> tuple[dict[str, int], RunResult]:
+        """One phase through the load engine (at `factor`: a search's probe): the replicas it ran and what it
+        measured."""
         from emulation.profile import load_profile
         from load.engine import local_stack_for, print_result, run_load, run_local_pipeline
         from load.local import LocalLoad
@@ -78,15 +79,12 @@ class LocalBackend:
                                 video=str(self.spec.video), gallery=str(self.spec.gallery), drain_s=REAL_DRAIN_S)
             result = run_local_pipeline(workload, Driver(), run_id, self.bootstrap, events=self.events)
         else:
-            per_producer, per_consumer = phase.instances["producers"], phase.instances["consumers"]
-            workload = Workload(mode="emulated", producers=producers * per_producer,
-                                consumers=consumers * per_consumer, producer_processes=producers,
-                                consumer_processes=consumers, duration_s=phase.duration_s, factor=phase.factor,
-                                profile=self.spec.profile)
+            workload, offered = phase.emulated_workload(
+                self.spec.profile, {"producers": producers, "consumers": consumers}, phase.instances,
+                load_profile(self.spec.profile).offered_faces_per_s(1, 1.0), factor)
             load = LocalLoad(workload, Driver(), run_id, self.bootstrap, aitax_home() / "runs" / run_id / "logs",
                              self.events or default_events())
             load.check()
-            offered = load_profile(self.spec.profile).offered_faces_per_s(workload.producers, phase.factor)
             result = run_load(load, offered_faces_per_s=offered, stack=local_stack_for(self.bootstrap))
             print_result(result)
             if result.process_failures:

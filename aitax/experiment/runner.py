@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -13,6 +14,7 @@ from aitax.experiment.spec import KAFKA, MIN_KAFKA_REPLICAS, ExperimentSpec
 from common.errors import UserError
 from common.paper import HIGHEST_STABLE_FACTOR
 from telemetry.results import (
+    BoundSearchResult,
     ExperimentResult,
     FactorRuns,
     PhaseResult,
@@ -31,8 +33,9 @@ EVENTS_SETTLE_S = 3.0
 class Backend(Protocol):
     def prepare(self) -> None: ...
 
-    def run_phase(self, index: int, run_id: str) -> tuple[dict[str, int], RunResult]:
-        """Run one phase through the load engine: the replicas that ran, and its `RunResult`."""
+    def run_phase(self, index: int, run_id: str, factor: float | None = None) -> tuple[dict[str, int], RunResult]:
+        """Run one phase through the load engine (at `factor`: a search's probe): the replicas that ran, and its
+        `RunResult`."""
 
     def restore(self) -> None: ...
 
@@ -41,7 +44,8 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
                    log: Callable[[str], None] = print, repeats: int = 1) -> tuple[list[PhaseResult], Path]:
     """Every check happens in `prepare` (and the Elasticsearch check) before the first phase changes anything.
     With `repeats`, the whole sequence of phases runs that many times (a drift of the machine then spreads over
-    every phase) and each phase ends with its median and spread."""
+    every phase) and each phase ends with its median and spread. A phase with a latency bound runs once per
+    probe of its search; the file holds each probe, and the search's answer."""
     if repeats < 1:
         raise UserError(f"--repeat {repeats}: at least 1")
     backend.prepare()
@@ -49,33 +53,24 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
         check_elasticsearch(elasticsearch_url)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
-    out_file = out_dir / f"{spec.name}-{stamp}.json"
-    results: list[PhaseResult] = []
+    record = _Record(spec, backend, elasticsearch_url, out_dir / f"{spec.name}-{stamp}.json", log)
     try:
         for repeat, (index, phase) in itertools.product(range(1, repeats + 1), enumerate(spec.phases)):
             run_id = f"{spec.name}-{phase.name}-{stamp}" + (f"-r{repeat}" if repeats > 1 else "")
             wanted = ", ".join(f"{stage}={count}" for stage, count in phase.replicas.items())
+            load = (phase.search.describe() if phase.search else f"factor {phase.factor:g}") + (
+                f", {phase.in_flight} in flight" if phase.in_flight else "")
             log(f"phase {index + 1}/{len(spec.phases)} {phase.name}"
-                f"{f' (repeat {repeat}/{repeats})' if repeats > 1 else ''}: {wanted}, factor {phase.factor:g}, "
+                f"{f' (repeat {repeat}/{repeats})' if repeats > 1 else ''}: {wanted}, {load}, "
                 f"{phase.duration_s:g} s, run id {run_id}")
-            started = time.time()
-            replicas, run = backend.run_phase(index, run_id)
-            result = PhaseResult(phase=phase.name, run_id=run_id, started_at=started, ended_at=time.time(),
-                                 factor=phase.factor, replicas=replicas, repeat=repeat,
-                                 run=run.model_copy(update={"repeat": repeat}))
-            if elasticsearch_url:
-                time.sleep(EVENTS_SETTLE_S)
-                try:
-                    result.stages = stage_summaries(elasticsearch_url, run_id)
-                except UserError as error:  # the phase ran: keep going, and say why its results are missing
-                    result.note = f"results not collected: {error}"
+            if phase.search is None:
+                record.run(index, repeat, run_id)
             else:
-                result.note = "no Elasticsearch given: events not collected"
-            results.append(result)
-            _write(out_file, spec, results)
-            log(f"  done: {_summary(result)}")
+                record.searches.append(_search(record, index, repeat, run_id))
+                record.write()
     finally:
         backend.restore()
+    results = record.results
     if repeats > 1:
         for line in repeat_summary(spec, results):
             log(line)
@@ -83,7 +78,68 @@ def run_experiment(spec: ExperimentSpec, backend: Backend, elasticsearch_url: st
     if scaling is not None:
         for line in ["the phases by broker count (the paper's Fig. 15a):", *scaling.table()]:
             log(line)
-    return results, out_file
+    return results, record.out_file
+
+
+@dataclass
+class _Record:
+    """The phases run so far, written after each: an interrupted experiment keeps what it finished."""
+
+    spec: ExperimentSpec
+    backend: Backend
+    elasticsearch_url: str | None
+    out_file: Path
+    log: Callable[[str], None]
+    results: list[PhaseResult] = field(default_factory=list)
+    searches: list[BoundSearchResult] = field(default_factory=list)
+
+    def run(self, index: int, repeat: int, run_id: str, factor: float | None = None) -> PhaseResult:
+        """Phase `index` (at `factor`: a search's probe) through the backend, its events' summaries collected."""
+        started = time.time()
+        replicas, run = self.backend.run_phase(index, run_id, factor)
+        result = PhaseResult(phase=self.spec.phases[index].name, run_id=run_id, started_at=started,
+                             ended_at=time.time(), factor=run.workload.factor, replicas=replicas, repeat=repeat,
+                             run=run.model_copy(update={"repeat": repeat}))
+        if self.elasticsearch_url:
+            time.sleep(EVENTS_SETTLE_S)
+            try:
+                result.stages = stage_summaries(self.elasticsearch_url, run_id)
+            except UserError as error:  # the phase ran: keep going, and say why its results are missing
+                result.note = f"results not collected: {error}"
+        else:
+            result.note = "no Elasticsearch given: events not collected"
+        self.results.append(result)
+        self.write()
+        self.log(f"  done: {_summary(result)}")
+        return result
+
+    def write(self) -> None:
+        write_results(ExperimentResult(experiment=self.spec.name, mode=self.spec.mode, source=self.spec.source,
+                                       phases=self.results, searches=self.searches), self.out_file)
+
+
+def _search(record: _Record, index: int, repeat: int, run_id: str) -> BoundSearchResult:
+    """A phase's latency-bound search: each probe a run of the phase at one factor, judged by its verdict (the
+    bound is one of its conditions)."""
+    from emulation.sweep import highest_holding
+
+    phase = record.spec.phases[index]
+    search = phase.search
+    probes: list[PhaseResult] = []
+
+    def holds(factor: float) -> bool:
+        record.log(f"  probe {factor:.3g}x")
+        probes.append(record.run(index, repeat, f"{run_id}-p{len(probes) + 1}", factor))
+        return probes[-1].run.stable
+
+    highest = highest_holding(holds, search.lowest, search.highest, search.resolution)
+    at_highest = next((p.run for p in probes if p.run.stable and p.factor == highest), None)
+    result = BoundSearchResult(phase=phase.name, repeat=repeat, quantile=search.quantile, within_ms=search.within_ms,
+                               factors=(search.lowest, search.highest), probes=[p.factor for p in probes],
+                               highest_factor=highest,
+                               faces_per_s=at_highest.achieved_faces_per_s if at_highest else None)
+    record.log(f"  {result.line()}")
+    return result
 
 
 def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str]:
@@ -91,7 +147,7 @@ def repeat_summary(spec: ExperimentSpec, results: list[PhaseResult]) -> list[str
     lines = []
     for phase in spec.phases:
         runs = [r.run for r in results if r.phase == phase.name]
-        if not runs:
+        if not runs or phase.search is not None:  # probes at many factors: the search says what they found
             continue
         group = FactorRuns(phase.factor, runs[0].workload.in_flight, runs)
         rate = group.spread(lambda run: run.achieved_faces_per_s)
@@ -118,10 +174,6 @@ def by_brokers(spec: ExperimentSpec, results: list[PhaseResult]) -> ScalingResul
                             runs=runs)
         rows.append(ScalingRow(value=brokers, paper=HIGHEST_STABLE_FACTOR["brokers"].get(brokers), sweep=sweep))
     return ScalingResult(dimension="brokers", rows=rows)
-
-
-def _write(path: Path, spec: ExperimentSpec, results: list[PhaseResult]) -> None:
-    write_results(ExperimentResult(experiment=spec.name, mode=spec.mode, source=spec.source, phases=results), path)
 
 
 def _summary(result: PhaseResult) -> str:

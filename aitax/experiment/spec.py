@@ -15,6 +15,12 @@
         duration: 60s
         replicas: {identify: 4}  # stages not named keep the previous phase's count
 
+Mode emulated also takes, per phase, `in_flight: N` (a closed loop: each stream keeps N frames between ingest and
+their last identity, as `aitax emulate --in-flight`) or `latency_bound: {within: 250ms, quantile: 0.99, factors:
+[1, 32]}` (the highest factor whose runs hold every condition and the bound: MLPerf's server scenario, bisected as
+`aitax emulate --latency-bound`; each probe is a run of the phase, its duration grown until its window holds the
+faces the quantile needs).
+
 The file's shape is a pydantic model (`SpecFile`) with a JSON Schema for editors (`aitax experiment schema`,
 docs/experiment-spec.schema.json); the rules that tie fields together (a stage belongs to the spec's mode, phases
 inherit replicas) are checked after it. Every error names the field (`phases[1].replicas.identfy`) and is raised
@@ -34,6 +40,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from cluster.links import LinkShape, parse_rate
 from common.errors import UserError
+from telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key
+from telemetry.results import Workload
 
 MODES = ("real", "emulated")
 KAFKA = "kafka"
@@ -162,10 +170,25 @@ class LinksFile(_File):
         return self
 
 
+class LatencyBoundFile(_File):
+    """A latency-bound search in place of one factor (mode emulated)."""
+
+    within: Duration = Field(description="the bound on the quantile of end to end: 250ms, 1s")
+    quantile: Annotated[float, Field(gt=0, lt=1)] = 0.99
+    factors: Annotated[list[Factor], Field(min_length=2, max_length=2,
+                                           description="[lowest, highest]: the range searched")]
+    resolution: Annotated[float, Field(gt=1, description="the search ends when highest/lowest is below this")] = 1.1
+
+
 class PhaseFile(_File):
     name: Name
     duration: Duration
     factor: Factor = Field(None, description="AI acceleration; inherited from the phase before (first: 1)")
+    in_flight: Annotated[int, Field(ge=1, le=MAX_REPLICAS, description=(
+        "mode emulated: a closed loop, this many frames per stream between ingest and their last identity "
+        "(not inherited)"))] = None  # type: ignore[assignment]
+    latency_bound: LatencyBoundFile = Field(None, description=(  # type: ignore[assignment]
+        "mode emulated: search the highest factor within the bound, instead of running one factor"))
     replicas: Annotated[dict[str, Replicas], WithJsonSchema({
         "type": "object", "propertyNames": {"enum": list(ALL_STAGES)},
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_REPLICAS},
@@ -209,10 +232,25 @@ class PhaseLinks:
 
 
 @dataclass(frozen=True)
+class LatencySearch:
+    """A phase's latency-bound search: the bound on a quantile of end to end, the factors searched."""
+
+    within_ms: float
+    quantile: float
+    lowest: float
+    highest: float
+    resolution: float
+
+    def describe(self) -> str:
+        return (f"{quantile_key(self.quantile)} within {self.within_ms:g} ms, factors {self.lowest:g}-"
+                f"{self.highest:g}")
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     duration_s: float
-    factor: float
+    factor: float  # a search's lowest
     # Replicas of every stage after this phase's changes (inherited from earlier phases when not named).
     replicas: Mapping[str, int]
     # Only the stages this phase names: a kubernetes phase leaves the others as they are.
@@ -220,6 +258,29 @@ class Phase:
     instances: Mapping[str, int] = field(default_factory=dict)
     # The nodes' links from this phase on (inherited); None: no phase so far shaped them, they are left alone.
     links: PhaseLinks | None = None
+    in_flight: int | None = None  # closed loop (emulated)
+    search: LatencySearch | None = None  # instead of one factor (emulated)
+
+    def emulated_workload(self, profile: str, pods: Mapping[str, int], instances: Mapping[str, int],
+                          faces_per_stream_s: float, factor: float | None = None, **fields: Any
+                          ) -> tuple[Workload, float | None]:
+        """This phase's emulated load at `factor` (a search's probe; default the phase's) on `pods` producer and
+        consumer processes of `instances` each: its Workload, and the faces/s it offers (None for a closed loop,
+        which offers what completes). A probe of a search runs until its window holds the faces its quantile
+        needs. `faces_per_stream_s`: what one stream offers at 1x (the profile's)."""
+        factor = self.factor if factor is None else factor
+        producers = pods["producers"] * instances["producers"]
+        offered = None if self.in_flight else faces_per_stream_s * producers * factor
+        duration_s, bound = self.duration_s, {}
+        if self.search is not None and offered:
+            duration_s = max(duration_s, min_samples(self.search.quantile) / offered * 1.1)
+            bound = {"latency_bound_ms": self.search.within_ms, "latency_bound_quantile": self.search.quantile,
+                     "quantiles": sorted({*DEFAULT_QUANTILES, self.search.quantile})}
+        workload = Workload(mode="emulated", producers=producers, consumers=pods["consumers"] * instances["consumers"],
+                            producer_processes=pods["producers"], consumer_processes=pods["consumers"],
+                            duration_s=duration_s, factor=factor, profile=profile, in_flight=self.in_flight, **bound,
+                            **fields)
+        return workload, offered
 
 
 @dataclass(frozen=True)
@@ -307,11 +368,30 @@ def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = No
             instances.update(raw.instances.model_dump(exclude_none=True))
         if raw.links is not None:
             links = _links(raw.links, f"{where}.links", fail)
-        phases.append(Phase(raw.name, raw.duration, factor, dict(replicas), frozenset(changed), dict(instances),
-                            links))
+        search = _search(raw, mode, where, fail)
+        phases.append(Phase(raw.name, raw.duration, search.lowest if search else factor, dict(replicas),
+                            frozenset(changed), dict(instances), links, raw.in_flight, search))
     return ExperimentSpec(name=spec.name, mode=mode, phases=tuple(phases), release=spec.release,
                           namespace=spec.namespace, video=paths["video"], gallery=paths["gallery"], profile=profile,
                           source=source)
+
+
+def _search(raw: PhaseFile, mode: str, where: str, fail) -> LatencySearch | None:
+    """The phase's latency-bound search, checked against what else the phase says."""
+    for key in ("in_flight", "latency_bound"):
+        if getattr(raw, key) is not None and mode != "emulated":
+            raise fail(f"{where}.{key}", "only for mode: emulated (the real stages' load is the video's)")
+    bound = raw.latency_bound
+    if bound is None:
+        return None
+    if raw.in_flight is not None:
+        raise fail(f"{where}.latency_bound", "searches factors of an open loop; a phase with in_flight has none")
+    if raw.factor is not None:
+        raise fail(f"{where}.factor", "a phase with latency_bound searches its factors; give latency_bound.factors")
+    lowest, highest = bound.factors
+    if lowest >= highest:
+        raise fail(f"{where}.latency_bound.factors", f"[{lowest:g}, {highest:g}]: the lowest first, below the highest")
+    return LatencySearch(bound.within * 1000, bound.quantile, lowest, highest, bound.resolution)
 
 
 def _links(raw: LinksFile, where: str, fail) -> PhaseLinks:
@@ -347,11 +427,12 @@ def _replicas(value: dict[str, int] | None, mode: str, where: str, fail, require
 _MAPPING_OF = {(): "a mapping with name, mode and phases", ("phases", 0): "a mapping with name, duration and replicas",
                ("phases", 0, "replicas"): "a mapping of stage to replica count",
                ("phases", 0, "instances"): "a mapping like {producers: 4, consumers: 8}",
-               ("phases", 0, "links"): "a mapping like {rate: 1gbit, loss_percent: 0.1}"}
+               ("phases", 0, "links"): "a mapping like {rate: 1gbit, loss_percent: 0.1}",
+               ("phases", 0, "latency_bound"): "a mapping like {within: 250ms, factors: [1, 32]}"}
 _MISSING_HINT = {"duration": "; write seconds (60) or with a unit (90s, 5m, 1h)",
                  "name": ": 1-40 lowercase letters, digits and '-'"}
 _MODEL_AT = {(): SpecFile, ("phases", 0): PhaseFile, ("phases", 0, "instances"): InstancesFile,
-             ("phases", 0, "links"): LinksFile}
+             ("phases", 0, "links"): LinksFile, ("phases", 0, "latency_bound"): LatencyBoundFile}
 
 
 def _spec_error(error: ValidationError, source: str) -> SpecError:

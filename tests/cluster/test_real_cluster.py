@@ -372,9 +372,10 @@ def test_helm_upgrade_switches_the_release_to_the_emulator(cluster: RealCluster,
     """`mode: emulated` on the same brokers, with an H200's identify curve: the emulator's producers and consumers
     replace the real stages, the shipped curve is in the image, and emulated faces reach identities (the last test:
     the release stays emulated until the fixture removes it)."""
-    # With the release's own Prometheus from here: the next test's experiment reads its phases' resources there.
+    # The release's own Prometheus runs by default; here it is told where `aitax cluster` runs the kubelet, whose
+    # cAdvisor the next test's experiment reads the machine's CPU from.
     helm(cluster, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "mode=emulated",
-         "--set", "emulator.accelerator=h200-bf16", "--set", "emulator.maxBatch=8", "--set", "prometheus.enabled=true",
+         "--set", "emulator.accelerator=h200-bf16", "--set", "emulator.maxBatch=8",
          "--set", f"prometheus.kubelet.port={cluster.kubelet_port}", "--wait", "--timeout", "10m")
     _wait_for(lambda: not _pods(cluster, "app.kubernetes.io/component in (ingest-detect,identify)"), 180,
               "the real stages' pods gone")
@@ -394,33 +395,46 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
                                                                 tmp_path) -> None:
     """`aitax experiment run --backend kubernetes` on the emulator's pods: each phase through the load engine, its
     faces read back by `aitax collect` inside an emulator pod, a RunResult per phase with the offered load of the
-    release's profile, and the release restored afterwards."""
+    release's profile, and the release restored afterwards. The phases: a latency-bound search from 1x to 4x (its
+    probes, 1x and 4x, are the phases compared) and a closed loop, as local experiments run them."""
     from aitax.experiment.runner import run_experiment
     from emulation.profile import load_profile
+    from telemetry.results import ExperimentResult, read_results
 
     # 2 streams of the paper's profile offer 10 faces/s each at 1x; the release's emulated identify has an H200's
     # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare. 30 s phases: the new
     # producer pods are found by DNS (SRV, refreshed every scrape interval, 5 s) and then scraped, and a rate of
-    # their CPU needs two scrapes inside the window (one 20 s phase saw none).
+    # their CPU needs two scrapes inside the window (one 20 s phase saw none). The bound is loose: the search is
+    # what is tested, and 4x keeps it, so its probes are 1x and 4x (2x too if 4x broke a condition).
     spec = parse_spec({"name": "accel", "mode": "emulated", "release": release, "namespace": NAMESPACE,
-                       "phases": [{"name": "one-x", "duration": "30s", "factor": 1,
+                       "phases": [{"name": "bound", "duration": "30s",
+                                   "latency_bound": {"within": "5s", "quantile": 0.9, "factors": [1, 4],
+                                                     "resolution": 2},
                                    "replicas": {"emulate-producers": 2, "emulate-consumers": 6}},
-                                  {"name": "four-x", "duration": "30s", "factor": 4}]})
+                                  {"name": "closed", "duration": "30s", "factor": 4, "in_flight": 2}]})
     before = {p["metadata"]["name"] for p in _pods(cluster, "app.kubernetes.io/component=emulate-producers")}
     backend = KubernetesBackend(spec, KubernetesCluster(str(cluster.kubeconfig), namespace=NAMESPACE),
                                 rollout_timeout_s=300)
-    results, _ = run_experiment(spec, backend, None, tmp_path)
+    results, out_file = run_experiment(spec, backend, None, tmp_path)
     per_stream = load_profile("paper").offered_faces_per_s(1, 1.0)
-    for result, factor in zip(results, (1, 4), strict=True):
+    *probes, closed = results
+    for result, factor in zip(probes[:2], (1, 4), strict=True):
         run = result.run
         assert run.run_id == result.run_id and run.workload.factor == factor
         assert (run.workload.producers, run.workload.consumers) == (2, 6)
+        assert (run.workload.latency_bound_ms, run.workload.latency_bound_quantile) == (5000, 0.9)
         assert run.offered_faces_per_s == pytest.approx(2 * per_stream * factor)
         # Two producer pods: stream ids are the pods' own, so no face of one is taken for the other's.
         assert run.produced_faces > 0 and run.duplicates == 0, run
         assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])
-    assert_held(results[0].run.verdict, "throughput", "stage processes ran")
-    assert results[1].run.produced_faces > results[0].run.produced_faces  # four times the offered load
+    assert_held(probes[0].run.verdict, "throughput", "stage processes ran", "p90 within bound")
+    (search,) = read_results(out_file, ExperimentResult).searches
+    assert search.probes == [r.factor for r in probes] and search.probes[:2] == [1, 4]
+    assert search.highest_factor == (4 if probes[1].run.stable else pytest.approx(2 if probes[2].run.stable else 1))
+    assert probes[1].run.produced_faces > probes[0].run.produced_faces  # four times the offered load
+    # The closed loop: the producers ran with 2 frames in flight per stream, offering what completed.
+    assert (closed.run.workload.in_flight, closed.run.offered_faces_per_s) == (2, None)
+    assert closed.run.produced_faces > 0 and closed.run.identified_faces == closed.run.produced_faces, closed.run
     # Each phase's resources, from the release's Prometheus: every broker's CPU, network and meters, and a verdict.
     used = [result.run.resources for result in results]
     for resources in used:
@@ -438,6 +452,9 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     assert sum(used[1].broker_network_bytes_per_s.values()) > sum(used[0].broker_network_bytes_per_s.values())
     after = _pods(cluster, "app.kubernetes.io/component=emulate-producers")
     assert len(after) == 1 and {p["metadata"]["name"] for p in after} != before  # restored: one new pod
+    # Restored to the open loop the release was installed with.
+    env = {var["name"] for var in after[0]["spec"]["containers"][0]["env"]}
+    assert "AITAX_ACCELERATION_FACTOR" in env and "AITAX_IN_FLIGHT" not in env
 
 
 def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, release: str) -> None:

@@ -61,7 +61,7 @@ def test_kafka_and_its_tools_carry_the_broker_and_admin_identities() -> None:
     brokers = _named(docs, "StatefulSet", "-kafka")["spec"]["template"]["spec"]
     assert _secrets(brokers)["tls"] == f"t-aitax-identity-{BROKER}"
     assert "/etc/kafka/tls" in {m["mountPath"] for m in brokers["containers"][0]["volumeMounts"]}
-    job = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]
+    job = _named(docs, "Job", "-topics-1")["spec"]["template"]["spec"]
     assert _secrets(job)["identity"] == f"t-aitax-identity-{ADMIN}"
     topics, template = job["containers"]
     # One client creates the topics and grants their ACLs, as the admin: each topic's role says who may use it.

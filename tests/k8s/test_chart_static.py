@@ -121,7 +121,9 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("emulator.factor=0", "/emulator/factor"),
         ("emulator.accelerator=tpu", "/emulator/accelerator"),
         ("emulator.compute=gpu", "/emulator/compute"),
+        ("emulator.producers.inFlight=0", "/emulator/producers/inFlight"),
         ("ingestDetect.pace=fastest", "/ingestDetect/pace"),
+        ("ingestDetect.sharedMemory=lots", "/ingestDetect/sharedMemory"),
         ("kafka.antiAffinity=maybe", "/kafka/antiAffinity"),
         ("kafka.persistence.size=big", "/kafka/persistence/size"),
         ("topics.faces.retentionMs=1000", "/topics/faces/retentionMs"),
@@ -234,7 +236,7 @@ def test_broker_settings_are_the_local_stacks() -> None:
 def _job_topics(docs: list[dict]) -> tuple[dict[str, tuple[int, str, dict[str, str]]], list[str]]:
     """The topics Job's --topic NAME:PARTITIONS:ROLE:SETTINGS as {name: (partitions, role, settings)}, and its
     arguments."""
-    args = _named(docs, "Job", "-topics")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = _named(docs, "Job", "-topics-1")["spec"]["template"]["spec"]["containers"][0]["args"]
     topics = {}
     for arg in (args[i + 1] for i, flag in enumerate(args) if flag == "--topic"):
         name, partitions, role, settings = arg.split(":", 3)
@@ -244,8 +246,10 @@ def _job_topics(docs: list[dict]) -> tuple[dict[str, tuple[int, str, dict[str, s
 
 def test_topics_are_the_local_stacks() -> None:
     docs = render(CI_VALUES[0])
-    job = _named(docs, "Job", "-topics")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # Part of the release, not a hook (the stages' readiness waits for the topics), named by revision: a new one
+    # runs at every upgrade.
+    job = _named(docs, "Job", "-topics-1")
+    assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
     for values, frames, detections in ((CI_VALUES[0], False, False), (CHART / "ci" / "three-stage-values.yaml", True,
                                        False), (CHART / "ci" / "object-detection-values.yaml", True, True)):
         topics, args = _job_topics(render(values))
@@ -281,8 +285,10 @@ def test_stage_containers_are_locked_down_and_get_one_cpu() -> None:
             # At most one core, as in the paper; the default request is small so that a default install fits.
             assert container["resources"]["limits"]["cpu"] == "1"
             assert container["resources"]["requests"]["cpu"] in ("100m", "1")
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            # Alive while it serves metrics; ready once it can work (telemetry.metrics: /ready after READY)
+            for probe in ("startupProbe", "livenessProbe"):
                 assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+            assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
             env = {e["name"]: e.get("value") for e in container["env"]}
             assert env["AITAX_METRICS_PORT"] == "9400" and env["AITAX_METRICS_HOST"] == "0.0.0.0"
             mounts = {m["mountPath"] for m in container["volumeMounts"]}
@@ -345,6 +351,33 @@ def test_stage_deployments_per_mode() -> None:
     for name, deployment in {d["metadata"]["name"]: d for d in _stages(on_cpu)}.items():
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--compute") + 1] == "cpu", name
+    # A closed loop: the producers' frames in flight, in the variable an experiment phase sets; none by default
+    closed = render(CHART / "ci" / "emulated-values.yaml", sets=("emulator.producers.inFlight=3",))
+    env = {name: {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+           for name, d in {d["metadata"]["name"]: d for d in _stages(closed)}.items()}
+    assert env["t-aitax-emulate-producers"]["AITAX_IN_FLIGHT"] == "3"
+    assert "AITAX_IN_FLIGHT" not in env["t-aitax-emulate-consumers"]
+    assert all("AITAX_IN_FLIGHT" not in e["name"] for d in _stages(emulated)
+               for e in d["spec"]["template"]["spec"]["containers"][0]["env"])
+
+
+def test_a_video_files_frames_get_a_dev_shm_of_memory_and_cameras_and_split_ingest_none() -> None:
+    def shm(docs: list[dict]) -> dict[str, tuple[dict | None, list[str]]]:
+        found = {}
+        for deployment in _stages(docs):
+            pod = deployment["spec"]["template"]["spec"]
+            volume = next((v for v in pod["volumes"] if v["name"] == "shm"), None)
+            found[deployment["metadata"]["name"]] = (volume, [m["mountPath"] for m in pod["containers"][0][
+                "volumeMounts"] if m["name"] == "shm"])
+        return found
+
+    default = shm(render(CI_VALUES[0]))
+    assert default["t-aitax-ingest-detect"] == ({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit":
+                                                                             "256Mi"}}, ["/dev/shm"])
+    assert default["t-aitax-identify"] == (None, [])
+    assert shm(render(CI_VALUES[0], sets=("ingestDetect.sharedMemory=",)))["t-aitax-ingest-detect"] == (None, [])
+    for values in ("live-cameras-values.yaml", "three-stage-values.yaml"):  # frames through a pipe, or Kafka
+        assert all(volume is None for volume, _ in shm(render(CHART / "ci" / values)).values()), values
 
 
 def test_each_camera_gets_its_own_ingest_detect_with_its_password_from_a_secret() -> None:

@@ -66,7 +66,7 @@ def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"].endswith("-kafka"))
     chart_env = {e["name"]: e["value"] for e in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
                  if "value" in e}
-    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-topics"))
+    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-topics-1"))
     bootstrap = ",".join(f"{_host(o)}:{PORT}" for o in range(3))
     processes = []
     for ordinal in range(BROKERS):

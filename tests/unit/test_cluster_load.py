@@ -37,7 +37,8 @@ class FakeCluster:
         self.pods_by_component: dict[str, list] = {"emulate-consumers": [], "emulate-producers": []}
 
     def set_env(self, scaled: Scaled, env: dict) -> None:
-        self.calls.append(("env", scaled.stage, env["AITAX_RUN_ID"], env["AITAX_ACCELERATION_FACTOR"]))
+        self.calls.append(("env", scaled.stage, env["AITAX_RUN_ID"], env["AITAX_ACCELERATION_FACTOR"],
+                           env.get("AITAX_IN_FLIGHT", "untouched")))
 
     def scale(self, scaled: Scaled, replicas: int) -> None:
         self.calls.append(("scale", scaled.stage, replicas))
@@ -59,7 +60,7 @@ def _group(state: str = "STABLE", members: int = 4, assigned: int = 4, partition
 
 
 def _load(cluster: FakeCluster, answers: list[Collected | Exception], asked: list[list[str]],
-          rollout_timeout_s: float = 60) -> ClusterLoad:
+          rollout_timeout_s: float = 60, in_flight: int | None = None) -> ClusterLoad:
     def collect(args: list[str]) -> Collected:
         asked.append(args)
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
@@ -67,7 +68,8 @@ def _load(cluster: FakeCluster, answers: list[Collected | Exception], asked: lis
             raise answer
         return answer
 
-    workload = Workload(mode="emulated", producers=1, consumers=4, consumer_processes=2, duration_s=10, factor=4)
+    workload = Workload(mode="emulated", producers=1, consumers=4, consumer_processes=2, duration_s=10, factor=4,
+                        in_flight=in_flight)
     pods = PhasePods(consumers=CONSUMERS, producers=PRODUCERS, consumer_replicas=2, producer_replicas=1,
                      members=4, group=CONSUMERS.arg("--group"))
     return ClusterLoad(cluster, "t", pods, workload, "run-1", resize_kafka=lambda: cluster.calls.append(("kafka",)),
@@ -98,8 +100,21 @@ def test_consumers_are_ready_once_every_instance_holds_partitions_and_no_backlog
     # The release's own producers stop first: what they queued is drained before the phase, not measured in it.
     assert cluster.calls == [
         ("scale", "emulate-producers", 0), ("kafka",),
-        ("env", "emulate-consumers", "run-1", "4"), ("scale", "emulate-consumers", 2), ("rollout", "emulate-consumers"),
-        ("env", "emulate-producers", "run-1", "4"), ("scale", "emulate-producers", 1), ("rollout", "emulate-producers")]
+        ("env", "emulate-consumers", "run-1", "4", "untouched"), ("scale", "emulate-consumers", 2),
+        ("rollout", "emulate-consumers"),
+        # An open loop: the producers' AITAX_IN_FLIGHT removed (None), whatever a phase before set.
+        ("env", "emulate-producers", "run-1", "4", None), ("scale", "emulate-producers", 1),
+        ("rollout", "emulate-producers")]
+
+
+def test_a_closed_loop_phase_rolls_the_producers_out_with_its_frames_in_flight() -> None:
+    cluster = FakeCluster()
+    load = _load(cluster, [_group()], [], in_flight=3)
+    load.start_consumers()
+    load.start_producers()
+    envs = [call for call in cluster.calls if call[0] == "env"]
+    assert envs == [("env", "emulate-consumers", "run-1", "4", "untouched"),
+                    ("env", "emulate-producers", "run-1", "4", "3")]
 
 
 def test_more_instances_than_partitions_is_a_clear_error() -> None:

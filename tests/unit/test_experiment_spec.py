@@ -25,6 +25,8 @@ EMULATED = {
         {"name": "x8", "duration": "1m", "factor": 8},
     ],
 }
+BOUND = {"within": "250ms", "factors": [1, 16]}
+NO_FACTOR = {**EMULATED, "phases": [EMULATED["phases"][0], {"name": "x8", "duration": "1m"}]}
 
 
 def test_real_spec_inherits_replicas_between_phases() -> None:
@@ -43,6 +45,19 @@ def test_emulated_spec_inherits_factor_and_instances() -> None:
     assert dict(spec.phases[1].instances) == {"producers": 4, "consumers": 1}
     assert dict(spec.phases[1].replicas) == {"emulate-producers": 1, "emulate-consumers": 2}
     assert spec.profile == "paper"
+
+
+def test_a_phase_runs_a_closed_loop_or_searches_a_latency_bound_and_the_next_inherits_neither() -> None:
+    phases = [*EMULATED["phases"], {"name": "closed", "duration": 30, "in_flight": 4},
+              {"name": "bound", "duration": 30, "latency_bound": {**BOUND, "quantile": 0.999, "resolution": 1.2}},
+              {"name": "after", "duration": 30}]
+    closed, bound, after = parse_spec({**EMULATED, "phases": phases}).phases[2:]
+    assert (closed.in_flight, closed.factor, closed.search) == (4, 8, None)
+    assert bound.search is not None and bound.in_flight is None
+    assert (bound.search.within_ms, bound.search.quantile, bound.search.lowest, bound.search.highest,
+            bound.search.resolution) == (250, 0.999, 1, 16, 1.2)
+    assert bound.factor == 1 and bound.search.describe() == "p99.9 within 250 ms, factors 1-16"
+    assert (after.factor, after.in_flight, after.search) == (8, None, None)  # the factor before the search
 
 
 def test_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
@@ -88,6 +103,26 @@ def _with_phase(base: dict, index: int, **changes) -> dict:
         (_with_phase(EMULATED, 0, instances={"producers": 0}), "phases[0].instances.producers", "between 1"),
         ({**EMULATED, "video": "v.mp4"}, "video", "only for mode: real"),
         ({**REAL, "profile": "paper"}, "profile", "only for mode: emulated"),
+        (_with_phase(REAL, 1, in_flight=2), "phases[1].in_flight", "only for mode: emulated"),
+        (_with_phase(EMULATED, 1, in_flight=0), "phases[1].in_flight", "greater than or equal to 1"),
+        (_with_phase(REAL, 1, latency_bound=BOUND), "phases[1].latency_bound", "only for mode: emulated"),
+        (_with_phase(EMULATED, 1, latency_bound=BOUND), "phases[1].factor", "give latency_bound.factors"),
+        (_with_phase(NO_FACTOR, 1, in_flight=2, latency_bound=BOUND), "phases[1].latency_bound",
+         "open loop"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={**BOUND, "factors": [16, 1]}),
+         "phases[1].latency_bound.factors", "the lowest first"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={**BOUND, "factors": [1]}),
+         "phases[1].latency_bound.factors", "at least 2 items"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={"factors": [1, 2]}), "phases[1].latency_bound.within",
+         "missing"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={**BOUND, "within": "soon"}),
+         "phases[1].latency_bound.within", "not a duration"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={**BOUND, "quantile": 1}),
+         "phases[1].latency_bound.quantile", "less than 1"),
+        (_with_phase(NO_FACTOR, 1, latency_bound={**BOUND, "p": 0.9}), "phases[1].latency_bound.p",
+         "expected one of factors, quantile, resolution, within"),
+        (_with_phase(NO_FACTOR, 1, latency_bound=[1, 2]), "phases[1].latency_bound",
+         "a mapping like {within: 250ms"),
         ({**REAL, "release": "My Release"}, "release", "Helm release name"),
         ({**REAL, "namespace": "-x"}, "namespace", "namespace name"),
     ],
@@ -141,7 +176,9 @@ def test_an_editor_with_the_schema_accepts_every_valid_spec(document: dict | Pat
     {**REAL, "phasez": []}, {**REAL, "name": "Bad_Name"}, {**REAL, "mode": "fast"}, {**REAL, "phases": []},
     _with_phase(REAL, 0, duration="soon"), _with_phase(REAL, 0, replicas={"identify": "2"}),
     _with_phase(REAL, 0, replicas={"identfy": 2}), _with_phase(EMULATED, 1, factor=0),
-    _with_phase(EMULATED, 0, instances={"producer": 2}),
+    _with_phase(EMULATED, 0, instances={"producer": 2}), _with_phase(EMULATED, 1, in_flight=0),
+    _with_phase(EMULATED, 1, latency_bound={**BOUND, "factors": [1]}),
+    _with_phase(EMULATED, 1, latency_bound={**BOUND, "within": "soon"}),
 ])
 def test_an_editor_with_the_schema_flags_a_misshapen_spec(document: dict) -> None:
     import json

@@ -41,3 +41,32 @@ def test_metrics_follow_events_including_the_frame_queue() -> None:
     metrics.observe(Event(stage="broker_wait", wall_start_ns=0, wall_end_ns=1, compute_time_ms=0, consumer_lag=17,
                           **common))
     assert _value(metrics, "aitax_consumer_lag_records") == 17
+
+
+def test_a_stage_is_ready_for_its_probe_once_it_reports_ready_and_metrics_are_served_throughout(tmp_path) -> None:
+    import urllib.error
+    import urllib.request
+
+    from common.children import READY, SUMMARY, report
+
+    metrics = StageMetrics("identify")
+    port = metrics.serve("identify-test", port=0, scrape_targets=tmp_path)
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    try:
+        assert get("/ready") == (503, "starting\n")  # serving metrics, not yet work: its model still warming
+        status, body = get("/metrics")
+        assert status == 200 and "aitax_process_info" in body
+        report(SUMMARY, frames=1)  # another state changes nothing
+        assert get("/ready")[0] == 503
+        report(READY)
+        assert get("/ready") == (200, "ready\n")
+    finally:
+        metrics.close()
+    assert StageMetrics("identify").ready is False  # each process's own, from its own report

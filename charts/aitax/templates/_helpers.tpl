@@ -259,9 +259,11 @@ livenessProbe:
     port: metrics
   periodSeconds: {{ $p.liveness.periodSeconds }}
   failureThreshold: {{ $p.liveness.failureThreshold }}
+# Ready once the stage can work at speed (its model warm, its producer connected, its consumer holding partitions):
+# `helm install --wait` and an experiment's rollouts wait for that, as a local run waits for its processes.
 readinessProbe:
   httpGet:
-    path: /metrics
+    path: /ready
     port: metrics
   periodSeconds: {{ $p.readiness.periodSeconds }}
   failureThreshold: {{ $p.readiness.failureThreshold }}

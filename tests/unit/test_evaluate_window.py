@@ -1,0 +1,46 @@
+"""`aitax evaluate --warmup`: latency counts the faces scheduled after the warm-up that follows the first identity
+(a release's start-up and its backlog left out), accuracy every face; `--json` carries the window's quantiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.evaluate import Evaluation, after_warmup, measure_latency
+from tests.unit.results_builders import identity
+
+MS = 1_000_000
+
+
+def _faces() -> list:
+    """A backlog queued while identify loaded (scheduled 0-900 ms, all delivered at 5 s: 4.1-5 s each), then
+    steady faces every 100 ms from 5 s, each 50 ms end to end, one of them 400 ms."""
+    backlog = [identity(scheduled, 5000 - scheduled) for scheduled in range(0, 1000, 100)]
+    steady = [identity(scheduled, 400 if scheduled == 9000 else 50) for scheduled in range(5000, 15000, 100)]
+    return backlog + steady
+
+
+def test_the_warmup_leaves_out_the_backlog_and_start_up_by_schedule() -> None:
+    faces = _faces()
+    events = [{"stage": "identify", "wall_start_ns": ms * MS, "wall_end_ns": (ms + 40) * MS} for ms in (900, 7500)]
+    kept, kept_events = after_warmup(faces, events, 2.0)
+    # The first identity was delivered at 5,000 ms: faces scheduled from 7,000 ms on count.
+    assert [face.scheduled_ns // MS for face in kept] == list(range(7000, 15000, 100))
+    assert [event["wall_start_ns"] // MS for event in kept_events] == [7500]
+    assert after_warmup(faces, events, 0.0) == (faces, events)  # no warm-up: every face
+    assert after_warmup([], events, 2.0) == ([], events)
+
+
+def test_the_summary_holds_the_windows_end_to_end_quantiles() -> None:
+    whole, window = Evaluation(run_id="r"), Evaluation(run_id="r")
+    measure_latency(whole, _faces(), [])
+    measure_latency(window, *after_warmup(_faces(), [], 2.0), 2.0)
+    everything, steady = whole.summary()["end_to_end_ms"], window.summary()["end_to_end_ms"]
+    assert everything["faces"] == 110 and steady["faces"] == 80
+    assert everything["p99"] > 4000  # the backlog's seconds are in its tail
+    assert steady["p50"] == pytest.approx(50, rel=0.01) and steady["p90"] == pytest.approx(50, rel=0.01)
+    assert steady["max"] == pytest.approx(400, rel=0.01) and steady["mean"] == pytest.approx(50 + 350 / 80)
+    summary = window.summary()
+    assert json.loads(json.dumps(summary)) == summary and summary["warmup_s"] == 2.0
+    assert Evaluation(run_id="none").summary()["end_to_end_ms"] is None  # no face identified
