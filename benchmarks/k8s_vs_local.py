@@ -40,11 +40,12 @@ def local_side(seconds: float) -> dict:
     from pipeline.evaluate import DEMO_WARMUP_S, evaluate_run
     from pipeline.inputs import compose_video, enroll_gallery
     from pipeline.runtime import new_run_id
-    from stack.stack import resolve_bootstrap
+    from stack.stack import resolve_bootstrap, use_local_identity
     from telemetry.results import Driver, Workload
 
     aitax = str(Path(sys.executable).parent / "aitax")
     subprocess.run([aitax, "stack", "up"], check=True)
+    use_local_identity(None)  # the benchmark is the operator: the admin principal
     try:
         demo = aitax_home() / "demo"
         gallery, video = demo / "gallery.npz", demo / "video.mp4"

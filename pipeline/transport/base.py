@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 KAFKA_CLIENTS = ("confluent-kafka", "kafka-python")
-# Consumer fetches set for latency, the same on both clients: the brokers answer a fetch as soon as one byte is there
-# (a larger minimum would hold a lone face back), and an idle fetch waits at most this long before it is asked again
-# (it ends the moment a record arrives, so this costs no latency; shorter only adds idle requests).
+# Consumer fetches set for latency: the brokers answer a fetch as soon as one byte is there (a larger minimum would
+# hold a lone face back), and an idle fetch waits at most this long before it is asked again (it ends the moment a
+# record arrives, so this costs no latency; shorter only adds idle requests). kafka-python's own is shorter
+# (pipeline.transport.kafka_python: a fetch there can leave out the partition whose records arrive).
 FETCH_MIN_BYTES = 1
 FETCH_MAX_WAIT_MS = 500
 # A consumer that dies holds its partitions until its session times out: their faces wait that long. 10 s on both
