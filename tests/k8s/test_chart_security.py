@@ -91,7 +91,9 @@ def test_one_hook_job_alone_may_touch_secrets_and_runs_first() -> None:
     docs = render(CI_VALUES[0])
     role = _named(docs, "Role", "-issue-secrets")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}]
-    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    # The only cluster-scoped objects: the release's Prometheus's read of the kubelets' metrics (on by default)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")] \
+        == [("ClusterRole", "aitax-t-aitax-prometheus"), ("ClusterRoleBinding", "aitax-t-aitax-prometheus")]
     job = _named(docs, "Job", "-issue-secrets")
     hooks = {d["metadata"]["name"] + "/" + d["kind"]: d["metadata"].get("annotations", {}) for d in docs
              if "helm.sh/hook" in d["metadata"].get("annotations", {})}
@@ -180,5 +182,8 @@ def test_the_releases_prometheus_reads_only_its_targets_and_the_kubelets_metrics
     container = spec["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["env"] == [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
-    # Off by default: no Prometheus, and no cluster-scoped object at all.
-    assert not [d for d in render(CI_VALUES[0]) if d["metadata"]["name"].endswith("-prometheus")]
+    # On by default; off, no Prometheus and no cluster-scoped object at all.
+    assert _named(render(CI_VALUES[0]), "Deployment", "-prometheus")
+    off = render(CI_VALUES[0], sets=("prometheus.enabled=false",))
+    assert not [d for d in off if d["metadata"]["name"].endswith("-prometheus")]
+    assert not [d for d in off if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]

@@ -439,8 +439,9 @@ def test_network_policy_admits_only_pipeline_pods_to_the_brokers() -> None:
     assert client_label in sources
     assert [p["port"] for p in policy["spec"]["ingress"][1]["ports"]] == ["controller"]
     clients = [spec for spec in _pod_specs(docs) if spec["containers"][0]["name"] != "kafka"]
+    # The secrets Job talks to the API server only; Prometheus scrapes the brokers' metrics port, open to all
     workloads = [d for d in docs if d["kind"] in ("Deployment", "Job") and not d["metadata"]["name"].endswith(
-        "-issue-secrets")]  # it talks to the API server only
+        ("-issue-secrets", "-prometheus"))]
     labelled = [d for d in workloads if d["spec"]["template"]["metadata"]["labels"].items() >= client_label.items()]
     assert len(labelled) == len(workloads) and clients
     test_pod = _by_kind(docs, "Pod")[0]
