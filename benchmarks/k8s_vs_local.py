@@ -38,7 +38,7 @@ def local_side(seconds: float) -> dict:
     from common.paths import aitax_home
     from load.engine import REAL_DRAIN_S, run_local_pipeline
     from pipeline.evaluate import DEMO_WARMUP_S, evaluate_run
-    from pipeline.inputs import compose_video, enroll_gallery
+    from pipeline.inputs import demo_inputs
     from pipeline.runtime import new_run_id
     from stack.stack import resolve_bootstrap, use_local_identity
     from telemetry.results import Driver, Workload
@@ -47,14 +47,9 @@ def local_side(seconds: float) -> dict:
     subprocess.run([aitax, "stack", "up"], check=True)
     use_local_identity(None)  # the benchmark is the operator: the admin principal
     try:
-        demo = aitax_home() / "demo"
-        gallery, video = demo / "gallery.npz", demo / "video.mp4"
-        if not gallery.is_file():
-            enroll_gallery(None, gallery)
-        if not video.is_file():
-            compose_video(None, video, 60.0, 10.0, 7, augment="hard", strangers="packaged")
+        gallery, video = demo_inputs()
         run_id, bootstrap = new_run_id(), resolve_bootstrap(None)
-        events_dir = demo / "runs" / run_id
+        events_dir = aitax_home() / "demo" / "runs" / run_id
         workload = Workload(mode="real", producers=1, consumers=2, duration_s=seconds, video=str(video),
                             gallery=str(gallery), drain_s=REAL_DRAIN_S, ramp_up_s=DEMO_WARMUP_S)
         run_local_pipeline(workload, Driver(), run_id, bootstrap, events_dir)

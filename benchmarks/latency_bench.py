@@ -52,17 +52,11 @@ def row(label: str, result) -> str:
 
 
 def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
-    from common.paths import aitax_home
     from load.engine import REAL_DRAIN_S, run_local_pipeline
-    from pipeline.inputs import compose_video, enroll_gallery
+    from pipeline.inputs import demo_inputs
     from telemetry.results import Driver, Workload
 
-    demo = aitax_home() / "demo"
-    gallery, video = demo / "gallery.npz", demo / "video.mp4"
-    if not gallery.is_file():
-        enroll_gallery(None, gallery)
-    if not video.is_file():
-        compose_video(None, video, 60.0, 10.0, 7, augment="hard", strangers="packaged")
+    gallery, video = demo_inputs()
     points = [(f"real {n} stream(s), delay {delay:g} ms", n, Driver(max_queue_delay_ms=delay))
               for n in args.streams for delay in args.delays]
     points.append(("real 1 stream, kafka-python", 1, Driver(kafka_client="kafka-python")))

@@ -72,3 +72,17 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
         print(f"calibrated: {gallery.calibration.describe()}")
     save_gallery(gallery, out)
     print(f"wrote {out}")
+
+
+def demo_inputs() -> tuple[Path, Path]:
+    """The demo's gallery and hard 60 s video under .aitax/demo, made as `aitax demo` makes them when missing
+    (the benchmarks that run the demo's load reuse them)."""
+    from common.paths import aitax_home
+
+    folder = aitax_home() / "demo"
+    gallery, video = folder / "gallery.npz", folder / "video.mp4"
+    if not gallery.is_file():
+        enroll_gallery(None, gallery)
+    if not video.is_file():
+        compose_video(None, video, 60.0, 10.0, 7, augment="hard", strangers="packaged")
+    return gallery, video
