@@ -195,7 +195,8 @@ def run_demo(seconds: float, namespace: str = "aitax", release: str = "aitax", n
         raise UserError(f"no identities after {max(seconds, 600):.0f} s: kubectl --kubeconfig {cluster.kubeconfig} "
                         f"logs -n {namespace} deploy/{fullname(release)}-identify")
     log("== 5/5 score against ground truth (in an identify pod: the in-cluster Kafka and Elasticsearch)")
-    log(evaluate_in_pod(cluster, namespace, release, "--warmup", f"{DEMO_WARMUP_S:g}").rstrip())
+    window = ("--window", f"{seconds - DEMO_WARMUP_S:g}") if seconds > DEMO_WARMUP_S else ()
+    log(evaluate_in_pod(cluster, namespace, release, "--warmup", f"{DEMO_WARMUP_S:g}", *window).rstrip())
     log(f"k8s demo done in {time.monotonic() - started:.0f} s. The release keeps running; pods:")
     log(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip())
     log(f"remove it: {tool('helm')} --kubeconfig {cluster.kubeconfig} uninstall {release} -n {namespace}; "

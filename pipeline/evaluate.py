@@ -277,10 +277,11 @@ def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> 
 
 
 def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | None,
-                 size: tuple[int, int] = (960, 540), warmup_s: float = 0.0) -> Evaluation:
+                 size: tuple[int, int] = (960, 540), warmup_s: float = 0.0,
+                 window_s: float | None = None) -> Evaluation:
     """`events`: a JSONL folder or an Elasticsearch URL (default: the run's folder under .aitax/runs). Every face
     is scored; latency counts the faces scheduled `warmup_s` or more after the first identity was delivered (a
-    release's start-up, its backlog from before identify was ready, left out)."""
+    release's start-up, its backlog from before identify was ready, left out), for `window_s` when given."""
     from common.paths import aitax_home
     from pipeline.transport.readback import read_identities
     from telemetry.report_sources import load_events
@@ -306,19 +307,23 @@ def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | 
     evaluation.identified = len(identified)
     evaluation.thumbnails = sum(1 for event in identified if event.get("data_size_bytes"))
     evaluation.duplicates = duplicates
-    measure_latency(evaluation, *after_warmup(identities, events, warmup_s), warmup_s)
+    measure_latency(evaluation, *after_warmup(identities, events, warmup_s, window_s), warmup_s)
     return evaluation
 
 
-def after_warmup(identities: list[IdentityMessage], events: list[dict], warmup_s: float
-                 ) -> tuple[list[IdentityMessage], list[dict]]:
-    """The faces scheduled `warmup_s` or more after the first identity was delivered, and the events that began
-    then: a release's start-up, and the backlog queued before identify was ready, left out."""
-    if not warmup_s or not identities:
+def after_warmup(identities: list[IdentityMessage], events: list[dict], warmup_s: float,
+                 window_s: float | None = None) -> tuple[list[IdentityMessage], list[dict]]:
+    """The faces scheduled `warmup_s` or more after the first identity was delivered (for `window_s`, when given),
+    and the stage events of their frames: a release's start-up, and the backlog queued before identify was ready,
+    left out; a release that keeps running measured over a window of its own."""
+    if not (warmup_s or window_s) or not identities:
         return identities, events
     since_ns = min(identity.delivered_ns for identity in identities) + round(warmup_s * 1e9)
-    return ([identity for identity in identities if identity.scheduled_ns >= since_ns],
-            [event for event in events if event["wall_start_ns"] >= since_ns])
+    until_ns = None if window_s is None else since_ns + round(window_s * 1e9)
+    kept = [identity for identity in identities
+            if identity.scheduled_ns >= since_ns and (until_ns is None or identity.scheduled_ns < until_ns)]
+    frames = {(identity.stream_id, identity.frame_index) for identity in kept}
+    return kept, [event for event in events if (event["stream_id"], event["frame_index"]) in frames]
 
 
 def measure_latency(evaluation: Evaluation, identities: list[IdentityMessage], events: list[dict],

@@ -631,15 +631,18 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
 @click.option("--warmup", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="latency counts only the faces scheduled this long after the first identity (a release's "
                    "start-up and the backlog from before identify was ready left out); accuracy counts every face")
+@click.option("--window", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="latency counts only the faces scheduled within this long after the warm-up (a release that keeps "
+                   "running; default: every later face)")
 @click.option("--json", "as_json", is_flag=True, help="then one JSON line: accuracy and end to end's quantiles")
 def evaluate(video: Path, run_id: str, events: str | None, bootstrap: str | None, det: Path | None, warmup: float,
-             as_json: bool) -> int:
+             window: float | None, as_json: bool) -> int:
     import json
 
     from pipeline.evaluate import evaluate_run, plot_det, print_evaluation
     from stack.stack import resolve_bootstrap
 
-    result = evaluate_run(video, run_id, resolve_bootstrap(bootstrap), events, warmup_s=warmup)
+    result = evaluate_run(video, run_id, resolve_bootstrap(bootstrap), events, warmup_s=warmup, window_s=window)
     print_evaluation(result)
     if as_json:
         print(json.dumps(result.summary()), flush=True)

@@ -23,6 +23,7 @@ ADMIN_MOUNT = "/etc/aitax/identity"  # the admin identity in the rebalance Job (
 RUN_ID_ENV = "AITAX_RUN_ID"
 FACTOR_ENV = "AITAX_ACCELERATION_FACTOR"
 IN_FLIGHT_ENV = "AITAX_IN_FLIGHT"  # emulate-producers' --in-flight: a closed loop
+CONSUMER_STAGES = ("identify", "emulate-consumers", "detect", "emulate-detectors", "detect-objects")
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 API_TIMEOUT_S = 10
@@ -175,8 +176,11 @@ class KubernetesCluster:
             pending = "; ".join(f"{w}: {states[w.stage].ready}/{states[w.stage].desired} ready, "
                                 f"{states[w.stage].updated} updated, {states[w.stage].current} running"
                                 for w in workloads if not states[w.stage].done)
+            consumers = [w for w in workloads if not states[w.stage].done and w.stage in CONSUMER_STAGES]
+            hint = (" A consumer pod is ready once each of its instances holds partitions: the faces topic needs at "
+                    "least (pods + the rollout's surge pods) x instances partitions." if consumers else "")
             raise UserError(f"rollout not finished after {timeout_s:.0f} s: {pending} "
-                            f"(see `kubectl -n {self.namespace} get pods` and their events)")
+                            f"(see `kubectl -n {self.namespace} get pods` and their events).{hint}")
         return {stage: s.ready for stage, s in states.items()}
 
     def rebalance_job(self, release: str, kafka: Scaled, brokers: int, timeout_s: float) -> dict[str, Any]:

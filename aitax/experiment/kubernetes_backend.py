@@ -83,6 +83,10 @@ class KubernetesBackend:
                                     f"least 1 pod of each stage (the release has {scaled.original_replicas})")
         if self.spec.mode == "emulated":
             self.offered_per_producer = self._release_profile().offered_faces_per_s(1, 1.0)
+            closed = next((i for i, phase in enumerate(self.spec.phases) if phase.in_flight), None)
+            if closed is not None and self.producers.arg("--stages", "2") == "3":
+                raise UserError(f"{self.spec.source}: phases[{closed}].in_flight: a closed loop runs two stages, "
+                                f"but release {self.spec.release} runs three (its stages: 3)")
             for index, phase in enumerate(self.spec.phases):
                 for key, scaled in (("producers", self.producers), ("consumers", self.consumers)):
                     running = int(scaled.arg("--instances", "1"))

@@ -156,6 +156,8 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
          "ingestDetect.cameras: cameras are read by ingest-detect: two stages, Face Recognition"),
         (("workload=object-detection", "stages=3"),
          "stages: 3: object-detection has two stages (ingest, then detect-objects)"),
+        (("mode=emulated", "stages=3", "emulator.producers.inFlight=2"),
+         "emulator.producers.inFlight: a closed loop runs two stages, not stages: 3"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:

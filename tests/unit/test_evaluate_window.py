@@ -1,9 +1,11 @@
 """`aitax evaluate --warmup`: latency counts the faces scheduled after the warm-up that follows the first identity
-(a release's start-up and its backlog left out), accuracy every face; `--json` carries the window's quantiles."""
+(a release's start-up and its backlog left out), within `--window` when given, accuracy every face; `--json` carries
+the window's quantiles."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,19 +17,28 @@ MS = 1_000_000
 
 def _faces() -> list:
     """A backlog queued while identify loaded (scheduled 0-900 ms, all delivered at 5 s: 4.1-5 s each), then
-    steady faces every 100 ms from 5 s, each 50 ms end to end, one of them 400 ms."""
+    steady faces every 100 ms from 5 s, each 50 ms end to end, one of them 400 ms; one face a frame."""
     backlog = [identity(scheduled, 5000 - scheduled) for scheduled in range(0, 1000, 100)]
     steady = [identity(scheduled, 400 if scheduled == 9000 else 50) for scheduled in range(5000, 15000, 100)]
-    return backlog + steady
+    return [replace(face, frame_index=face.scheduled_ns // (100 * MS)) for face in backlog + steady]
 
 
-def test_the_warmup_leaves_out_the_backlog_and_start_up_by_schedule() -> None:
+def _event(frame_index: int) -> dict:
+    return {"stage": "identify", "stream_id": "s", "frame_index": frame_index, "wall_start_ns": frame_index * 100 * MS,
+            "wall_end_ns": (frame_index * 100 + 40) * MS}
+
+
+def test_the_warmup_leaves_out_the_backlog_and_start_up_by_schedule_and_the_window_bounds_it() -> None:
     faces = _faces()
-    events = [{"stage": "identify", "wall_start_ns": ms * MS, "wall_end_ns": (ms + 40) * MS} for ms in (900, 7500)]
+    # Frame 5's face was scheduled in the backlog, its identify event began after the warm-up: it goes with its face.
+    events = [_event(5), _event(75), _event(120)]
     kept, kept_events = after_warmup(faces, events, 2.0)
     # The first identity was delivered at 5,000 ms: faces scheduled from 7,000 ms on count.
     assert [face.scheduled_ns // MS for face in kept] == list(range(7000, 15000, 100))
-    assert [event["wall_start_ns"] // MS for event in kept_events] == [7500]
+    assert [event["frame_index"] for event in kept_events] == [75, 120]
+    windowed, windowed_events = after_warmup(faces, events, 2.0, window_s=4.0)  # 7,000 to 11,000 ms
+    assert [face.scheduled_ns // MS for face in windowed] == list(range(7000, 11000, 100))
+    assert [event["frame_index"] for event in windowed_events] == [75]
     assert after_warmup(faces, events, 0.0) == (faces, events)  # no warm-up: every face
     assert after_warmup([], events, 2.0) == ([], events)
 

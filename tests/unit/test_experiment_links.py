@@ -85,3 +85,4 @@ def test_links_are_unshaped_while_the_brokers_move_and_shaped_again_after() -> N
     phase_backend._place_brokers(5, PhaseLinks(SLOW, "brokers"))
     assert moves == [5]
     assert {name for name, shape in nodes.applied[5:] if shape == SLOW} == {f"aitax-node-{i}" for i in range(5)}
+
