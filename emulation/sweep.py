@@ -26,7 +26,7 @@ from pipeline.schema import DEFAULT_KEYING, Topics
 from stack import kafka
 from stack.config import StackConfig
 from telemetry.latency import batch_size_p50
-from telemetry.quantiles import DEFAULT_QUANTILES, min_samples
+from telemetry.quantiles import DEFAULT_QUANTILES, window_for
 from telemetry.results import (
     Driver,
     Resources,
@@ -230,7 +230,7 @@ def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, o
     run_id = sweep.run_id
 
     def holds(factor: float) -> bool:
-        needed_s = min_samples(spec.latency_bound_quantile) / spec.offered_faces_per_s(factor) * 1.1
+        needed_s = window_for(spec.latency_bound_quantile, spec.offered_faces_per_s(factor))
         probe = replace(spec, duration_s=max(spec.duration_s, spec.ramp_up_s + spec.ramp_down_s + needed_s))
         runs = []
         for repeat in range(1, spec.repeats + 1):

@@ -13,6 +13,12 @@ def min_samples(quantile: float) -> int:
     return math.ceil(10 / (1 - quantile) - 1e-9)
 
 
+def window_for(quantile: float, faces_per_s: float) -> float:
+    """Seconds a window at `faces_per_s` takes to hold the samples `quantile` needs, with a tenth to spare (a
+    latency-bound search's probe runs at least this long)."""
+    return min_samples(quantile) / faces_per_s * 1.1
+
+
 def quantile_key(quantile: float) -> str:
     """0.999 -> "p99.9": how quantiles are named in results and tables."""
     return f"p{quantile * 100:g}"

@@ -40,7 +40,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from cluster.links import LinkShape, parse_rate
 from common.errors import UserError
-from telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key
+from telemetry.quantiles import DEFAULT_QUANTILES, quantile_key, window_for
 from telemetry.results import Workload
 
 MODES = ("real", "emulated")
@@ -273,7 +273,7 @@ class Phase:
         offered = None if self.in_flight else faces_per_stream_s * producers * factor
         duration_s, bound = self.duration_s, {}
         if self.search is not None and offered:
-            duration_s = max(duration_s, min_samples(self.search.quantile) / offered * 1.1)
+            duration_s = max(duration_s, window_for(self.search.quantile, offered))
             bound = {"latency_bound_ms": self.search.within_ms, "latency_bound_quantile": self.search.quantile,
                      "quantiles": sorted({*DEFAULT_QUANTILES, self.search.quantile})}
         workload = Workload(mode="emulated", producers=producers, consumers=pods["consumers"] * instances["consumers"],
