@@ -7,7 +7,7 @@ unstable, or with a resource past 85%). Target: within one factor step on every 
 
     .venv/bin/python benchmarks/knee_planner_bench.py [--fed designs/paper.yaml] \
         [--designs designs/paper-2-drives.yaml,designs/paper-hdd.yaml,designs/paper-purpose-built.yaml] \
-        [--reuse-fed RESULTS.json] [--out .aitax/knee-bench]
+        [--reuse-fed RESULTS.json] [--out .aitax/knee-bench] [--reuse]
 
 Leaves the last design's stack running. Not a test: the machine is shared, and a run takes about 6 min a design.
 """
@@ -44,16 +44,57 @@ def main() -> int:
     parser.add_argument("--designs", default=DEFAULT_DESIGNS)
     parser.add_argument("--reuse-fed", type=Path, help="the fed design's sweep, already measured")
     parser.add_argument("--out", type=Path, default=Path(".aitax/knee-bench"))
+    parser.add_argument("--reuse", action="store_true", help="take each sweep already in --out instead of running it")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     designs = [Path(d) for d in args.designs.split(",")]
-    fed = args.reuse_fed or sweep_on(args.fed, args.out)
-    measured = {design: sweep_on(design, args.out) for design in designs}
+    def sweep(design: Path) -> Path:
+        done = args.out / f"{design.stem}.json"
+        return done if args.reuse and done.exists() else sweep_on(design, args.out)
+
+    fed = args.reuse_fed or sweep(args.fed)
+    measured = {design: sweep(design) for design in designs}
     for design, results in measured.items():
         print(f"\n== {design} (fed: {args.fed}) ==", flush=True)
         subprocess.run([*AITAX, "plan-knee", "--from-emulation", str(fed), "--design", str(design),
                         "--compare", str(results)], check=True)
+    print_table(fed, measured)
     return 0
+
+
+def print_table(fed: Path, measured: dict[Path, Path]) -> None:
+    """The README's table: each design's predicted knees beside its measured one."""
+    from stack.design import load_design
+    from tco.knee import (
+        face_costs,
+        measured_knee,
+        point_seconds,
+        predict,
+        predicted_knee,
+        predicted_sweep_knee,
+        read_sweep,
+        within_one_step,
+    )
+    from telemetry.results import SweepResult, read_results
+
+    costs = face_costs(read_sweep(fed))
+    print(f"\nfed: {fed} (per face, read at {costs.read_at})\n")
+    print("| design | steady state: predicted knee | sweep: predicted knee | sweep: measured knee | within a step |")
+    print("|---|---|---|---|---|")
+    for design_file, results in measured.items():
+        design, sweep = load_design(design_file), read_results(results, SweepResult)
+        factors = sorted({run.workload.factor for run in sweep.runs} | set(sweep.skipped_factors))
+        predictions = predict(costs, design.testbed(), design.brokers, design.broker.drives.count, factors,
+                              point_seconds(sweep) if sweep.runs else 60.0)
+        steady, in_sweep, actual = predicted_knee(predictions), predicted_sweep_knee(predictions), measured_knee(sweep)
+        held = within_one_step(None if in_sweep is None else in_sweep.factor, actual, factors)
+        print(f"| {design.name} | {_knee(steady and steady.factor, steady and steady.busiest[0])} | "
+              f"{_knee(in_sweep and in_sweep.factor, in_sweep and in_sweep.breaks_point)} | "
+              f"{_knee(actual, None)} | {'yes' if held else 'NO'} |")
+
+
+def _knee(factor: float | None, why: str | None) -> str:
+    return "none" if factor is None else f"{factor:g}x" + (f" ({why})" if why else "")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,8 @@ class Usage:
     role_cpu_cores: dict[str, float] = field(default_factory=dict)
     devices: dict[str, DeviceUsage] = field(default_factory=dict)  # under the brokers' log dirs
     broker_devices: dict[int, list[str]] = field(default_factory=dict)
+    device_nodes: dict[str, str] = field(default_factory=dict)  # a cluster's: the node each device is on
+    device_write_capacity: dict[str, float] = field(default_factory=dict)  # calibrated sequential write, bytes/s
     machine_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     broker_cpu_quota_cores: float | None = None  # a testbed's slice per broker
     client_cpu_quota_cores: float | None = None  # ... and the load's
@@ -223,6 +225,8 @@ class Sampler:
         declared = (testbed.drive_bytes_per_s or None) if testbed else None  # 0: the machine's own disk
         usage = usage_between(window[0], window[-1], declared)
         usage.broker_devices = {node: [d.name for d in devices] for node, devices in self.broker_devices.items()}
+        usage.device_write_capacity = {name: entry["write_bytes_per_s"] for name, entry in calibration.load().items()
+                                       if name in usage.devices}
         if testbed is not None:
             usage.broker_cpu_quota_cores = testbed.broker_cpu_cores
             usage.client_cpu_quota_cores = testbed.client_cpu_cores
@@ -239,12 +243,12 @@ class Sampler:
 
 def storage_devices(usage: Usage) -> list[StorageDevice]:
     """Each device under the log dirs, with the brokers it serves and its share of its calibrated write rate."""
-    capacities = calibration.load()
     rows = []
     for name, device in usage.devices.items():
-        capacity = capacities.get(name, {}).get("write_bytes_per_s")
+        capacity = usage.device_write_capacity.get(name)
         rows.append(StorageDevice(
-            device=name, brokers=sorted(n for n, names in usage.broker_devices.items() if name in names),
+            device=device.device, node=usage.device_nodes.get(name),
+            brokers=sorted(n for n, names in usage.broker_devices.items() if name in names),
             write_bytes_per_s=device.write_bytes_per_s, read_bytes_per_s=device.read_bytes_per_s,
             write_iops=device.write_iops, read_iops=device.read_iops, busy_share=device.busy_share,
             utilisation=device.utilisation, declared_bytes_per_s=device.rate_limit_bytes_per_s,

@@ -15,13 +15,26 @@ with R the faces/s the sweep offers at that factor. The predicted knee is the fi
 a broker's partitions over its log dirs, so a broker's writes divide among its drives; RF 3 copies every face to
 three brokers whatever their number, so the brokers' total per face stays.
 
+That is the steady state: a drive takes every byte its broker appends. Two knees are predicted from it:
+
+- **in steady state**, the first factor where a resource passes 85%, storage included: where a design breaks when
+  the load lasts;
+- **in the sweep**, the knee a sweep of short points measures (`make emulate-design`: a minute a point, each
+  point's topics deleted at its end). There the page cache hides a saturated drive: the kernel writes a dirty page
+  back only once it is `dirty_expire` old, or at the drive's rate once the backlog passes the background
+  threshold, and writers wait only past the midpoint of the background and hard limits (`balance_dirty_pages`'
+  freerun). A point's backlog starts clean (deleting its topics drops what was not yet written) and grows by
+  what the drive could not take; storage breaks the point when that backlog reaches the freerun within it. The
+  other resources break a point as in steady state.
+
 Assumed, and what a validation tests: per-face costs do not change with the load (batching lowers them as the
-load grows, so a cost read below the knee over-predicts at higher loads), and the page cache absorbs nothing in
-steady state (a drive takes every byte its broker appends).
+load grows, so a cost read below the knee over-predicts at higher loads).
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +44,8 @@ from stack.config import Testbed
 from telemetry.results import RunResult, SweepResult, read_results
 
 BITS_PER_BYTE = 8
+STORAGE = "broker storage"
+VM = Path("/proc/sys/vm")
 
 
 @dataclass(frozen=True)
@@ -46,14 +61,71 @@ class FaceCosts:
 
 
 @dataclass(frozen=True)
+class PageCache:
+    """A drive's part of the page cache as the kernel writes it back: its dirty budget (a testbed's bdi
+    `max_bytes`), the background threshold's share of it, and how old a page must be to go below that."""
+
+    dirty_bytes: float
+    background_share: float = 0.5  # vm.dirty_background_ratio / vm.dirty_ratio (10 / 20 by default)
+    expire_s: float = 30.0  # vm.dirty_expire_centisecs / 100
+
+    @classmethod
+    def of_this_machine(cls, dirty_bytes: float, vm: Path = VM) -> PageCache:
+        ratio = int((vm / "dirty_ratio").read_text()) or 20
+        return cls(dirty_bytes, int((vm / "dirty_background_ratio").read_text()) / ratio,
+                   int((vm / "dirty_expire_centisecs").read_text()) / 100)
+
+    @property
+    def freerun_bytes(self) -> float:
+        """Past this backlog the brokers' writes start to wait (midway between the background and hard limits)."""
+        return self.dirty_bytes * (1 + self.background_share) / 2
+
+
+def point_backlog(append_bytes_per_s: float, drive_bytes_per_s: float, seconds: float, cache: PageCache) -> float:
+    """The most dirty bytes a drive holds during a point of `seconds` that began with a clean cache, second by
+    second: below the background threshold only expired pages are written, above it the oldest, at the drive's
+    rate."""
+    dirty: deque[float] = deque()  # bytes appended each second and not yet written, oldest first
+    backlog = peak = 0.0
+    for _ in range(math.ceil(seconds)):
+        dirty.append(append_bytes_per_s)
+        backlog += append_bytes_per_s
+        expired = sum(list(dirty)[:max(0, len(dirty) - math.ceil(cache.expire_s))])
+        budget = min(drive_bytes_per_s, backlog if backlog > cache.dirty_bytes * cache.background_share else expired)
+        backlog -= budget
+        while budget > 0 and dirty:
+            taken = min(budget, dirty[0])
+            budget -= taken
+            if taken < dirty[0]:
+                dirty[0] -= taken
+            else:
+                dirty.popleft()
+        peak = max(peak, backlog)
+    return peak
+
+
+@dataclass(frozen=True)
 class Prediction:
     factor: float
     offered_faces_per_s: float
-    utilisation: dict[str, float]  # resource -> share of its capacity
+    utilisation: dict[str, float]  # resource -> share of its capacity, in steady state
+    page_cache: float | None = None  # a sweep point's peak backlog, as a share of its drive's freerun
 
     @property
     def busiest(self) -> tuple[str, float]:
         return max(self.utilisation.items(), key=lambda item: item[1])
+
+    @property
+    def breaks_point(self) -> str | None:
+        """What breaks a sweep's point of this factor: a resource other than storage past 85%, or the drive's
+        backlog past its freerun within the point (None: the point holds)."""
+        others = {name: used for name, used in self.utilisation.items() if name != STORAGE}
+        name, used = max(others.items(), key=lambda item: item[1])
+        if used >= SATURATION:
+            return f"{name} at {used:.0%}"
+        if self.page_cache is not None and self.page_cache >= 1:
+            return f"{STORAGE}: its page cache fills within the point ({self.utilisation[STORAGE]:.0%} of the drive)"
+        return None
 
 
 def read_sweep(path: Path) -> SweepResult:
@@ -85,8 +157,12 @@ def _costs(run: RunResult) -> FaceCosts:
         read_at=f"{run.workload.factor:g}x: {rate:.0f} faces/s")
 
 
-def predict(costs: FaceCosts, testbed: Testbed, brokers: int, drives_per_broker: int,
-            factors: list[float]) -> list[Prediction]:
+def predict(costs: FaceCosts, testbed: Testbed, brokers: int, drives_per_broker: int, factors: list[float],
+            point_s: float | None = None, cache: PageCache | None = None) -> list[Prediction]:
+    """Each resource's steady-state utilisation per factor; with `point_s`, also each drive's backlog within a sweep
+    point of that length (`cache`: the drive's page cache, by default the testbed's budget on this kernel)."""
+    if point_s and testbed.drive_bytes_per_s and cache is None:
+        cache = PageCache.of_this_machine(testbed.dirty_bytes_per_drive)
     predictions = []
     for factor in factors:
         rate = costs.offered_per_factor * factor
@@ -95,16 +171,31 @@ def predict(costs: FaceCosts, testbed: Testbed, brokers: int, drives_per_broker:
             "the load's CPU slice": costs.load_cpu_s * rate / testbed.client_cpu_cores,
             "the brokers' links": costs.network_bytes * rate / brokers / (testbed.link_mbit * 1e6 / BITS_PER_BYTE),
         }
+        backlog = None
         if testbed.drive_bytes_per_s:
-            utilisation["broker storage"] = (costs.broker_write_bytes * rate / brokers
-                                             / (drives_per_broker * testbed.drive_bytes_per_s))
-        predictions.append(Prediction(factor, rate, utilisation))
+            append = costs.broker_write_bytes * rate / brokers / drives_per_broker
+            utilisation[STORAGE] = append / testbed.drive_bytes_per_s
+            if point_s and cache is not None:
+                backlog = point_backlog(append, testbed.drive_bytes_per_s, point_s, cache) / cache.freerun_bytes
+        predictions.append(Prediction(factor, rate, utilisation, backlog))
     return predictions
 
 
 def predicted_knee(predictions: list[Prediction]) -> Prediction | None:
-    """The first factor where a resource passes the verdict's saturation (None: none within the factors)."""
+    """The steady state's: the first factor where a resource passes the verdict's saturation (None: none within
+    the factors)."""
     return next((p for p in predictions if p.busiest[1] >= SATURATION), None)
+
+
+def predicted_sweep_knee(predictions: list[Prediction]) -> Prediction | None:
+    """A sweep of short points': the first factor whose point breaks (`Prediction.breaks_point`)."""
+    return next((p for p in predictions if p.breaks_point is not None), None)
+
+
+def point_seconds(sweep: SweepResult) -> float:
+    """How long a point of the sweep offers load: its ramp-up, window and ramp-down."""
+    workload = sweep.runs[0].workload
+    return workload.ramp_up_s + workload.duration_s + workload.ramp_down_s
 
 
 def measured_knee(sweep: SweepResult) -> float | None:

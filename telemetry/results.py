@@ -180,6 +180,7 @@ class StorageDevice(_Model):
     """One block device under the brokers' log dirs over the window, as the block layer counted it."""
 
     device: str  # e.g. vda, loop2
+    node: str | None = None  # on a cluster, the node it is on (read there by the broker's disk meter)
     brokers: list[int]  # whose log dirs it holds (all of them where the brokers share the machine's disk)
     write_bytes_per_s: float
     read_bytes_per_s: float

@@ -222,15 +222,7 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
 @click.option("--compare", type=FILE, metavar="RESULTS.json", help="a sweep measured on DESIGN, to check against")
 def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
     from stack.design import load_design
-    from tco.knee import (
-        face_costs,
-        first_saturated,
-        measured_knee,
-        predict,
-        predicted_knee,
-        read_sweep,
-        within_one_step,
-    )
+    from tco.knee import face_costs, point_seconds, predict, read_sweep
     from telemetry.results import SweepResult, read_results
 
     sweep = read_sweep(fed)
@@ -241,26 +233,48 @@ def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
     measured = read_results(compare, SweepResult) if compare else None  # a design that broke at once has no runs
     if measured is not None:
         factors = sorted({*factors, *(run.workload.factor for run in measured.runs), *measured.skipped_factors})
+    point_s = point_seconds(measured if measured is not None and measured.runs else sweep)
     print(f"per face, read at {costs.read_at} of {fed}: brokers {costs.broker_cpu_s * 1e3:.2f} CPU-ms, "
           f"{costs.broker_write_bytes / 1e3:.0f} kB appended, {costs.network_bytes / 1e3:.0f} kB on the wire; "
           f"the load {costs.load_cpu_s * 1e3:.2f} CPU-ms")
-    predictions = predict(costs, testbed, declared.brokers, declared.broker.drives.count, factors)
+    predictions = predict(costs, testbed, declared.brokers, declared.broker.drives.count, factors, point_s)
+    print(f"{declared.name} at 1/{testbed.scale:g}, predicted utilisation in steady state"
+          + (f", and each drive's backlog in a {point_s:.0f} s point against its freerun "
+             f"(page cache {testbed.dirty_bytes_per_drive / 2**20:.0f} MiB a drive)" if testbed.drive_bytes_per_s
+             else "") + ":")
+    _print_predictions(predictions)
+    _print_knees(predictions, measured, compare, factors, point_s)
+    return 0
+
+
+def _print_predictions(predictions: list) -> None:
     names = list(predictions[0].utilisation)
-    print(f"{declared.name} at 1/{testbed.scale:g}, predicted utilisation:")
-    print(f"{'factor':>8}{'faces/s':>9}" + "".join(f"{name:>26}" for name in names))
+    cache = predictions[0].page_cache is not None
+    print(f"{'factor':>8}{'faces/s':>9}" + "".join(f"{name:>26}" for name in names)
+          + (f"{'backlog/freerun':>17}" if cache else ""))
     for prediction in predictions:
         print(f"{prediction.factor:>7g}x{prediction.offered_faces_per_s:>9.0f}"
-              + "".join(f"{prediction.utilisation[name]:>26.0%}" for name in names))
-    knee = predicted_knee(predictions)
-    print("predicted knee: " + ("none within the factors" if knee is None else
-                                f"{knee.factor:g}x ({knee.offered_faces_per_s:.0f} faces/s), "
-                                f"{knee.busiest[0]} at {knee.busiest[1]:.0%}"))
-    if measured is not None:
-        actual = measured_knee(measured)
-        held = within_one_step(None if knee is None else knee.factor, actual, factors)
-        print(f"measured knee: {'none within the factors' if actual is None else f'{actual:g}x'} ({compare}); "
-              f"the prediction {'is' if held else 'is NOT'} within one factor step")
-        saturated = first_saturated(measured)
-        print("first resource measured past 85%: " + ("none" if saturated is None
-                                                       else f"at {saturated[0]:g}x, {saturated[1]}"))
-    return 0
+              + "".join(f"{prediction.utilisation[name]:>26.0%}" for name in names)
+              + (f"{prediction.page_cache:>17.0%}" if cache else ""))
+
+
+def _print_knees(predictions: list, measured, compare: Path | None, factors: list[float], point_s: float) -> None:
+    """The steady state's knee, the sweep's, and with a measured sweep its knee beside the sweep's prediction."""
+    from tco.knee import first_saturated, measured_knee, predicted_knee, predicted_sweep_knee, within_one_step
+
+    steady, in_sweep = predicted_knee(predictions), predicted_sweep_knee(predictions)
+    print("predicted knee in steady state: " + ("none within the factors" if steady is None else
+                                                f"{steady.factor:g}x ({steady.offered_faces_per_s:.0f} faces/s), "
+                                                f"{steady.busiest[0]} at {steady.busiest[1]:.0%}"))
+    print(f"predicted knee in a sweep of {point_s:.0f} s points: "
+          + ("none within the factors" if in_sweep is None else
+             f"{in_sweep.factor:g}x ({in_sweep.offered_faces_per_s:.0f} faces/s), {in_sweep.breaks_point}"))
+    if measured is None:
+        return
+    actual = measured_knee(measured)
+    held = within_one_step(None if in_sweep is None else in_sweep.factor, actual, factors)
+    print(f"measured knee: {'none within the factors' if actual is None else f'{actual:g}x'} ({compare}); "
+          f"the sweep's prediction {'is' if held else 'is NOT'} within one factor step")
+    saturated = first_saturated(measured)
+    print("first resource measured past 85%: " + ("none" if saturated is None
+                                                   else f"at {saturated[0]:g}x, {saturated[1]}"))

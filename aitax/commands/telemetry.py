@@ -1,5 +1,5 @@
-"""Telemetry commands: the AI-tax report, the live dashboard, the Kibana saved-objects import, and the event spools'
-replay."""
+"""Telemetry commands: the AI-tax report, the live dashboard, the Kibana saved-objects import, the event spools'
+replay, and the meter of a broker's drives."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from telemetry.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
 
 
 def register(root: click.Group) -> None:
-    for command in (report, dashboard, grafana, kibana, events):
+    for command in (report, dashboard, grafana, kibana, events, disk_meter):
         root.add_command(command)
 
 
@@ -196,4 +196,36 @@ def replay(es: str | None, spool_dir: Path | None) -> int:
     url = es or local_elasticsearch_url()
     spool_dir = spool_dir or aitax_home() / "spool"
     print(f"replayed {replay_spools(url, spool_dir)} event(s) from {spool_dir}")
+    return 0
+
+
+@click.command("disk-meter",
+               short_help="serve the block-layer counters of the devices under log dirs (beside brokers)")
+@click.option("--log-dir", "log_dirs", multiple=True, required=True,
+              type=click.Path(file_okay=False, path_type=Path), help="a broker log dir (repeat for each)")
+@click.option("--node", envvar="NODE_NAME", default="local", show_default=True,
+              help="the node's name, a label on every series (in a pod: from the downward API)")
+@click.option("--port", type=int, default=9405, show_default=True)
+@click.option("--host", default="0.0.0.0", show_default=True, help="address to listen on")
+@click.option("--calibrate/--no-calibrate", default=False, show_default=True,
+              help="first measure each device's sequential write (3 s of O_DIRECT writes into its log dir; needs "
+                   "the dir writable), served as its capacity")
+def disk_meter(log_dirs: tuple[Path, ...], node: str, port: int, host: str, calibrate: bool) -> int:
+    """Serve, for Prometheus, the block-layer counters of each device under the log dirs: bytes, I/Os and busy
+    time, read from /sys at each scrape (no privilege needed). A cluster's experiment phases read their brokers'
+    storage from these, per node."""
+    import signal
+    import sys
+    import threading
+
+    from stack.calibration import measure_write
+    from telemetry.disk_meter import DiskCollector, devices_under, serve
+
+    devices = devices_under(log_dirs)
+    capacity = {device.name: measure_write(Path(dirs[0])) for device, dirs in devices.items()} if calibrate else {}
+    port = serve(DiskCollector(node, devices, capacity), port, host)
+    for device, dirs in devices.items():
+        print(f"metering {device.name} ({device.number}) under {', '.join(dirs)} on :{port}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1 in a container ignores SIGTERM otherwise
+    threading.Event().wait()
     return 0

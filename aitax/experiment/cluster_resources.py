@@ -11,6 +11,10 @@ needs no route into the cluster.
   partitions, and produce / fetch p99. The kubelet here (containerd, cgroup v1) gives cAdvisor only pod-level
   cgroups, with CPU and memory and no network or filesystem bytes, and the release's Prometheus reads its own
   node's kubelet only: the brokers' own counters stand in for those, on any cluster and node alike.
+- Each node's block devices under the brokers' log dirs, from the disk meter beside each broker (chart value
+  `kafka.diskMeter`): bytes, I/Os and busy time at the block layer (iostat's %util), as the local sampler reads the
+  machine's; named `<device>@<node>`, with the brokers each serves. The log-append meters above still give what the
+  brokers wrote to their logs (the planner's bytes per face), before the page cache.
 - Each broker's link, where `aitax cluster` shapes it: the busier way (client and replication bytes in, or out) as
   a share of the rate. Payload only: the wire carries a few per cent more (docs/kubernetes.md, link_bench).
 - The machine: its CPU busy share (cAdvisor's root cgroup over the machine's cores).
@@ -24,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.block_devices import DeviceUsage
 from common.errors import UserError
 from load.resources import Usage
 
@@ -105,6 +110,7 @@ class ClusterResources:
             setattr(usage, field, max(per_broker(
                 f'max by (pod) (kafka_network_request_total_time_ms{{{kafka},quantile="0.99",request="{request}"}})'
             ).values(), default=0.0))
+        self._devices(usage, at, kafka, window)
         # The machine: every node of `aitax cluster` is a namespace on it, and each kubelet reports it whole.
         busy = self.query(f'max(rate(container_cpu_usage_seconds_total{{id="/"}}[{cadvisor_window}])) '
                           f'/ max(machine_cpu_cores)', at)
@@ -117,6 +123,30 @@ class ClusterResources:
                               f"max_over_time(aitax_process_info{{{pods}}}[{window}]))", at)
             usage.role_cpu_cores[role] = used[0][1] if used else 0.0
         return usage
+
+
+    def _devices(self, usage: Usage, at: float, kafka: str, window: str) -> None:
+        """Each node's devices under the brokers' log dirs, from the brokers' disk meters (`aitax disk-meter`): a
+        device is `<device>@<node>`; two brokers on one node and device read it once."""
+        rates: dict[str, dict[str, float]] = {}
+        for counter in ("written_bytes", "read_bytes", "writes_completed", "reads_completed", "io_time_seconds"):
+            series = self.query(f"max by (pod, node, device) "
+                                f"(rate(aitax_block_device_{counter}_total{{{kafka}}}[{window}]))", at)
+            for labels, value in series:
+                name = f"{labels.get('device', '?')}@{labels.get('node', '?')}"
+                rates.setdefault(name, {})[counter] = value
+                usage.device_nodes[name] = labels.get("node", "?")
+                broker = labels.get("pod", "").rsplit("-", 1)[-1]
+                if broker.isdigit() and name not in usage.broker_devices.setdefault(int(broker), []):
+                    usage.broker_devices[int(broker)].append(name)
+        usage.devices = {name: DeviceUsage(
+            device=name.rsplit("@", 1)[0], read_bytes_per_s=got.get("read_bytes", 0.0),
+            write_bytes_per_s=got.get("written_bytes", 0.0), read_iops=got.get("reads_completed", 0.0),
+            write_iops=got.get("writes_completed", 0.0), busy_share=min(1.0, got.get("io_time_seconds", 0.0)))
+            for name, got in rates.items()}
+        for labels, value in self.query(f"max by (node, device) "
+                                        f"(aitax_block_device_write_capacity_bytes_per_second{{{kafka}}})", at):
+            usage.device_write_capacity[f"{labels.get('device', '?')}@{labels.get('node', '?')}"] = value
 
 
 def _literal(name: str) -> str:

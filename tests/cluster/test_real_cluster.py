@@ -437,6 +437,7 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     assert closed.run.produced_faces > 0 and closed.run.identified_faces == closed.run.produced_faces, closed.run
     # Each phase's resources, from the release's Prometheus: every broker's CPU, network and meters, and a verdict.
     used = [result.run.resources for result in results]
+    broker_nodes = {pod["spec"]["nodeName"] for pod in _pods(cluster, "app.kubernetes.io/component=kafka")}
     for resources in used:
         assert resources is not None
         print(f"phase resources: {resources.model_dump_json()}")
@@ -448,6 +449,12 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
         assert min(resources.broker_write_bytes_per_s.values()) > 0
         assert 0 < resources.machine_cpu_busy <= 1 and min(resources.client_cpu_cores.values()) > 0
         assert resources.saturated.startswith(("none above", "the brokers'", "broker storage", "cpu (machine)"))
+        # Each node's device under its brokers' log dirs, read at the block layer by the disk meter beside each
+        # broker: every broker on one, the nodes the brokers run on, and the brokers' appends reaching it.
+        assert {row.node for row in resources.storage} == broker_nodes, resources.storage
+        assert sorted(broker for row in resources.storage for broker in row.brokers) == [0, 1, 2]
+        assert all(0 <= row.utilisation <= 1 and row.write_iops >= 0 for row in resources.storage)
+        assert max(row.write_bytes_per_s for row in resources.storage) > 0
     # Four times the faces through the brokers: more bytes on their links.
     assert sum(used[1].broker_network_bytes_per_s.values()) > sum(used[0].broker_network_bytes_per_s.values())
     after = _pods(cluster, "app.kubernetes.io/component=emulate-producers")

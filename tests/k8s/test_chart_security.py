@@ -167,6 +167,7 @@ def test_the_releases_prometheus_reads_only_its_targets_and_the_kubelets_metrics
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     discovered = {name: job["dns_sd_configs"][0]["names"] for name, job in jobs.items() if "dns_sd_configs" in job}
     assert discovered == {"brokers": ["_metrics._tcp.t-aitax-kafka-headless.lab.svc.cluster.local"],
+                          "broker-disks": ["_disk-metrics._tcp.t-aitax-kafka-headless.lab.svc.cluster.local"],
                           "stages": ["_metrics._tcp.t-aitax-metrics.lab.svc.cluster.local"]}
     cadvisor = jobs["cadvisor"]
     assert cadvisor["static_configs"] == [{"targets": ["@NODE_IP@:19650"]}]  # its own node's kubelet

@@ -132,6 +132,7 @@ def test_operator_monitors_select_the_stage_pods() -> None:
         ("kafka.clusterId=-starts-with-a-dash-xx", "/kafka/clusterId"),
         ("identify.replicas=-1", "/identify/replicas"),
         ("kafka.metrics.port=9092", "/kafka/metrics/port"),
+        ("kafka.diskMeter.port=9404", "/kafka/diskMeter/port"),
         ("ingestDetect.cameras[0].name=lobby,ingestDetect.cameras[0].url=rtsp://ops:secret@cam/s",
          "/ingestDetect/cameras/0/url"),
         ("ingestDetect.cameras[0].name=Lobby_1,ingestDetect.cameras[0].url=rtsp://cam/s",
@@ -217,6 +218,35 @@ def test_brokers_serve_metrics_to_prometheus() -> None:
     assert "metrics" not in [p["name"] for p in container["ports"]]
     assert "KAFKA_METRICS_PORT" not in [e["name"] for e in container["env"]]
     assert "prometheus.io/port" not in off["template"]["metadata"]["annotations"]
+
+
+def test_beside_each_broker_a_disk_meter_reads_its_log_dirs_devices_without_privilege() -> None:
+    docs = render(CI_VALUES[0], sets=("kafka.persistence.logDirs=2",))
+    template = _named(docs, "StatefulSet", "-kafka")["spec"]["template"]
+    broker, meter = template["spec"]["containers"]
+    assert template["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == broker["name"]
+    assert meter["name"] == "disks" and meter["command"] == [
+        "aitax", "disk-meter", "--port", "9405", "--log-dir", "/var/lib/kafka/data-0", "--log-dir",
+        "/var/lib/kafka/data-1"]
+    # The same volumes as the broker's log dirs, read-only; the node's name for its series.
+    assert {(m["name"], m["mountPath"], m["readOnly"]) for m in meter["volumeMounts"]} == {
+        ("data-0", "/var/lib/kafka/data-0", True), ("data-1", "/var/lib/kafka/data-1", True)}
+    assert meter["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert meter["securityContext"]["readOnlyRootFilesystem"] is True and meter["resources"]["limits"]["memory"]
+    # Found by Prometheus through the headless Service's SRV records, open to it like the JMX exporter.
+    assert {"name": "disk-metrics", "port": 9405, "targetPort": "disk-metrics"} in _named(
+        docs, "Service", "-kafka-headless")["spec"]["ports"]
+    assert {"ports": [{"port": "disk-metrics", "protocol": "TCP"}]} in _named(
+        docs, "NetworkPolicy", "-kafka")["spec"]["ingress"]
+    scrape = _named(docs, "ConfigMap", "-prometheus")["data"]["prometheus.yml"]
+    assert "job_name: broker-disks" in scrape and "_disk-metrics._tcp.t-aitax-kafka-headless" in scrape
+    # Calibrating writes into the log dirs: only then are they mounted writable.
+    calibrating = _named(render(CI_VALUES[0], sets=("kafka.diskMeter.calibrate=true",)), "StatefulSet", "-kafka")
+    meter = calibrating["spec"]["template"]["spec"]["containers"][1]
+    assert "--calibrate" in meter["command"] and meter["volumeMounts"][0]["readOnly"] is False
+    off = render(CI_VALUES[0], sets=("kafka.diskMeter.enabled=false",))
+    assert len(_named(off, "StatefulSet", "-kafka")["spec"]["template"]["spec"]["containers"]) == 1
+    assert "broker-disks" not in _named(off, "ConfigMap", "-prometheus")["data"]["prometheus.yml"]
 
 
 def test_broker_settings_are_the_local_stacks() -> None:

@@ -20,6 +20,8 @@ def answer(promql: str, _at: float) -> list[tuple[dict[str, str], float]]:
     def each(values: list[float]) -> list[tuple[dict[str, str], float]]:
         return [({"pod": pod}, value) for pod, value in zip(BROKERS, values, strict=True)]
 
+    if "aitax_block_device_" in promql:  # a release without disk meters (kafka.diskMeter.enabled false)
+        return []
     if "container_cpu_usage_seconds_total" in promql and 'id="/"' in promql:
         return [({}, 0.5)]
     if "process_cpu_seconds_total" in promql and "kafka" in promql:
@@ -45,6 +47,19 @@ def answer(promql: str, _at: float) -> list[tuple[dict[str, str], float]]:
     if 'request="FetchConsumer"' in promql:
         return each([500.0, 501.0, 502.0])
     raise AssertionError(f"unexpected query {promql}")
+
+
+def disks(promql: str) -> list[tuple[dict[str, str], float]]:
+    """The disk meters: broker 0 alone on node a's vda1 (calibrated), brokers 1 and 2 on node b's vda1, written hard."""
+    if "write_capacity" in promql:
+        return [({"node": "a", "device": "vda1"}, 200e6)]
+    per_node = {"written_bytes": (20e6, 90e6), "read_bytes": (1e6, 0.0), "writes_completed": (150.0, 700.0),
+                "reads_completed": (3.0, 0.0), "io_time_seconds": (0.1, 0.98)}
+    counter = next(name for name in per_node if f"aitax_block_device_{name}_total" in promql)
+    node_a, node_b = per_node[counter]
+    return [({"pod": "t-aitax-kafka-0", "node": "a", "device": "vda1"}, node_a),
+            ({"pod": "t-aitax-kafka-1", "node": "b", "device": "vda1"}, node_b),
+            ({"pod": "t-aitax-kafka-2", "node": "b", "device": "vda1"}, node_b)]
 
 
 def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
@@ -77,6 +92,7 @@ def test_a_phase_on_pods_gets_the_local_runs_usage_and_verdict() -> None:
     assert [q for q, _ in asked if "container_" in q] == [  # cAdvisor: the machine's root cgroup only
         'max(rate(container_cpu_usage_seconds_total{id="/"}[30s])) / max(machine_cpu_cores)']
     assert all('topic=""' in promql for promql, _ in asked if "brokertopicmetrics" in promql)  # per broker, all topics
+    assert usage.devices == {} and usage.broker_devices == {}  # no disk meters: no device figures, no failure
     verdict = resources(usage, None)
     assert verdict.saturated.startswith("the brokers' request handlers at 95%"), verdict.saturated
     assert "2 partition(s) under min ISR" in verdict.saturated
@@ -91,6 +107,25 @@ def test_a_shaped_link_is_measured_against_its_rate_and_named_when_it_ran_out() 
     assert resources(usage, None).saturated.startswith("the brokers' links at 99%")
     unshaped = ClusterResources(answer, PhaseQueries("lab", "t-aitax-kafka", {}), link_rate_mbit=lambda: None)
     assert unshaped.usage(end - 30, end).broker_link_busy == {}
+
+
+def test_each_nodes_devices_under_the_log_dirs_are_read_from_the_disk_meters() -> None:
+    end = time.monotonic()
+    metered = ClusterResources(lambda promql, at: disks(promql) if "aitax_block_device_" in promql
+                               else answer(promql, at), PhaseQueries("lab", "t-aitax-kafka", {}))
+    usage = metered.usage(end - 30, end)
+    # One device per node, whichever brokers share it; each broker knows its own.
+    assert usage.broker_devices == {0: ["vda1@a"], 1: ["vda1@b"], 2: ["vda1@b"]}
+    assert usage.device_nodes == {"vda1@a": "a", "vda1@b": "b"}
+    assert usage.devices["vda1@b"].write_bytes_per_s == 90e6 and usage.devices["vda1@b"].write_iops == 700.0
+    assert usage.devices["vda1@a"].utilisation == pytest.approx(0.1)
+    verdict = resources(usage, None)
+    rows = {(row.node, row.device): row for row in verdict.storage}
+    assert rows["b", "vda1"].brokers == [1, 2] and rows["b", "vda1"].utilisation == pytest.approx(0.98)
+    assert rows["a", "vda1"].write_share == pytest.approx(0.1) and rows["b", "vda1"].write_share is None
+    assert verdict.broker_storage_utilisation == pytest.approx({0: 0.1, 1: 0.98, 2: 0.98})
+    # Busier than the request handlers (95%): the verdict names the node's device and the brokers on it.
+    assert verdict.saturated.startswith("broker storage (vda1@b, brokers 1,2) at 98%"), verdict.saturated
 
 
 def test_a_window_shorter_than_two_scrapes_is_read_over_two() -> None:

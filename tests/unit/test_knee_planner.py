@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from stack.config import Testbed
-from tco.knee import face_costs, predict, predicted_knee, within_one_step
+from tco.knee import (
+    PageCache,
+    face_costs,
+    point_backlog,
+    predict,
+    predicted_knee,
+    predicted_sweep_knee,
+    within_one_step,
+)
 from telemetry.results import Resources, SweepResult
 from tests.unit.results_builders import emulated_run
 
@@ -73,7 +81,9 @@ def test_plan_knee_prints_the_prediction_beside_the_measured_knee(tmp_path: Path
     assert main(["plan-knee", "--from-emulation", str(fed), "--design", str(design), "--compare", str(fed)]) == 0
     output = capsys.readouterr().out
     assert "per face, read at 2x: 40 faces/s" in output
-    assert "predicted knee: none within the factors" in output  # 2x: 40 faces/s, far below every capacity
+    # 2x: 40 faces/s, far below every capacity, in steady state and in the fed sweep's 20 s points
+    assert "predicted knee in steady state: none within the factors" in output
+    assert "predicted knee in a sweep of 20 s points: none within the factors" in output
     assert "measured knee: none within the factors" in output and "is within one factor step" in output
 
 
@@ -87,3 +97,33 @@ def test_the_measured_knee_is_the_sweeps_own_and_the_first_saturated_point_is_na
         update={"busiest_utilisation": 0.9, "saturated": "broker storage (loop0, broker 1) at 90% [signals]"})})
     assert measured_knee(_sweep(runs)) == 8
     assert first_saturated(_sweep(runs)) == (2, "broker storage (loop0, broker 1) at 90%")
+
+
+def test_a_drives_backlog_in_a_point_follows_the_kernels_write_back() -> None:
+    cache = PageCache(dirty_bytes=100e6, background_share=0.5, expire_s=30)
+    # A drive that keeps up: nothing is written until pages are 30 s old, then as fast as they come.
+    assert point_backlog(0.5e6, 1e6, 60, cache) == pytest.approx(15e6)
+    # Overloaded 3x: past the background threshold (50 MB, in its 17th second) the drive writes at its rate, and the
+    # backlog grows by the 2 MB/s it cannot take, past the freerun (75 MB) well within a minute.
+    assert point_backlog(3e6, 1e6, 60, cache) == pytest.approx(3e6 * 60 - 1e6 * (60 - 16))
+    assert cache.freerun_bytes == pytest.approx(75e6)
+    assert point_backlog(3e6, 1e6, 20, cache) < cache.freerun_bytes  # a short point hides it
+
+
+def test_a_sweep_of_short_points_breaks_later_on_storage_than_the_steady_state() -> None:
+    costs = face_costs(_sweep([_run(1, 20), _run(2, 40)]))
+    slow = Testbed(design="slow", scale=100, broker_cpu_cores=0.5, client_cpu_cores=0.5, drive_bytes_per_s=1e6,
+                   dirty_bytes_per_drive=100_000_000, link_mbit=1000)
+    cache = PageCache(dirty_bytes=100e6, background_share=0.5, expire_s=30)
+    predictions = predict(costs, slow, brokers=3, drives_per_broker=1, factors=[1, 2, 4], point_s=60, cache=cache)
+    # 1x: 20 faces/s x 120 kB / 3 = 0.8 MB/s, 80% of the drive; 2x: 160%, past 85% in steady state
+    assert [round(p.utilisation["broker storage"], 2) for p in predictions] == [0.8, 1.6, 3.2]
+    steady = predicted_knee(predictions)
+    assert steady is not None and steady.factor == 2 and steady.busiest[0] == "broker storage"
+    # In a 60 s point the page cache takes 2x's excess (backlog under the 75 MB freerun); 4x fills it.
+    assert predictions[1].page_cache < 1 <= predictions[2].page_cache
+    in_sweep = predicted_sweep_knee(predictions)
+    assert in_sweep is not None and in_sweep.factor == 4
+    assert in_sweep.breaks_point.startswith("broker storage: its page cache fills within the point (320%")
+    # Without a point length only the steady state is predicted.
+    assert predict(costs, slow, 3, 1, [1])[0].page_cache is None
