@@ -30,7 +30,7 @@ case "$group" in
     ;;
   browser)
     wanted=([chromium]="chromium")
-    pinned=([chromium]="156.0.8078.108-1~deb12u1")
+    pinned=([chromium]="156.0.8078.114-1~deb12u1")
     ;;
   camera)
     plugins=/usr/lib/x86_64-linux-gnu/gstreamer-1.0

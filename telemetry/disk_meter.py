@@ -23,18 +23,20 @@ from common.errors import UserError
 LABELS = ["node", "device", "log_dirs"]
 
 
-def devices_under(log_dirs: Iterable[Path]) -> dict[BlockDevice, list[str]]:
-    """Each device under `log_dirs`, with the dirs it holds; a dir on no block device (tmpfs, overlay) is an error:
-    there would be nothing to read."""
+def devices_under(log_dirs: Iterable[Path]) -> tuple[dict[BlockDevice, list[str]], list[str]]:
+    """Each device under `log_dirs`, with the dirs it holds, and the dirs on no block device (tmpfs, an overlay:
+    nothing to read there). A dir that does not exist is an error."""
     found: dict[BlockDevice, list[str]] = {}
+    unmetered = []
     for directory in log_dirs:
         if not directory.is_dir():
             raise UserError(f"{directory}: not a directory (a broker log dir to meter)")
         device = device_of(directory)
         if device is None:
-            raise UserError(f"{directory}: on no block device (tmpfs or overlay): its storage cannot be read there")
-        found.setdefault(device, []).append(str(directory))
-    return found
+            unmetered.append(str(directory))
+        else:
+            found.setdefault(device, []).append(str(directory))
+    return found, unmetered
 
 
 class DiskCollector(Collector):

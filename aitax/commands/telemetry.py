@@ -213,7 +213,7 @@ def replay(es: str | None, spool_dir: Path | None) -> int:
 def disk_meter(log_dirs: tuple[Path, ...], node: str, port: int, host: str, calibrate: bool) -> int:
     """Serve, for Prometheus, the block-layer counters of each device under the log dirs: bytes, I/Os and busy
     time, read from /sys at each scrape (no privilege needed). A cluster's experiment phases read their brokers'
-    storage from these, per node."""
+    storage from these, per node. A dir on no block device (tmpfs) is named once and left out."""
     import signal
     import sys
     import threading
@@ -221,11 +221,18 @@ def disk_meter(log_dirs: tuple[Path, ...], node: str, port: int, host: str, cali
     from stack.calibration import measure_write
     from telemetry.disk_meter import DiskCollector, devices_under, serve
 
-    devices = devices_under(log_dirs)
-    capacity = {device.name: measure_write(Path(dirs[0])) for device, dirs in devices.items()} if calibrate else {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1 in a container ignores SIGTERM otherwise
+    devices, unmetered = devices_under(log_dirs)
+    for directory in unmetered:  # the broker beside it must not wait on its meter: say so, serve the rest
+        print(f"{directory}: on no block device (tmpfs or overlay): its storage is not metered", file=sys.stderr)
+    capacity = {}
+    for device, dirs in devices.items() if calibrate else ():
+        try:
+            capacity[device.name] = measure_write(Path(dirs[0]))
+        except UserError as error:  # a filesystem without O_DIRECT, a read-only mount: read, only no share
+            print(f"not calibrated: {error}", file=sys.stderr)
     port = serve(DiskCollector(node, devices, capacity), port, host)
     for device, dirs in devices.items():
         print(f"metering {device.name} ({device.number}) under {', '.join(dirs)} on :{port}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1 in a container ignores SIGTERM otherwise
     threading.Event().wait()
     return 0

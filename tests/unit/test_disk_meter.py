@@ -49,7 +49,8 @@ def test_each_scrape_reads_the_devices_counters_with_node_and_log_dirs(tmp_path:
 
 
 def test_a_real_log_dir_is_metered_on_its_own_device(tmp_path: Path) -> None:
-    devices = devices_under([tmp_path])  # this machine's temporary folders are on its disk
+    devices, unmetered = devices_under([tmp_path])  # this machine's temporary folders are on its disk
+    assert unmetered == []
     port = serve(DiskCollector("here", devices), 0, "127.0.0.1")
     before = scraped(port)["aitax_block_device_written_bytes_total"][0][1]
     with open(tmp_path / "segment", "wb") as segment:
@@ -59,13 +60,22 @@ def test_a_real_log_dir_is_metered_on_its_own_device(tmp_path: Path) -> None:
     assert scraped(port)["aitax_block_device_written_bytes_total"][0][1] - before >= 8 << 20
 
 
-def test_a_dir_it_cannot_meter_is_one_line(tmp_path: Path) -> None:
+def test_a_missing_dir_is_one_line_and_one_on_no_device_is_named_and_left_out(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"/nowhere: not a directory"):
         devices_under([tmp_path / "nowhere"])
-    with pytest.raises(UserError, match=r"^/dev/shm: on no block device \(tmpfs or overlay\)"):
-        devices_under([Path("/dev/shm")])
-    command = subprocess.run([sys.executable, "-m", "aitax.cli", "disk-meter", "--log-dir", "/dev/shm"],
+    devices, unmetered = devices_under([Path("/dev/shm"), tmp_path])
+    assert unmetered == ["/dev/shm"] and [dirs for dirs in devices.values()] == [[str(tmp_path)]]
+    missing = subprocess.run([sys.executable, "-m", "aitax.cli", "disk-meter", "--log-dir", str(tmp_path / "nowhere")],
                              capture_output=True, text=True, timeout=60)
-    assert command.returncode != 0 and "Traceback" not in command.stderr
-    assert command.stderr.strip().splitlines()[-1].endswith(
-        "/dev/shm: on no block device (tmpfs or overlay): its storage cannot be read there"), command.stderr
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines()[-1].endswith("/nowhere: not a directory (a broker log dir to meter)")
+    # A meter beside a broker whose log dir is on tmpfs says so once and keeps serving: the broker never waits on it.
+    with subprocess.Popen([sys.executable, "-m", "aitax.cli", "disk-meter", "--log-dir", "/dev/shm", "--port", "0",
+                           "--host", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as meter:
+        try:
+            line = meter.stderr.readline()
+            assert line.strip() == "/dev/shm: on no block device (tmpfs or overlay): its storage is not metered"
+            assert meter.poll() is None
+        finally:
+            meter.terminate()
+        assert meter.wait(10) == 0  # SIGTERM: a clean exit
