@@ -23,7 +23,7 @@ from emulation.profile import Profile
 from load.engine import run_load
 from load.local import LocalLoad
 from pipeline.schema import DEFAULT_KEYING, Topics
-from stack import kafka
+from stack import cpu_slices, kafka
 from stack.config import StackConfig
 from telemetry.latency import batch_size_p50
 from telemetry.quantiles import DEFAULT_QUANTILES, window_for
@@ -273,10 +273,12 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
                         duration_s=spec.duration_s, kafka_client=spec.kafka_client, repeats=spec.repeats,
                         quantiles=list(spec.quantiles), runs=[])
     if spec.warmup_s:
-        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured")
+        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured"
+                 + (", the brokers out of their CPU slices (warm, as a real node's)" if config.testbed else ""))
         try:
-            run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config, 1.0,
-                       f"{run_id}-warmup", workdir)
+            with cpu_slices.brokers_unlimited(config):
+                run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config,
+                           1.0, f"{run_id}-warmup", workdir)
         except PointNotStartedError as error:  # brokers that cannot serve even the warm-up: no factor runs
             sweep.stopped = f"the warm-up's {error}"
             sweep.skipped_factors = list(spec.factors)

@@ -7,6 +7,8 @@ side keep theirs apart. Needs root.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from stack.config import StackConfig
@@ -38,6 +40,32 @@ def limit(config: StackConfig, name: str, cores: float | None) -> None:
     path = slice_dir(config, name)
     (path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
     (path / "cpu.cfs_quota_us").write_text(f"{-1 if cores is None else max(1000, round(cores * PERIOD_US))}\n")
+
+
+def limit_brokers(config: StackConfig) -> None:
+    """Each broker held to its design's cores (a testbed's; nothing without one)."""
+    if config.testbed is not None:
+        for node_id in config.node_ids:
+            limit(config, broker_slice(node_id), config.testbed.broker_cpu_cores)
+
+
+@contextmanager
+def brokers_unlimited(config: StackConfig) -> Iterator[None]:
+    """The brokers out of their slices for a while, then back in them (nothing without a testbed).
+
+    A JVM compiles its hot paths once it has run them some ten thousand times. At a design's 1/168 of the load and
+    of the cores, that takes 168 times longer than on the real node: minutes of a warm-up at a third of a core, while
+    the real broker is warm in seconds and then runs for days. Warmed out of their slices, the brokers are measured
+    in them as the real ones run: warm."""
+    if config.testbed is None:
+        yield
+        return
+    for node_id in config.node_ids:
+        limit(config, broker_slice(node_id), None)
+    try:
+        yield
+    finally:
+        limit_brokers(config)
 
 
 def place(config: StackConfig, name: str, pid: int) -> None:

@@ -126,10 +126,8 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     )
     kafka.ensure_topics(config)
     wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S, "Kafka ISR")
-    if config.testbed is not None:
-        # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores
-        for node_id in config.node_ids:
-            cpu_slices.limit(config, cpu_slices.broker_slice(node_id), config.testbed.broker_cpu_cores)
+    # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores
+    cpu_slices.limit_brokers(config)
     if config.elasticsearch:
         progress("waiting for Elasticsearch ...")
         wait_until(
