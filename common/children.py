@@ -106,16 +106,20 @@ def spawn(name: str, argv: Sequence[str], logs: Path, env: dict[str, str] | None
     return Child(name, process, log, status_file)
 
 
+class NotReadyError(UserError):
+    """A child exited, or the deadline passed, before every child reported the state waited for."""
+
+
 def wait_reported(children: Sequence[Child], state: str, timeout_s: float, what: str) -> None:
-    """Wait until every child reported `state`; a child that exits first, or the deadline, is a UserError."""
+    """Wait until every child reported `state`; a child that exits first, or the deadline, is a NotReadyError."""
     deadline = time.monotonic() + timeout_s
     while not all(child.has_reported(state) for child in children):
         dead = [child for child in children if not child.running()]
         if dead:
-            raise UserError(f"{dead[0].name} exited with {dead[0].returncode} before it was {state}: "
-                            f"{dead[0].tail()}")
+            raise NotReadyError(f"{dead[0].name} exited with {dead[0].returncode} before it was {state}: "
+                                f"{dead[0].tail()}")
         if time.monotonic() > deadline:
-            raise UserError(f"{what} not {state} after {timeout_s:.0f} s")
+            raise NotReadyError(f"{what} not {state} after {timeout_s:.0f} s")
         time.sleep(POLL_S)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from common.children import NotReadyError
 from common.errors import UserError
 from common.paper import HIGHEST_STABLE_FACTOR
 from common.paths import aitax_home
@@ -52,7 +53,7 @@ class SweepSpec:
     profile_name: str
     kafka_client: str = "confluent-kafka"
     events: str = "none"
-    # Seconds of discarded load before the first factor (1x; on a testbed the highest, see `_begin`): freshly
+    # Seconds of discarded 1x load before the first factor (on a testbed, the brokers out of their slices): freshly
     # started brokers spend their first half minute JIT-compiling on the same cores, charged to the first factors.
     warmup_s: float = 0.0
     keying: str = DEFAULT_KEYING  # of the `faces` records (pipeline.schema.KEYINGS)
@@ -157,6 +158,8 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     try:
         return run_load(load, offered_faces_per_s=None if in_flight else spec.offered_faces_per_s(factor),
                         stack=config, repeat=repeat)
+    except NotReadyError as error:  # e.g. brokers too busy to show the new topics to the stages in time
+        raise PointNotStartedError(f"{factor:g}x not started, its stages were not ready: {error}") from error
     finally:
         delete_topics(config, load.topics)
 
@@ -273,16 +276,15 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
                         duration_s=spec.duration_s, kafka_client=spec.kafka_client, repeats=spec.repeats,
                         quantiles=list(spec.quantiles), runs=[])
     if spec.warmup_s:
-        # On a testbed the brokers warm out of their slices, at the plan's highest load: each JIT threshold is met in
-        # seconds, as on the real node, where a third of a core at 1x took minutes and still compiled during the
-        # points (its compiler threads: 0.18 cores of the 1x point's 0.58 after a 1x warm-up, 0.08 after 8x).
-        factor = max(spec.factors) if config.testbed else 1.0
-        progress(f"warm-up: {spec.warmup_s:.0f} s at {factor:g}x, not measured"
+        # On a testbed the brokers warm out of their slices, as the real node's are warm. At 1x: a warm-up at the
+        # plan's highest load compiled more (the compiler threads took 0.08 of the 1x point's 0.46 broker cores after
+        # 8x, 0.18 of 0.58 after 1x) but left gigabytes of logs whose deletion and write-back fell on the first point.
+        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured"
                  + (", the brokers out of their CPU slices (warm, as a real node's)" if config.testbed else ""))
         try:
             with cpu_slices.brokers_unlimited(config):
                 run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config,
-                           factor, f"{run_id}-warmup", workdir)
+                           1.0, f"{run_id}-warmup", workdir)
         except PointNotStartedError as error:  # brokers that cannot serve even the warm-up: no factor runs
             sweep.stopped = f"the warm-up's {error}"
             sweep.skipped_factors = list(spec.factors)

@@ -121,8 +121,8 @@ _sweep_load = options(
                  help="AI acceleration factors to sweep"),
     click.option("--duration", type=float, default=30.0, show_default=True, help="seconds of load per factor"),
     click.option("--warmup", type=float, default=15.0,
-                 help="seconds of unmeasured load first, so cold brokers do not skew 1x (default 15; 0: none): 1x, or "
-                      "on a testbed the highest factor with the brokers out of their CPU slices"),
+                 help="seconds of unmeasured 1x load first, so cold brokers do not skew 1x (default 15; 0: none); on a "
+                      "testbed the brokers run it out of their CPU slices"),
     click.option("--workload", type=click.Choice(tuple(APPLICATIONS)), default="face-recognition",
                  help="face-recognition (default), or object-detection: the paper's second application (Sec. 6): "
                       "every frame through Kafka at 30 FPS x factor to a 687 ms R-CNN"),
