@@ -46,8 +46,7 @@ emulate-accel: setup  ## emulated stages, AI acceleration 1x-32x: where latency 
 # The paper's load scaled with the design: its brokers wrote 10% of 1.1 GB/s at 1x, 2,950 faces/s of 37.3 kB; at
 # 1/168, 17.6 faces/s: two emulated streams (20 faces/s). Minute-long points: a drive's page cache holds half a
 # minute of writes before the flusher must keep pace with them. 90 s of warm-up with the brokers out of their
-# slices: in a third of a core a JVM compiles Java for minutes (its compiler threads still took a third of the
-# brokers' CPU at 4x after this warm-up: docs/testbed.md).
+# slices, whose JIT compilers run outside them (in a third of a core a JVM compiles for minutes: docs/testbed.md).
 DESIGN ?= designs/paper.yaml
 emulate-design: setup  ## the sweep on a declared edge data centre scaled onto this machine (DESIGN=designs/paper.yaml; root)
 	@$(AITAX) stack up --design $(DESIGN) --no-elasticsearch

@@ -1,6 +1,7 @@
 """What the brokers and the machine spend during a load run, sampled once a second, and what saturated first.
 
-Per broker process: CPU seconds and storage write/read bytes (psutil's I/O counters: what the kernel accounts to
+Per broker process: CPU seconds (on a testbed, less its JIT compiler threads', which run outside its slice and
+fall to "other processes") and storage write/read bytes (psutil's I/O counters: what the kernel accounts to
 the process, page-cache reads excluded). Per device under the brokers' log dirs: the block layer's own counters
 (bytes, I/Os and busy time, `common.block_devices`), whose utilisation is the paper's Fig. 11b: iostat's %util,
 or on a testbed's drive the share of its declared bandwidth. On a testbed, each broker's CPU against its slice
@@ -23,7 +24,7 @@ import psutil
 
 from common.block_devices import BlockDevice, DeviceCounters, DeviceUsage, counters, device_of
 from common.block_devices import usage_between as device_usage_between
-from stack import calibration, kafka
+from stack import calibration, cpu_slices, kafka
 from stack.config import StackConfig
 from telemetry.latency import LatencySummary
 from telemetry.results import Resources, StorageDevice
@@ -144,6 +145,8 @@ def take_sample(config: StackConfig, watched: dict[str, list[int]] | None = None
         except psutil.Error:
             continue
         cpu[broker.node_id] = times.user + times.system
+        if config.testbed is not None:  # its JIT compilers run outside its slice (stack.cpu_slices.COMPILERS)
+            cpu[broker.node_id] -= cpu_slices.threads_cpu_s(pid, cpu_slices.compiler_threads(pid))
         writes[broker.node_id] = io.write_bytes
         reads[broker.node_id] = io.read_bytes
         meters[broker.node_id] = broker_meters(config.broker_metrics_port(broker.node_id))

@@ -26,6 +26,12 @@ def broker_slice(node_id: int) -> str:
 
 
 CLIENTS = "clients"
+# The brokers' JIT compilers, outside the design's cores: a real broker compiles its hot paths in seconds at 168
+# times the load and then runs for days, while at a design's 1/168 it compiled for minutes inside a third of a core
+# (its compiler threads took a third of the brokers' CPU at 4x, six minutes after start: docs/testbed.md).
+COMPILERS = "jit-compilers"
+COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")  # HotSpot's, as /proc cuts them to 15 characters
+PROC = Path("/proc")
 
 
 def create(config: StackConfig, name: str, cores: float | None) -> Path:
@@ -66,6 +72,44 @@ def brokers_unlimited(config: StackConfig) -> Iterator[None]:
         yield
     finally:
         limit_brokers(config)
+
+
+def compiler_threads(pid: int) -> list[int]:
+    """The thread ids of a JVM's JIT compiler threads (none once it has exited)."""
+    found = []
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            if (task / "comm").read_text().strip().startswith(COMPILER_THREADS):
+                found.append(int(task.name))
+        except OSError:
+            continue
+    return found
+
+
+def threads_cpu_s(pid: int, tids: list[int]) -> float:
+    """CPU seconds (user + system) these threads of `pid` used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = 0.0
+    for tid in tids:
+        try:
+            fields = (PROC / str(pid) / "task" / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime: fields 14 and 15 of stat(5)
+    return used
+
+
+def move_compilers(config: StackConfig, pid: int) -> list[int]:
+    """A broker JVM's compiler threads into the unlimited `COMPILERS` slice (cgroup v1 places threads one by one);
+    returns their ids."""
+    tids = compiler_threads(pid)
+    for tid in tids:
+        (slice_dir(config, COMPILERS) / "tasks").write_text(f"{tid}\n")
+    return tids
 
 
 def place(config: StackConfig, name: str, pid: int) -> None:

@@ -195,6 +195,9 @@ class Broker:
             heap,
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
+            # Every JIT compiler thread from the start, none added later: a testbed moves them out of the broker's
+            # CPU slice once (stack.cpu_slices.move_compilers).
+            "-XX:-UseDynamicNumberOfCompilerThreads",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             f"-javaagent:{metrics_agent_jar()}={HOST}:{self.metrics_port}:{METRICS_CONFIG}",

@@ -126,8 +126,10 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     )
     kafka.ensure_topics(config)
     wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S, "Kafka ISR")
-    # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores
+    # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores, their
+    # JIT compilers outside them
     cpu_slices.limit_brokers(config)
+    _move_compilers(config)
     if config.elasticsearch:
         progress("waiting for Elasticsearch ...")
         wait_until(
@@ -185,6 +187,7 @@ def _prepare_testbed(config: StackConfig, progress) -> None:
     for node_id in config.node_ids:
         cpu_slices.create(config, cpu_slices.broker_slice(node_id), None)
     cpu_slices.create(config, cpu_slices.CLIENTS, testbed.client_cpu_cores)
+    cpu_slices.create(config, cpu_slices.COMPILERS, None)
 
 
 def _remove_testbed(config: StackConfig) -> None:
@@ -318,6 +321,13 @@ def kill_broker(config: StackConfig, node_id: int) -> None:
         raise UserError(f"broker {node_id} is not running")
 
 
+def _move_compilers(config: StackConfig) -> None:
+    if config.testbed is not None:
+        for broker in kafka.brokers(config):
+            if (pid := broker.process.pid()) is not None:
+                cpu_slices.move_compilers(config, pid)
+
+
 def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
     broker = _broker(config, node_id)
     if broker.process.is_running():
@@ -332,6 +342,7 @@ def start_broker(config: StackConfig, node_id: int, wait: bool = True) -> None:
             f"kafka broker {node_id}",
             broker.process,
         )
+        _move_compilers(config)
 
 
 def use_local_identity(command: str | None) -> None:

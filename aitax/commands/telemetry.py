@@ -205,7 +205,7 @@ def replay(es: str | None, spool_dir: Path | None) -> int:
               type=click.Path(file_okay=False, path_type=Path), help="a broker log dir (repeat for each)")
 @click.option("--node", envvar="NODE_NAME", default="local", show_default=True,
               help="the node's name, a label on every series (in a pod: from the downward API)")
-@click.option("--port", type=int, default=9405, show_default=True)
+@click.option("--port", type=int, default=9405, show_default=True, help="port to serve /metrics on (0: any free one)")
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to listen on")
 @click.option("--calibrate/--no-calibrate", default=False, show_default=True,
               help="first measure each device's sequential write (3 s of O_DIRECT writes into its log dir; needs "
