@@ -175,7 +175,7 @@ def predict(costs: FaceCosts, testbed: Testbed, brokers: int, drives_per_broker:
         if testbed.drive_bytes_per_s:
             append = costs.broker_write_bytes * rate / brokers / drives_per_broker
             utilisation[STORAGE] = append / testbed.drive_bytes_per_s
-            if point_s and cache is not None:
+            if point_s and cache is not None and cache.freerun_bytes > 0:  # no budget declared: no model
                 backlog = point_backlog(append, testbed.drive_bytes_per_s, point_s, cache) / cache.freerun_bytes
         predictions.append(Prediction(factor, rate, utilisation, backlog))
     return predictions
@@ -193,9 +193,8 @@ def predicted_sweep_knee(predictions: list[Prediction]) -> Prediction | None:
 
 
 def point_seconds(sweep: SweepResult) -> float:
-    """How long a point of the sweep offers load: its ramp-up, window and ramp-down."""
-    workload = sweep.runs[0].workload
-    return workload.ramp_up_s + workload.duration_s + workload.ramp_down_s
+    """How long a point of the sweep offers load (its schedule, ramps included: they are cut from its start and end)."""
+    return sweep.runs[0].workload.duration_s
 
 
 def measured_knee(sweep: SweepResult) -> float | None:

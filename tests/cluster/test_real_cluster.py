@@ -479,10 +479,12 @@ def test_brokers_scale_out_and_back_with_their_partitions(cluster: RealCluster, 
         assert ready == {"kafka": 4, "emulate-consumers": 2, "emulate-producers": 1}, ready
         assert 3 in _brokers_holding(cluster, release, "faces")
         assert not _under_replicated(cluster, release)
-        # The broker-only fourth pod stayed up through the phase: kubelet's probes find it healthy.
+        # The broker-only fourth pod stayed up through the phase: kubelet's probes find it healthy, and its disk
+        # meter (the sidecar `disks`) never restarted either.
         fourth = next(pod for pod in _pods(cluster, "app.kubernetes.io/component=kafka")
                       if pod["metadata"]["name"].endswith("-kafka-3"))
-        assert [status["restartCount"] for status in fourth["status"]["containerStatuses"]] == [0], fourth["status"]
+        restarts = {status["name"]: status["restartCount"] for status in fourth["status"]["containerStatuses"]}
+        assert restarts == {"kafka": 0, "disks": 0}, fourth["status"]
         # Read back through `aitax collect` in an emulator pod: every face acknowledged was identified.
         assert run.run_id == "brokers" and run.produced_faces > 0, run
         assert (run.identified_faces, run.backlog_faces, run.process_failures) == (run.produced_faces, 0, [])

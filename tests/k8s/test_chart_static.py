@@ -233,6 +233,7 @@ def test_beside_each_broker_a_disk_meter_reads_its_log_dirs_devices_without_priv
         ("data-0", "/var/lib/kafka/data-0", True), ("data-1", "/var/lib/kafka/data-1", True)}
     assert meter["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     assert meter["securityContext"]["readOnlyRootFilesystem"] is True and meter["resources"]["limits"]["memory"]
+    assert "readinessProbe" not in meter  # the broker's readiness is the broker's alone
     # Found by Prometheus through the headless Service's SRV records, open to it like the JMX exporter.
     assert {"name": "disk-metrics", "port": 9405, "targetPort": "disk-metrics"} in _named(
         docs, "Service", "-kafka-headless")["spec"]["ports"]

@@ -11,6 +11,7 @@ from tco.knee import (
     PageCache,
     face_costs,
     point_backlog,
+    point_seconds,
     predict,
     predicted_knee,
     predicted_sweep_knee,
@@ -47,6 +48,13 @@ def test_costs_are_read_at_the_busiest_stable_point_per_face() -> None:
     assert costs.broker_write_bytes == pytest.approx(120e3)
     assert costs.network_bytes == pytest.approx(300e3)
     assert costs.offered_per_factor == pytest.approx(20.0)
+
+
+def test_a_point_lasts_its_schedule_whose_ramps_are_inside_it() -> None:
+    run = _run(1, 20)
+    ramped = run.model_copy(update={"workload": run.workload.model_copy(
+        update={"duration_s": 60.0, "ramp_up_s": 5.0, "ramp_down_s": 5.0})})
+    assert point_seconds(_sweep([ramped])) == 60.0
 
 
 def test_storage_divides_over_drives_and_brokers_and_the_first_to_pass_85_percent_is_named() -> None:
