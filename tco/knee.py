@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.errors import UserError
@@ -58,6 +58,20 @@ class FaceCosts:
     load_cpu_s: float
     offered_per_factor: float  # faces/s the sweep offers per unit of factor
     read_at: str  # "8x: 146 faces/s"
+    thumbnail_bytes: float = 0.0  # a face's thumbnail, of those bytes
+    replicas: int = 3  # copies of each record the brokers append
+
+
+def with_thumbnails(costs: FaceCosts, scale: float) -> FaceCosts:
+    """The same faces with thumbnails `scale` times the size (the paper's Fig. 15c). Every replica appends a
+    thumbnail, and the wire carries it once from the producer, once to each follower and once to the consumer; the
+    rest of a face's bytes (record headers, its identity, fetches) and its CPU stay as measured."""
+    if scale <= 0:
+        raise UserError(f"--face-scale {scale:g}: must be above 0")
+    shrink = (1 - scale) * costs.thumbnail_bytes
+    return replace(costs, broker_write_bytes=costs.broker_write_bytes - costs.replicas * shrink,
+                   network_bytes=costs.network_bytes - (costs.replicas + 1) * shrink,
+                   thumbnail_bytes=costs.thumbnail_bytes * scale)
 
 
 @dataclass(frozen=True)
@@ -142,10 +156,10 @@ def face_costs(sweep: SweepResult) -> FaceCosts:
                 and run.workload.in_flight is None]
     below = [run for run in measured if run.stable and (knee is None or run.workload.factor < knee.factor)]
     run = max(below, key=lambda r: r.achieved_faces_per_s) if below else min(measured, key=lambda r: r.workload.factor)
-    return _costs(run)
+    return _costs(run, sweep.replication_factor)
 
 
-def _costs(run: RunResult) -> FaceCosts:
+def _costs(run: RunResult, replicas: int) -> FaceCosts:
     used, rate = run.resources, run.achieved_faces_per_s
     written = sum(used.broker_write_bytes_per_s.values())
     return FaceCosts(
@@ -154,7 +168,8 @@ def _costs(run: RunResult) -> FaceCosts:
         network_bytes=(sum(used.broker_network_bytes_per_s.values()) or used.loopback_bytes_per_s) / rate,
         load_cpu_s=sum(used.client_cpu_cores.values()) / rate,
         offered_per_factor=(run.offered_faces_per_s or rate) / run.workload.factor,
-        read_at=f"{run.workload.factor:g}x: {rate:.0f} faces/s")
+        read_at=f"{run.workload.factor:g}x: {rate:.0f} faces/s", thumbnail_bytes=run.face_bytes_mean,
+        replicas=replicas)
 
 
 def predict(costs: FaceCosts, testbed: Testbed, brokers: int, drives_per_broker: int, factors: list[float],

@@ -220,15 +220,18 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
               help="an `aitax emulate` results JSON measured on another design")
 @click.option("--design", type=FILE, required=True, metavar="DESIGN.yaml", help="the design to predict")
 @click.option("--compare", type=FILE, metavar="RESULTS.json", help="a sweep measured on DESIGN, to check against")
-def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
+@click.option("--face-scale", type=float, default=1.0, show_default=True,
+              help="thumbnails this many times the size of the fed sweep's (Fig. 15c: 0.5, 0.25), as `aitax emulate "
+                   "--face-scale` sends them")
+def knee_command(fed: Path, design: Path, compare: Path | None, face_scale: float) -> int:
     from stack.design import load_design
-    from tco.knee import face_costs, point_seconds, predict, read_sweep
+    from tco.knee import face_costs, point_seconds, predict, read_sweep, with_thumbnails
     from telemetry.results import SweepResult, read_results
 
     sweep = read_sweep(fed)
     declared = load_design(design)
     testbed = declared.testbed()
-    costs = face_costs(sweep)
+    costs = with_thumbnails(face_costs(sweep), face_scale)
     factors = sorted({run.workload.factor for run in sweep.runs} | set(sweep.skipped_factors))
     measured = read_results(compare, SweepResult) if compare else None  # a design that broke at once has no runs
     if measured is not None:
@@ -236,7 +239,9 @@ def knee_command(fed: Path, design: Path, compare: Path | None) -> int:
     point_s = point_seconds(measured if measured is not None and measured.runs else sweep)
     print(f"per face, read at {costs.read_at} of {fed}: brokers {costs.broker_cpu_s * 1e3:.2f} CPU-ms, "
           f"{costs.broker_write_bytes / 1e3:.0f} kB appended, {costs.network_bytes / 1e3:.0f} kB on the wire; "
-          f"the load {costs.load_cpu_s * 1e3:.2f} CPU-ms")
+          f"the load {costs.load_cpu_s * 1e3:.2f} CPU-ms"
+          + (f" (thumbnails {face_scale:g} times the size: {costs.thumbnail_bytes / 1e3:.1f} kB)" if face_scale != 1
+             else ""))
     predictions = predict(costs, testbed, declared.brokers, declared.broker.drives.count, factors, point_s)
     print(f"{declared.name} at 1/{testbed.scale:g}, predicted utilisation in steady state"
           + (f", and each drive's backlog in a {point_s:.0f} s point against its freerun "

@@ -15,6 +15,7 @@ from tco.knee import (
     predict,
     predicted_knee,
     predicted_sweep_knee,
+    with_thumbnails,
     within_one_step,
 )
 from telemetry.results import Resources, SweepResult
@@ -69,6 +70,27 @@ def test_storage_divides_over_drives_and_brokers_and_the_first_to_pass_85_percen
     assert knee is not None and knee.factor == 16 and knee.busiest[0] == "broker storage"
     two_drives = predict(costs, FED, brokers=3, drives_per_broker=2, factors=[16])
     assert two_drives[0].utilisation["broker storage"] == pytest.approx(0.64)
+
+
+def test_smaller_thumbnails_take_their_bytes_off_each_replica_and_each_hop_and_leave_the_cpu() -> None:
+    from common.errors import UserError
+
+    costs = face_costs(_sweep([_run(1, 20), _run(2, 40)]))  # thumbnails of 37.3 kB
+    quarter = with_thumbnails(costs, 0.25)
+    # 28 kB less a copy: three replicas appended; producer, two followers and the consumer on the wire
+    assert quarter.thumbnail_bytes == pytest.approx(9_325)
+    assert quarter.broker_write_bytes == pytest.approx(120e3 - 3 * 27_975)
+    assert quarter.network_bytes == pytest.approx(300e3 - 4 * 27_975)
+    assert (quarter.broker_cpu_s, quarter.load_cpu_s) == (costs.broker_cpu_s, costs.load_cpu_s)
+    assert with_thumbnails(costs, 1.0) == costs
+    # the storage-bound design's knee moves out with the bytes (Fig. 15c)
+    fast = [1, 2, 4, 8, 16, 32]
+    full, small = (predicted_knee(predict(c, FED, brokers=3, drives_per_broker=1, factors=fast))
+                   for c in (costs, quarter))
+    assert full is not None and (full.factor, full.busiest[0]) == (16, "broker storage")
+    assert small is not None and small.factor == 32 and small.utilisation["broker storage"] < 0.85  # CPU first
+    with pytest.raises(UserError, match="--face-scale 0: must be above 0"):
+        with_thumbnails(costs, 0)
 
 
 def test_a_prediction_counts_when_it_lands_within_one_factor_step() -> None:
