@@ -319,14 +319,7 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
                         health.set(longest_gap_s=longest_gap)
                     last_arrival = now
                     stream_ms = capture.get(cv2.CAP_PROP_POS_MSEC)
-                    # The camera's rate by its own clock where it has one: a reader that fell behind and catches up
-                    # reads a burst, which is not the camera's rate.
-                    arrivals.append(now)
-                    if stream_ms > 0:
-                        stream_times.append(stream_ms / 1000)
-                    stamps = stream_times if len(stream_times) > 1 else arrivals
-                    if len(stamps) > 1:
-                        health.set(measured_fps=(len(stamps) - 1) / max(1e-9, stamps[-1] - stamps[0]))
+                    _measure_rate(health, stream_times, arrivals, stream_ms, now)
                     if bgr is None or bgr.size == 0:
                         health.add("undecodable")
                         if stalled:
@@ -357,6 +350,18 @@ def camera_frames(source: CameraSource, stream_id: str, size: tuple[int, int], h
             log(f"camera {stream_id} ({source.shown}): {why}; retrying every {backoff:g}-{source.backoff_max_s:g} s")
         _sleep_unless(stopping, backoff)
         backoff = min(backoff * 2, source.backoff_max_s)
+
+
+def _measure_rate(health: SharedHealth, stream_times: deque[float], arrivals: deque[float], stream_ms: float,
+                  arrived_s: float) -> None:
+    """The camera's rate over its last frames, by its own clock where it has one: a reader that fell behind and
+    catches up reads a burst, which is not the camera's rate."""
+    arrivals.append(arrived_s)
+    if stream_ms > 0:
+        stream_times.append(stream_ms / 1000)
+    stamps = stream_times if len(stream_times) > 1 else arrivals
+    if len(stamps) > 1:
+        health.set(measured_fps=(len(stamps) - 1) / max(1e-9, stamps[-1] - stamps[0]))
 
 
 def _stream_fps(capture: Any) -> float:
