@@ -58,8 +58,8 @@ class FaceCosts:
     load_cpu_s: float
     offered_per_factor: float  # faces/s the sweep offers per unit of factor
     read_at: str  # "8x: 146 faces/s"
-    thumbnail_bytes: float = 0.0  # a face's thumbnail, of those bytes
-    replicas: int = 3  # copies of each record the brokers append
+    thumbnail_bytes: float  # the face's thumbnail: one copy of it in each replica's append and each trip on the wire
+    replicas: int  # copies of each record the brokers append (the sweep's replication factor)
 
 
 def with_thumbnails(costs: FaceCosts, scale: float) -> FaceCosts:
