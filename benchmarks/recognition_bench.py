@@ -105,8 +105,12 @@ def main() -> int:
                 found = finder(frame.rgb, Stopwatch(), frame.full)
                 detect_ms[size].append((time.process_time() - started) * 1000)
                 if size == args.track_size:
-                    for run in by_mode.values():
-                        run.frame(frame.index, found)
+                    by_mode["per frame"].frame(frame, found)
+                    # the tracked runs' detection looks where their tracks say too (both follow the same faces)
+                    hints = by_mode["per track, every face"].publication.hints(frame)
+                    followed = finder(frame.rgb, Stopwatch(), frame.full, hints) if hints else found
+                    for run in list(by_mode.values())[1:]:
+                        run.frame(frame, followed)
                 identities[size] += _identified_alone(identifier, frame.index, found, identify_ms)
         for size in sizes:
             evaluation = score(identities[size], truth, {"bench": set(range(len(truth["frames"])))}, (960, 540),
@@ -146,31 +150,23 @@ class TrackedRun:
         self.seed = 0
 
     def start_video(self) -> None:
+        from pipeline.ingest_detect import FaceRecords
         from pipeline.tracking import SendPolicy, StreamTracks
 
         self.seed += 1  # each video its own run: tracks never carry across videos
-        self.tracks = None if self.send is None else StreamTracks(SendPolicy.parse(self.send))
+        self.publication = FaceRecords(tracks=None if self.send is None else StreamTracks(SendPolicy.parse(self.send)))
         self.identities: list = []
 
-    def frame(self, index: int, found: list) -> None:
-        from functools import partial
-
-        from pipeline.ingest_detect import MISSED_FACE_INDEX
-        from pipeline.schema import TRACKED, UNTRACKED, FaceMessage, FaceMeta, IdentityMessage
-        from pipeline.tracking import Sent
+    def frame(self, frame, found: list) -> None:
+        """The frame's faces as the detect loop publishes them (`FaceRecords`: tracks, the send policy, the faces
+        missed in earlier frames and reported late), read back and identified."""
+        from pipeline.ingest_detect import Detected
+        from pipeline.schema import IdentityMessage, decode_face
         from telemetry.timing import Stopwatch
 
         self.frames += 1
-        followed = (self.tracks.follow("bench", index, [face.box for face in found]) if self.tracks is not None
-                    else [Sent(UNTRACKED, True)] * len(found))
-        meta = partial(FaceMeta, f"bench-{self.seed}", "bench")
-        faces = [FaceMessage(meta(index, i, len(found), face.box, face.confidence,
-                                  face.encoding if sent.thumbnail else TRACKED, 0, 0, 0, 0, 0, 0, sent.track_id),
-                             face.thumbnail if sent.thumbnail else b"")
-                 for i, (face, sent) in enumerate(zip(found, followed, strict=True))]
-        faces += [FaceMessage(meta(missed, MISSED_FACE_INDEX - sent.track_id, 0, box, 0.0, TRACKED, 0, 0, 0, 0, 0, 0,
-                                   sent.track_id), b"")
-                  for sent in followed for missed, box in sent.missed]
+        records = self.publication.records(Detected(frame, found, f"bench-{self.seed}", 0, 0))
+        faces = [decode_face(record.value, record.headers) for record in records]
         if not faces:
             return
         started = time.process_time()
@@ -179,7 +175,8 @@ class TrackedRun:
         self.faces += len(faces)
         self.thumbnails += sum(1 for face in faces if face.thumbnail)
         self.identities += [IdentityMessage.answering(face.meta, match, appended_ns=0, requested_ns=0, fetched_ns=0,
-                                                      identify_start_ns=0, identified_ns=index, batch_size=len(faces))
+                                                      identify_start_ns=0, identified_ns=frame.index,
+                                                      batch_size=len(faces))
                             for face, match in zip(faces, matches, strict=True)]
 
     def score_video(self, truth: dict) -> None:

@@ -17,6 +17,7 @@ against TensorFlow's 6-8.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,9 @@ DEFAULT_MIN_FACE_SIZE = 40
 # it dropped faces whose mouth and nose were covered (ONet gives them 0.75-0.96); without it the hard videos'
 # detection recall went from 98.4% to 99.7%, for one false detection in 30 frames, which identify calls unknown.
 DEFAULT_THRESHOLDS = (0.6, 0.7, 0.8)
+# ONet's confidence for a face found where a track said to look (`FaceDetector.detect`'s hints): lower than a new
+# face's, as ByteTrack keeps its low-score boxes for the tracks they continue.
+DEFAULT_FOLLOW_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Detection:
     confidence: float
     # ONet's five points in frame pixels: left eye, right eye, nose, left and right mouth corner (as seen)
     landmarks: tuple[tuple[float, float], ...] = ()
+    hinted: bool = False  # found only where a hint said to look, below the confidence that starts a face
 
 
 def scale_pyramid(width: int, height: int, min_face_size: int, scale_factor: float = 0.709) -> list[float]:
@@ -96,6 +101,13 @@ def _square(boxes: np.ndarray) -> np.ndarray:
     boxes[:, 2] = boxes[:, 2] + height * 0.5 - side * 0.5
     boxes[:, 3:5] = boxes[:, 1:3] + side[:, None]
     return boxes
+
+
+def _hint_rows(hints: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+    """Hint boxes (x, y, width, height) as the arithmetic's rows, with no score yet."""
+    rows = np.zeros((len(hints), 6))
+    rows[:, 1:5] = [(x, y, x + width, y + height) for x, y, width, height in hints]
+    return rows
 
 
 def _rescored(boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -176,7 +188,8 @@ class FaceDetector:
 
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
-                 frame_size: tuple[int, int] | None = None, threads: int = 1) -> None:
+                 frame_size: tuple[int, int] | None = None, threads: int = 1,
+                 follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD) -> None:
         """`frame_size` (width, height): the size of a stream's frames; PNet is then compiled for each of its pyramid
         levels' shapes, a little faster than the one compilation for any shape that frames of other sizes (photos)
         take."""
@@ -186,6 +199,7 @@ class FaceDetector:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
+        self.follow_threshold = follow_threshold
         # FP32, as the package computes: a confidence near a threshold must not flip on rounding.
         networks = mtcnn_networks()
         self._pnet_any, self._rnet, self._onet = (compile_on_cpu(networks[name], threads)
@@ -212,7 +226,13 @@ class FaceDetector:
             for size, network in ((24, self._rnet), (48, self._onet)):
                 _outputs(network, patches(frame, np.zeros((boxes, 4)), size))
 
-    def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None) -> list[Detection]:
+    def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None,
+               hints: Sequence[tuple[int, int, int, int]] = ()) -> list[Detection]:
+        """The frame's faces. `hints` (x, y, width, height): where faces followed from earlier frames are expected
+        (a tracker's predictions). Each is shown to RNet and ONet beside PNet's proposals, whatever PNet made of it
+        (PNet, which sees the whole frame at 12 px, misses a clear face that a frame earlier it found), and is kept
+        from RNet's threshold: only ONet judges it, at `follow_threshold`. A face so found is `hinted`: it may
+        continue a track, never start one (ByteTrack's rule for its low-score detections)."""
         watch = watch if watch is not None else Stopwatch()
         height, width = rgb.shape[:2]
         scales = scale_pyramid(width, height, self.min_face_size)
@@ -230,6 +250,9 @@ class FaceDetector:
                                   0.5, sort=False)
                          for (regression, probability), scale in zip(pnet_outputs, scales, strict=True)]
             boxes = _square(suppress(np.concatenate(per_scale), 0.7))
+            hinted = len(hints)
+            if hinted:
+                boxes = np.concatenate([_square(_hint_rows(hints)), boxes])
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
                 rnet_input = patches(frame, boxes[:, 1:5], 24)
@@ -237,7 +260,8 @@ class FaceDetector:
                 offsets, scores = _outputs(self._rnet, rnet_input)
             with watch.time("numpy"):
                 boxes = _offset(_rescored(boxes, scores), offsets)
-                boxes = boxes[boxes[:, 5] > self.thresholds[1]]
+                boxes[:, 0] = np.arange(len(boxes)) < hinted  # column 0 (the image) marks a hint from here on
+                boxes = boxes[(boxes[:, 5] > self.thresholds[1]) | (boxes[:, 0] > 0)]
                 boxes = _square(suppress(boxes, 0.7))
         if len(boxes):  # ONet gives the final boxes, confidences and landmarks (columns 6-15: x1..x5, y1..y5)
             with watch.time("tf_support"):
@@ -247,7 +271,8 @@ class FaceDetector:
             with watch.time("numpy"):
                 landmarks = _landmarks_in_frame(landmarks, boxes)  # ONet's are relative to the boxes it was given
                 boxes = np.concatenate([_offset(_rescored(boxes, scores), offsets), landmarks], axis=-1)
-                boxes = boxes[boxes[:, 5] > self.thresholds[2]]
+                boxes = boxes[(boxes[:, 5] > self.thresholds[2])
+                              | ((boxes[:, 0] > 0) & (boxes[:, 5] > self.follow_threshold))]
                 boxes = suppress(boxes, 0.7, method="min")
         detections = []
         if len(boxes):
@@ -257,7 +282,8 @@ class FaceDetector:
                     x1, y1, x2, y2 = (round(float(v)) for v in row[1:5])
                     if x2 - x1 >= 2 and y2 - y1 >= 2:
                         points = tuple((float(x), float(y)) for x, y in zip(row[6:11], row[11:16], strict=True))
-                        detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5]), points))
+                        detections.append(Detection((x1, y1, x2 - x1, y2 - y1), float(row[5]), points,
+                                                    hinted=bool(row[5] <= self.thresholds[2])))
         return detections
 
     def largest(self, rgb: np.ndarray, min_confidence: float = 0.9) -> Detection | None:

@@ -260,7 +260,7 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
 
 # What the identities themselves time, beside the events' stages: broker wait by owner and the results' delivery.
 _IDENTITY_SPANS = {name: (start, end) for name, start, end in BREAKDOWN if name in (*BROKER_WAIT, "deliver")}
-_PRINTED = ("ingest", "detect", "broker_wait", *BROKER_WAIT, "identify", "deliver", "end_to_end")
+_PRINTED = ("ingest", "detect", "broker_wait", *BROKER_WAIT, "identify", "deliver", "end_to_end", "reported_late")
 
 
 def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> dict[str, Distribution]:
@@ -272,7 +272,10 @@ def latency_breakdown(events: list[dict], identities: list[IdentityMessage]) -> 
             stages.setdefault(event["stage"], []).append((event["wall_end_ns"] - event["wall_start_ns"]) / NS_PER_MS)
     for name, (start, end) in _IDENTITY_SPANS.items():
         stages[name] = [(getattr(i, end) - getattr(i, start)) / NS_PER_MS for i in identities]
-    stages["end_to_end"] = [end_to_end_ms(i.scheduled_ns, i.delivered_ns) for i in identities]
+    stages["end_to_end"] = [end_to_end_ms(i.scheduled_ns, i.delivered_ns) for i in identities if i.face_index >= 0]
+    # A face its track reported after the frames that missed it waited for the track to find it again: its delay
+    # is the tracker's, shown on its own line, not a frame's latency.
+    stages["reported_late"] = [end_to_end_ms(i.scheduled_ns, i.delivered_ns) for i in identities if i.face_index < 0]
     return {stage: distribution(values) for stage, values in stages.items() if values}
 
 
@@ -331,8 +334,9 @@ def measure_latency(evaluation: Evaluation, identities: list[IdentityMessage], e
     """The latency breakdown and end to end's quantiles of these faces, onto `evaluation`."""
     evaluation.warmup_s = warmup_s
     evaluation.latency_ms = latency_breakdown(events, identities)
-    if identities:
-        evaluation.end_to_end_tail = tail_of([end_to_end_ms(i.scheduled_ns, i.delivered_ns) for i in identities])
+    on_time = [end_to_end_ms(i.scheduled_ns, i.delivered_ns) for i in identities if i.face_index >= 0]
+    if on_time:
+        evaluation.end_to_end_tail = tail_of(on_time)
 
 
 def print_evaluation(evaluation: Evaluation) -> None:

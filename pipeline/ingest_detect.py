@@ -38,7 +38,7 @@ from pipeline.schema import (
     encode_face,
 )
 from pipeline.stream import Frame, hand_off
-from pipeline.tracking import Sent, StreamTracks
+from pipeline.tracking import Box, Sent, StreamTracks
 from pipeline.transport import DeliveryReport, Producer
 from telemetry.events import Event
 from telemetry.metrics import StageMetrics
@@ -59,13 +59,17 @@ class FoundFace:
     thumbnail: bytes
     encoding: str
     track_id: int = UNTRACKED  # set by a compute that follows faces itself (the emulator's); else by FaceRecords
+    hinted: bool = False  # found only where a track said to look (`pipeline.detect.Detection.hinted`)
 
 
 class FindFaces(Protocol):
     """Detection's compute for one frame: the faces found in `rgb`, with its time recorded into the Stopwatch by
-    sub-step; `full`, where given, is the same picture at its own resolution, to cut thumbnails from."""
+    sub-step; `full`, where given, is the same picture at its own resolution, to cut thumbnails from; `hints`, where
+    given, the boxes in `rgb` where followed faces are expected (`Publication.hints`). The detect loop passes each
+    only where there is one: a compute that takes neither (the emulator's, Object Detection's) need not name them."""
 
-    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]: ...
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None,
+                 hints: Sequence[Box] = ()) -> list[FoundFace]: ...
 
 
 class Record(NamedTuple):
@@ -95,6 +99,8 @@ class Publication(Protocol):
 
     def topic(self, topics: Topics) -> str: ...
 
+    def hints(self, frame: Frame) -> Sequence[Box]: ...
+
     def records(self, detected: Detected) -> list[Record]: ...
 
 
@@ -111,14 +117,23 @@ class FaceRecords:
     def topic(self, topics: Topics) -> str:
         return topics.faces
 
+    def hints(self, frame: Frame) -> Sequence[Box]:
+        """Where the stream's tracks expect their faces (none without tracks: the paper's detection, unchanged)."""
+        return self.tracks.hints(frame.stream_id, frame.index) if self.tracks is not None else ()
+
     def records(self, detected: Detected) -> list[Record]:
         frame, found = detected.frame, detected.found
         if self.tracks is None:
             followed = [Sent(face.track_id, True) for face in found]
         else:
-            followed = self.tracks.follow(frame.stream_id, frame.index, [face.box for face in found])
+            followed = self.tracks.follow(frame.stream_id, frame.index, [face.box for face in found],
+                                          [face.hinted for face in found])
             self.tracks.remember(frame.stream_id, frame.index, (frame.scheduled_ns, frame.captured_ns,
                                                                 frame.ingested_ns))
+            # a hinted face that continues no track is not reported: only a track makes it a face
+            kept = [(face, sent) for face, sent in zip(found, followed, strict=True)
+                    if not face.hinted or sent.track_id != UNTRACKED]
+            found, followed = [face for face, _ in kept], [sent for _, sent in kept]
         records = [self._record(detected, frame.index, face_index, len(found), face.box, face.confidence,
                                 (frame.scheduled_ns, frame.captured_ns, frame.ingested_ns), sent.track_id,
                                 face.thumbnail if sent.thumbnail else None, face.encoding)
@@ -164,14 +179,15 @@ class MtcnnFaceFinder:
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
         self._extension = ".jpg" if encoding == "jpeg" else ".png"
 
-    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None) -> list[FoundFace]:
+    def __call__(self, rgb: np.ndarray, watch: Stopwatch, full: np.ndarray | None = None,
+                 hints: Sequence[Box] = ()) -> list[FoundFace]:
         import cv2
 
         from pipeline.crop import face_thumbnail
 
         faces = []
         scale = 1.0 if full is None else full.shape[1] / rgb.shape[1]
-        for detection in self.detector.detect(rgb, watch):
+        for detection in self.detector.detect(rgb, watch, hints):
             with watch.time("crop"):  # from the full picture where there is one: more of the face's own pixels
                 box = tuple(round(v * scale) for v in detection.box)
                 landmarks = tuple((x * scale, y * scale) for x, y in detection.landmarks)
@@ -181,7 +197,8 @@ class MtcnnFaceFinder:
                 ok, encoded = cv2.imencode(self._extension, thumbnail, self._encode_params)
             if not ok:
                 raise RuntimeError("thumbnail encoding failed")
-            faces.append(FoundFace(detection.box, detection.confidence, encoded.tobytes(), self.encoding))
+            faces.append(FoundFace(detection.box, detection.confidence, encoded.tobytes(), self.encoding,
+                                   hinted=detection.hinted))
         return faces
 
 
@@ -300,7 +317,11 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
             watch.add("decode", frame.received_decode_ms)
         detect_start_ns = time.time_ns()
         started = time.perf_counter()
-        found = find_faces(frame.rgb, watch) if frame.full is None else find_faces(frame.rgb, watch, frame.full)
+        hints = publication.hints(frame)
+        inputs: dict[str, Any] = {} if frame.full is None else {"full": frame.full}
+        if hints:
+            inputs["hints"] = hints
+        found = find_faces(frame.rgb, watch, **inputs)
         compute_ms = (time.perf_counter() - started) * 1000
         detected_ns = time.time_ns()
         payload = 0

@@ -26,6 +26,7 @@ from pipeline.assets import ensure_centernet
 from pipeline.detect import suppress
 from pipeline.ingest_detect import Detected, Record
 from pipeline.schema import DetectedObject, DetectionsMessage, Topics, decode_detections, encode_detections
+from pipeline.stream import Frame
 from telemetry.timing import Stopwatch
 
 INPUT_SIZE = 512  # the network's square input; frames are stretched to it and boxes scaled back
@@ -168,6 +169,9 @@ class ObjectRecords:
 
     def topic(self, topics: Topics) -> str:
         return topics.detections
+
+    def hints(self, frame: Frame) -> tuple[()]:
+        return ()  # objects are not followed across frames
 
     def records(self, detected: Detected) -> list[Record]:
         frame = detected.frame

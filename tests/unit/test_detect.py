@@ -139,6 +139,23 @@ def test_a_streams_frame_size_runs_its_own_graphs_and_finds_what_the_relaxed_one
     assert stream.detect(cv2.resize(rgb, (width // 2 * 2 - 2, height)))  # another size: PNet for any shape
 
 
+def test_a_hint_finds_a_face_pnet_missed_and_no_face_where_there_is_none(assets) -> None:
+    photo = sorted(assets.faces_val_dir.glob("*/*.jpg"))[0]
+    rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
+    face = FaceDetector(min_face_size=20).largest(rgb)
+    assert face is not None
+    x, y, w, h = face.box
+    blind = FaceDetector(min_face_size=20, thresholds=(1.0, 0.7, 0.8))  # PNet proposes nothing
+    assert blind.detect(rgb) == []
+    hinted = blind.detect(rgb, hints=[(x + w // 10, y - h // 10, w, h)])  # where a track expects it, a little off
+    assert len(hinted) == 1 and iou(hinted[0].box, face.box) >= 0.7 and len(hinted[0].landmarks) == 5
+    assert not hinted[0].hinted  # confident enough to start a face of its own
+    assert blind.detect(rgb, hints=[(0, 0, w // 3, h // 3)]) == []  # a corner of background: ONet says no
+    # Below a new face's confidence but above the follow threshold: a hinted face, for a track to continue only.
+    strict = FaceDetector(min_face_size=20, thresholds=(1.0, 0.7, 1.0), follow_threshold=0.5)
+    assert [d.hinted for d in strict.detect(rgb, hints=[face.box])] == [True]
+
+
 def test_boxes_agree_with_stock_mtcnn(assets) -> None:
     from mtcnn import MTCNN
 

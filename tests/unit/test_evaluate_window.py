@@ -55,3 +55,14 @@ def test_the_summary_holds_the_windows_end_to_end_quantiles() -> None:
     summary = window.summary()
     assert json.loads(json.dumps(summary)) == summary and summary["warmup_s"] == 2.0
     assert Evaluation(run_id="none").summary()["end_to_end_ms"] is None  # no face identified
+
+
+def test_a_face_its_track_reported_late_is_timed_apart_from_the_frames_latency() -> None:
+    steady = [identity(scheduled, 50) for scheduled in range(0, 1000, 100)]
+    late = [replace(identity(scheduled, 700), face_index=-8) for scheduled in (200, 300)]  # found again 600 ms on
+    evaluation = Evaluation(run_id="r")
+    measure_latency(evaluation, steady + late, [])
+    assert evaluation.latency_ms["end_to_end"].count == 10
+    assert evaluation.latency_ms["end_to_end"].p99_ms == pytest.approx(50, rel=0.01)
+    assert evaluation.latency_ms["reported_late"].count == 2
+    assert evaluation.summary()["end_to_end_ms"]["max"] == pytest.approx(50, rel=0.01)

@@ -208,7 +208,39 @@ def test_a_face_missed_for_a_few_frames_is_reported_for_them_when_it_is_found_ag
     tracker = FaceTracker()
     tracker.follow(0, [(100, 100, 40, 40)])
     assert tracker.follow(3, [(106, 100, 40, 40)])[0].missed == ((1, (102, 100, 40, 40)), (2, (104, 100, 40, 40)))
-    assert tracker.follow(8, [(106, 100, 40, 40)])[0].missed == ()  # missed four frames: too long to vouch for
+    assert tracker.follow(15, [(106, 100, 40, 40)])[0].missed == ()  # missed 11 frames: its track has ended
+
+
+def test_a_hinted_face_continues_a_track_but_never_starts_one_nor_keeps_it_alive() -> None:
+    tracker = FaceTracker(max_missed_frames=3)
+    first = tracker.follow(0, [(100, 100, 40, 40)])[0].track_id
+    assert tracker.predictions(1) == [(100, 100, 40, 40)]
+    tracker.follow(1, [(104, 100, 40, 40)])
+    assert tracker.predictions(2) == [(106, 100, 40, 40)]  # moved on at half its last step (the velocity's mean)
+    assert [f.track_id for f in tracker.follow(2, [(108, 100, 40, 40), (400, 100, 40, 40)], [True, True])] == \
+        [first, UNTRACKED]  # the far hinted face starts nothing
+    for frame in (3, 4, 5):  # found only where hinted: the track lives on its last confident face, frame 1
+        assert tracker.follow(frame, [(108 + 4 * frame, 100, 40, 40)], [True])[0].track_id == first
+    assert tracker.follow(6, [(130, 100, 40, 40)], [True])[0].track_id == UNTRACKED
+    assert tracker.predictions(6) == []
+
+
+def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> None:
+    from pipeline.ingest_detect import Detected, FaceRecords, FoundFace
+    from pipeline.stream import Frame
+
+    records = FaceRecords(tracks=StreamTracks())
+
+    def frame(index: int, *found: FoundFace) -> list[FaceMessage]:
+        shown = Frame("s", index, np.zeros((540, 960, 3), np.uint8), 0, 0, 0.0, 0.0, 0)
+        return [decode_face(r.value, r.headers) for r in records.records(Detected(shown, found, "run", 0, 0))]
+
+    assert records.hints(Frame("s", 0, np.zeros((1, 1, 3), np.uint8), 0, 0, 0.0, 0.0, 0)) == []
+    assert len(frame(0, FoundFace((100, 100, 40, 40), 0.99, b"png", "png"))) == 1
+    assert records.hints(Frame("s", 1, np.zeros((1, 1, 3), np.uint8), 0, 0, 0.0, 0.0, 0)) == [(100, 100, 40, 40)]
+    sent = frame(1, FoundFace((102, 100, 40, 40), 0.6, b"png", "png", hinted=True),
+                 FoundFace((500, 100, 40, 40), 0.6, b"png", "png", hinted=True))
+    assert [(m.meta.box, m.meta.faces_in_frame) for m in sent] == [((102, 100, 40, 40), 1)]
 
 
 def test_an_emulated_profile_with_a_thumbnail_share_sends_that_share_and_identifies_only_those(tmp_path) -> None:
