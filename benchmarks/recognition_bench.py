@@ -193,12 +193,17 @@ def _modes_table(runs: list[TrackedRun]) -> str:
     for run in runs:
         answered, final = run.as_answered, run.by_track
         rows.append([run.mode, f"{run.thumbnails} / {run.faces} ({run.thumbnails / max(1, run.faces):.0%})",
-                     f"{run.identify_ms / max(1, run.frames):.1f}", f"{answered.end_to_end_accuracy:.1%}",
-                     f"{final.end_to_end_accuracy:.1%}",
+                     f"{run.identify_ms / max(1, run.frames):.1f}", _named(answered), _named(final),
                      f"{final.false_identification_rate:.1%} ({final.strangers_named}/{final.matched_strangers})",
                      str(sum(final.confusions.values()) - final.strangers_named)])
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
+
+
+def _named(evaluation) -> str:
+    """Enrolled appearances named, as a share and as counts (a bar like 97% must not be met by rounding)."""
+    enrolled = evaluation.truth_faces - evaluation.stranger_faces
+    return f"{evaluation.end_to_end_accuracy:.1%} ({evaluation.correct}/{enrolled})"
 
 
 def _identified_alone(identifier, frame_index: int, found: list, identify_ms: list[float]) -> list:
