@@ -15,7 +15,7 @@ import click
 
 from aitax import __version__
 from aitax.commands.options import CONTEXT, Commands
-from common.errors import UserError
+from aitax.common.errors import UserError
 
 # Modules whose `register(group)` adds commands, in the order a frame flows through the product.
 COMMAND_MODULES = (
@@ -41,7 +41,7 @@ def cli(verbose: bool) -> None:
         # The Elasticsearch client logs every failed attempt (about 150 lines for one unreachable URL); the
         # command's own one-line error says what is missing.
         logging.getLogger("elastic_transport").setLevel(logging.CRITICAL)
-    from stack.stack import use_local_identity
+    from aitax.stack.stack import use_local_identity
 
     use_local_identity(click.get_current_context().invoked_subcommand)
 

@@ -33,10 +33,10 @@ P50_TOLERANCE = 0.20
 
 
 def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, seconds: float, folder: Path):
-    from load.engine import run_load
-    from load.local import LocalLoad
-    from pipeline.runtime import new_run_id
-    from telemetry.results import Driver, Workload
+    from aitax.load.engine import run_load
+    from aitax.load.local import LocalLoad
+    from aitax.pipeline.runtime import new_run_id
+    from aitax.telemetry.results import Driver, Workload
 
     run_id = new_run_id()
     workload = Workload(mode="real", producers=streams, consumers=consumers, duration_s=seconds, video=str(video),
@@ -48,8 +48,8 @@ def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, s
 
 
 def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int, consumers: int, seconds: float):
-    from emulation.sweep import SweepSpec, run_sweep
-    from telemetry.results import Driver
+    from aitax.emulation.sweep import SweepSpec, run_sweep
+    from aitax.telemetry.results import Driver
 
     # OS processes as the real run has them, as far as one count serves both sides: the GIL of one process holding
     # every stream would slow the emulated producers where the real ones are processes of their own
@@ -61,7 +61,7 @@ def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int,
 
 
 def _summary(run) -> tuple[float, float, float, float]:
-    from telemetry.latency import batch_size_p50
+    from aitax.telemetry.latency import batch_size_p50
 
     latency = run.latency
     if latency is None:
@@ -97,12 +97,12 @@ def main() -> int:
                         help="the enrolled gallery (default: the demo's)")
     args = parser.parse_args()
 
-    from common.errors import UserError
-    from emulation.calibrate import calibrate_identify
-    from emulation.curves import load_curve
-    from emulation.profile import derive_profile
-    from stack.stack import running_config, use_local_identity
-    from telemetry.report_sources import load_events
+    from aitax.common.errors import UserError
+    from aitax.emulation.calibrate import calibrate_identify
+    from aitax.emulation.curves import load_curve
+    from aitax.emulation.profile import derive_profile
+    from aitax.stack.stack import running_config, use_local_identity
+    from aitax.telemetry.report_sources import load_events
 
     for path in (args.video, args.gallery):
         if not path.is_file():

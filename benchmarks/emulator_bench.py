@@ -36,8 +36,8 @@ def kafka_tools(config, topic: str, records: int) -> dict:
     """ProducerPerformance and ConsumerPerformance together. Their end-to-end rate is the lower of the two: the
     consumer's own fetch rate counts from its first fetch, and a consumer that joined late reads a backlog faster
     than the producer ever wrote it."""
-    from load.resources import Sampler
-    from stack import kafka
+    from aitax.load.resources import Sampler
+    from aitax.stack import kafka
 
     producer_args = ["--topic", topic, "--num-records", str(records), "--record-size", str(FACE_BYTES),
                      "--throughput", "-1", "--producer-props", f"bootstrap.servers={config.bootstrap_servers}",
@@ -89,8 +89,8 @@ def per_face(requests: dict[str, float], faces: int) -> dict[str, float]:
 def sweep_point(config, seconds: float, instances: int, processes: int, keying: str) -> dict:
     """One point of the sweep users run (`aitax emulate --factors NO_SLEEP --producers N --consumers N`), read
     as the sweep reports it: identified faces per second within its measurement window."""
-    from emulation.profile import paper_profile
-    from emulation.sweep import SweepSpec, run_sweep
+    from aitax.emulation.profile import paper_profile
+    from aitax.emulation.sweep import SweepSpec, run_sweep
 
     spec = SweepSpec([NO_SLEEP], seconds, instances, instances, processes, paper_profile(), "paper",
                      keying=keying, stop_after=0)
@@ -107,7 +107,7 @@ def sweep_point(config, seconds: float, instances: int, processes: int, keying: 
 
 
 def _saturation(usage) -> str:
-    from load.resources import cpu_owner, saturated_resource
+    from aitax.load.resources import cpu_owner, saturated_resource
 
     return saturated_resource(usage, None) if usage.machine_cpu_busy < 0.85 else \
         f"cpu (machine) {usage.machine_cpu_busy:.0%}, {cpu_owner(usage)}"
@@ -121,8 +121,8 @@ def _profile(measured: dict) -> str:
 
 def end_to_end(config, seconds: float, instances: list[int], processes: list[int], keyings: list[str]) -> None:
     """Kafka's tools, then the sweep's own point at each instance count, packing and keying, in one run."""
-    from stack import kafka
-    from stack.config import TopicSpec
+    from aitax.stack import kafka
+    from aitax.stack.config import TopicSpec
 
     print(f"1. end to end: Kafka's tools vs `aitax emulate --factors {NO_SLEEP:g}` (the sweep's own in-window "
           f"identified faces/s), {seconds:g} s each; instances {instances}, processes per side {processes}, "
@@ -157,7 +157,7 @@ def end_to_end(config, seconds: float, instances: list[int], processes: list[int
 def _delete(config, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
-    from stack.kafka import admin_settings
+    from aitax.stack.kafka import admin_settings
 
     admin = AdminClient(admin_settings(config))
     for future in admin.delete_topics([topic]).values():
@@ -171,7 +171,7 @@ class _ScheduleRecorder:
         self.producer, self.client_name, self.late_ms = producer, producer.client_name, []
 
     def send(self, topic, value, key=None, headers=None, on_delivery=None, opaque=None) -> None:
-        from pipeline.schema import META_HEADER
+        from aitax.pipeline.schema import META_HEADER
 
         meta = json.loads(headers[META_HEADER])
         self.late_ms.append((meta["captured_ns"] - meta["scheduled_ns"]) / 1e6)
@@ -186,13 +186,13 @@ class _ScheduleRecorder:
 
 def own_costs(config, seconds: float) -> None:
     """CPU per face of the emulator's producer and identify paths, in this process, on the real brokers."""
-    from emulation.profile import paper_profile
-    from emulation.workers import run_consumer_instances, run_producer_instances
-    from pipeline.schema import Topics
-    from pipeline.transport import make_consumer, make_producer
-    from stack import kafka
-    from telemetry.results import Driver
-    from telemetry.sinks import NullSink
+    from aitax.emulation.profile import paper_profile
+    from aitax.emulation.workers import run_consumer_instances, run_producer_instances
+    from aitax.pipeline.schema import Topics
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.stack import kafka
+    from aitax.telemetry.results import Driver
+    from aitax.telemetry.sinks import NullSink
 
     topics = Topics.with_prefix(f"bench-own-{time.time_ns()}-")
     kafka.ensure_topics(config, replace(config, faces_partitions=4).topics(topics))
@@ -225,19 +225,19 @@ def own_costs(config, seconds: float) -> None:
 
 
 def _delete_all(config, topics) -> None:
-    from emulation.sweep import delete_topics
+    from aitax.emulation.sweep import delete_topics
 
     delete_topics(config, topics)
 
 
 def instances_per_process(config, seconds: float) -> None:
     """Emulated ingest/detect instances at 1x (10 FPS each) in one process: CPU per instance and schedule p99."""
-    from emulation.profile import paper_profile
-    from emulation.workers import run_producer_instances
-    from pipeline.schema import Topics
-    from pipeline.transport import make_producer
-    from stack import kafka
-    from telemetry.sinks import NullSink
+    from aitax.emulation.profile import paper_profile
+    from aitax.emulation.workers import run_producer_instances
+    from aitax.pipeline.schema import Topics
+    from aitax.pipeline.transport import make_producer
+    from aitax.stack import kafka
+    from aitax.telemetry.sinks import NullSink
 
     print("3. emulated ingest/detect instances in one process at 1x (10 FPS, 1 face/frame each):")
     print(f"   {'instances':>9}{'cpu ms/s each':>15}{'schedule p50 ms':>17}{'p99 ms':>9}{'faces/s':>9}")
@@ -265,10 +265,10 @@ def instances_per_process(config, seconds: float) -> None:
 
 
 def sleep_accuracy() -> None:
-    from common.paper import PAPER
-    from emulation.profile import paper_profile
-    from emulation.workers import EmulatedFaceFinder
-    from telemetry.timing import Stopwatch
+    from aitax.common.paper import PAPER
+    from aitax.emulation.profile import paper_profile
+    from aitax.emulation.workers import EmulatedFaceFinder
+    from aitax.telemetry.timing import Stopwatch
 
     finder = EmulatedFaceFinder(paper_profile(), 32.0, random.Random(1))
     intended = PAPER.mean_ms["detect"] / 32
@@ -300,7 +300,7 @@ def main() -> int:
 
     import os
 
-    from stack.stack import running_config, use_local_identity
+    from aitax.stack.stack import running_config, use_local_identity
 
     config = running_config()
     use_local_identity(None)  # the benchmark is the operator: the admin principal

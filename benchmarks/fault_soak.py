@@ -23,8 +23,8 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=2.0, help="acceleration factor of the load (default 2)")
     args = parser.parse_args()
 
-    from emulation.faults import print_table, run_scenario
-    from stack.stack import current_config, use_local_identity
+    from aitax.emulation.faults import print_table, run_scenario
+    from aitax.stack.stack import current_config, use_local_identity
 
     config = current_config()
     use_local_identity(None)  # the benchmark is the operator: the admin principal

@@ -41,16 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the release installed at the end")
     args = parser.parse_args(argv)
 
+    from aitax.cluster import images
+    from aitax.cluster.demo import helm, reinstall
+    from aitax.cluster.k8s import tool
+    from aitax.cluster.node import Node, RealCluster
+    from aitax.common.errors import UserError
+    from aitax.common.paths import aitax_home
     from aitax.experiment.kubernetes_api import KubernetesCluster
     from aitax.experiment.kubernetes_backend import KubernetesBackend
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
-    from cluster import images
-    from cluster.demo import helm, reinstall
-    from cluster.k8s import tool
-    from cluster.node import Node, RealCluster
-    from common.errors import UserError
-    from common.paths import aitax_home
 
     try:
         spec = load_spec(args.spec)

@@ -193,8 +193,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=40.0)
     args = parser.parse_args()
-    from pipeline.assets import ensure_assets
-    from pipeline.synth_video import SIDE_CAR_VERSION, truth_path
+    from aitax.pipeline.assets import ensure_assets
+    from aitax.pipeline.synth_video import SIDE_CAR_VERSION, truth_path
 
     rng = random.Random(args.seed)
     enrolled = people(args.enrolled or ensure_assets().faces_val_dir, enrolled=True)

@@ -38,13 +38,13 @@ ROWS = (("faces in the window", "faces", "{:.0f}"), ("end to end p50 ms", "p50",
 def local_side(seconds: float, settle_s: float) -> dict:
     """The demo's run on the local stack, `settle_s` after it started (as the cluster's brokers have run for minutes
     when its window opens), scored with the warm-up; the stack stopped afterwards."""
-    from common.paths import aitax_home
-    from load.engine import REAL_DRAIN_S, run_local_pipeline
-    from pipeline.evaluate import DEMO_WARMUP_S, evaluate_run
-    from pipeline.inputs import demo_inputs
-    from pipeline.runtime import new_run_id
-    from stack.stack import resolve_bootstrap, use_local_identity
-    from telemetry.results import Driver, Workload
+    from aitax.common.paths import aitax_home
+    from aitax.load.engine import REAL_DRAIN_S, run_local_pipeline
+    from aitax.pipeline.evaluate import DEMO_WARMUP_S, evaluate_run
+    from aitax.pipeline.inputs import demo_inputs
+    from aitax.pipeline.runtime import new_run_id
+    from aitax.stack.stack import resolve_bootstrap, use_local_identity
+    from aitax.telemetry.results import Driver, Workload
 
     aitax = str(Path(sys.executable).parent / "aitax")
     subprocess.run([aitax, "stack", "up"], check=True)
@@ -67,9 +67,9 @@ def local_side(seconds: float, settle_s: float) -> dict:
 
 def cluster_side(seconds: float, nodes: int) -> dict:
     """`aitax cluster demo`, then the same scoring in an identify pod, as one JSON line."""
-    from cluster.demo import evaluate_in_pod, run_demo
-    from cluster.node import RealCluster
-    from pipeline.evaluate import DEMO_WARMUP_S
+    from aitax.cluster.demo import evaluate_in_pod, run_demo
+    from aitax.cluster.node import RealCluster
+    from aitax.pipeline.evaluate import DEMO_WARMUP_S
 
     run_demo(seconds, nodes=nodes)
     output = evaluate_in_pod(RealCluster(nodes=nodes), "aitax", "aitax", "--warmup", f"{DEMO_WARMUP_S:g}",

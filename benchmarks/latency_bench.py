@@ -39,7 +39,7 @@ def _numbers(text: str, kind=float) -> list:
 
 
 def row(label: str, result) -> str:
-    from telemetry.latency import batch_size_p50, dominant_wait
+    from aitax.telemetry.latency import batch_size_p50, dominant_wait
 
     latency = result.latency
     offered = "-" if result.offered_faces_per_s is None else f"{result.offered_faces_per_s:.1f}"
@@ -52,9 +52,9 @@ def row(label: str, result) -> str:
 
 
 def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
-    from load.engine import REAL_DRAIN_S, run_local_pipeline
-    from pipeline.inputs import demo_inputs
-    from telemetry.results import Driver, Workload
+    from aitax.load.engine import REAL_DRAIN_S, run_local_pipeline
+    from aitax.pipeline.inputs import demo_inputs
+    from aitax.telemetry.results import Driver, Workload
 
     gallery, video = demo_inputs()
     points = [(f"real {n} stream(s), delay {delay:g} ms", n, Driver(max_queue_delay_ms=delay))
@@ -73,10 +73,10 @@ def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
 
 
 def emulated_points(args, config) -> list[tuple[str, object]]:
-    from common.errors import UserError
-    from emulation.profile import load_profile
-    from emulation.sweep import SweepSpec, run_sweep
-    from telemetry.results import Driver
+    from aitax.common.errors import UserError
+    from aitax.emulation.profile import load_profile
+    from aitax.emulation.sweep import SweepSpec, run_sweep
+    from aitax.telemetry.results import Driver
 
     settings = [(f"delay {delay:g} ms", Driver(max_queue_delay_ms=delay)) for delay in args.delays]
     if args.before:
@@ -116,7 +116,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write every RunResult here (JSON lines)")
     args = parser.parse_args()
 
-    from stack.stack import running_config, use_local_identity
+    from aitax.stack.stack import running_config, use_local_identity
 
     config = running_config()
     use_local_identity(None)  # the benchmark is the operator: the admin principal

@@ -47,8 +47,8 @@ class Bench:
     """The release's brokers and broker 1's node, through kubectl and the node's link counters."""
 
     def __init__(self, cluster, namespace: str, release: str) -> None:
-        from cluster.demo import fullname
-        from cluster.node import NODE_PREFIX, Node
+        from aitax.cluster.demo import fullname
+        from aitax.cluster.node import NODE_PREFIX, Node
 
         self.cluster, self.namespace, self.release = cluster, namespace, release
         self.kafka = f"{fullname(release)}-kafka"
@@ -81,7 +81,7 @@ class Bench:
 
     def measure(self, rate_mbit: float | None, offered_mbit: float, seconds: float) -> tuple[float, float]:
         """(replication payload, wire into the node) in Mbit/s over `seconds`, the link shaped to `rate_mbit`."""
-        from cluster.links import LinkShape
+        from aitax.cluster.links import LinkShape
 
         self.cluster.reshape(LinkShape(rate_mbit=rate_mbit), [self.follower])
         records_per_s = int(offered_mbit * 1e6 / 8 / RECORD_BYTES)
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", default="aitax")
     args = parser.parse_args(argv)
 
-    from cluster.links import LinkShape, parse_rate
-    from cluster.node import RealCluster
+    from aitax.cluster.links import LinkShape, parse_rate
+    from aitax.cluster.node import RealCluster
 
     cluster = RealCluster()
     if not cluster.is_running() or len(cluster.node_list) < 3:

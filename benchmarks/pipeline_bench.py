@@ -23,7 +23,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common.paper import OBJECT_DETECTION, PAPER
+from aitax.common.paper import OBJECT_DETECTION, PAPER
 
 
 def cpu_ms(function, *args):
@@ -36,7 +36,7 @@ def read_frames(video: Path, count: int) -> tuple[list, list[float]]:
     """Decode and resize up to `count` frames: the frames and each one's ingest CPU ms."""
     import cv2
 
-    from pipeline.crop import resize_frame
+    from aitax.pipeline.crop import resize_frame
 
     capture = cv2.VideoCapture(str(video))
     frames, ingest_ms = [], []
@@ -58,8 +58,8 @@ def time_detectors(frames: list) -> tuple[dict[str, list[float]], int, int, list
     from mtcnn import MTCNN
     from tqdm import tqdm
 
-    from pipeline.crop import face_thumbnail, iou
-    from pipeline.detect import FaceDetector
+    from aitax.pipeline.crop import face_thumbnail, iou
+    from aitax.pipeline.detect import FaceDetector
 
     size = (frames[0].shape[1], frames[0].shape[0])
     ours20, ours40 = FaceDetector(min_face_size=20, frame_size=size), FaceDetector(min_face_size=40, frame_size=size)
@@ -88,7 +88,7 @@ def time_identify(assets, faces: list) -> dict:
     the network's GFLOP per face against this thread's fp32 matmul rate."""
     import numpy as np
 
-    from pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.facenet import FaceEmbedder
 
     embedder = FaceEmbedder(assets.facenet_weights, precision="fp32", runtime="tensorflow")
     batch = np.stack((faces * 8)[:8]) if faces else np.zeros((8, 160, 160, 3), np.uint8)
@@ -110,8 +110,8 @@ def time_objects(assets, frames: list) -> tuple[list[float], float, int, int]:
     labelled portraits it finds a person."""
     import cv2
 
-    from pipeline.objects import ObjectDetector
-    from telemetry.timing import Stopwatch
+    from aitax.pipeline.objects import ObjectDetector
+    from aitax.telemetry.timing import Stopwatch
 
     objects = ObjectDetector()
     objects(frames[0])
@@ -142,14 +142,14 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=40, help="frames to time (default 40)")
     args = parser.parse_args()
 
-    from pipeline.assets import ensure_assets
-    from pipeline.facenet_keras import set_tf_threads
+    from aitax.pipeline.assets import ensure_assets
+    from aitax.pipeline.facenet_keras import set_tf_threads
 
     set_tf_threads(1, 1)
     assets = ensure_assets()
     video = args.video
     if video is None:
-        from pipeline.synth_video import make_video
+        from aitax.pipeline.synth_video import make_video
 
         video = Path(tempfile.mkdtemp()) / "bench.mp4"
         make_video(assets.faces_val_dir, video, seconds=20)

@@ -62,17 +62,17 @@ def main() -> int:
 
     from tqdm import tqdm
 
-    from pipeline.assets import ensure_assets
-    from pipeline.evaluate import Evaluation, plot_det, score
-    from pipeline.facenet import FaceEmbedder
-    from pipeline.facenet_keras import set_tf_threads
-    from pipeline.frames import read_frames
-    from pipeline.gallery import load_gallery
-    from pipeline.identify import FaceNetIdentifier
-    from pipeline.ingest_detect import MtcnnFaceFinder
-    from pipeline.inputs import compose_video, enroll_gallery
-    from pipeline.synth_video import load_truth
-    from telemetry.timing import Stopwatch
+    from aitax.pipeline.assets import ensure_assets
+    from aitax.pipeline.evaluate import Evaluation, plot_det, score
+    from aitax.pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.facenet_keras import set_tf_threads
+    from aitax.pipeline.frames import read_frames
+    from aitax.pipeline.gallery import load_gallery
+    from aitax.pipeline.identify import FaceNetIdentifier
+    from aitax.pipeline.ingest_detect import MtcnnFaceFinder
+    from aitax.pipeline.inputs import compose_video, enroll_gallery
+    from aitax.pipeline.synth_video import load_truth
+    from aitax.telemetry.timing import Stopwatch
 
     set_tf_threads(1, 1)  # one core, as an ingest-detect container has: its CPU time is its time
     workdir = Path(tempfile.mkdtemp(prefix="recognition-bench-"))
@@ -139,8 +139,8 @@ class TrackedRun:
     identify compute (its own track evidence), and what it answered."""
 
     def __init__(self, mode: str, send: str | None, gallery, embedder) -> None:
-        from pipeline.evaluate import Evaluation
-        from pipeline.identify import FaceNetIdentifier
+        from aitax.pipeline.evaluate import Evaluation
+        from aitax.pipeline.identify import FaceNetIdentifier
 
         self.mode, self.send = mode, send
         self.identifier = FaceNetIdentifier(embedder, gallery, evidence="frame" if send is None else "track")
@@ -150,8 +150,8 @@ class TrackedRun:
         self.seed = 0
 
     def start_video(self) -> None:
-        from pipeline.ingest_detect import FaceRecords
-        from pipeline.tracking import SendPolicy, StreamTracks
+        from aitax.pipeline.ingest_detect import FaceRecords
+        from aitax.pipeline.tracking import SendPolicy, StreamTracks
 
         self.seed += 1  # each video its own run: tracks never carry across videos
         self.publication = FaceRecords(tracks=None if self.send is None else StreamTracks(SendPolicy.parse(self.send)))
@@ -160,9 +160,9 @@ class TrackedRun:
     def frame(self, frame, found: list) -> None:
         """The frame's faces as the detect loop publishes them (`FaceRecords`: tracks, the send policy, the faces
         missed in earlier frames and reported late), read back and identified."""
-        from pipeline.ingest_detect import Detected
-        from pipeline.schema import IdentityMessage, decode_face
-        from telemetry.timing import Stopwatch
+        from aitax.pipeline.ingest_detect import Detected
+        from aitax.pipeline.schema import IdentityMessage, decode_face
+        from aitax.telemetry.timing import Stopwatch
 
         self.frames += 1
         records = self.publication.records(Detected(frame, found, f"bench-{self.seed}", 0, 0))
@@ -180,7 +180,7 @@ class TrackedRun:
                             for face, match in zip(faces, matches, strict=True)]
 
     def score_video(self, truth: dict) -> None:
-        from pipeline.evaluate import named_by_track, score
+        from aitax.pipeline.evaluate import named_by_track, score
 
         frames = {"bench": set(range(len(truth["frames"])))}
         self.as_answered.add(score(self.identities, truth, frames, (960, 540), self.mode))
@@ -208,8 +208,8 @@ def _named(evaluation) -> str:
 
 def _identified_alone(identifier, frame_index: int, found: list, identify_ms: list[float]) -> list:
     """The frame's faces, untracked, each named from itself (the paper's way); its CPU per face into `identify_ms`."""
-    from pipeline.schema import FaceMessage, FaceMeta, IdentityMessage
-    from telemetry.timing import Stopwatch
+    from aitax.pipeline.schema import FaceMessage, FaceMeta, IdentityMessage
+    from aitax.telemetry.timing import Stopwatch
 
     faces = [FaceMessage(FaceMeta("bench", "bench", frame_index, i, len(found), face.box, face.confidence,
                                   face.encoding, 0, 0, 0, 0, 0, 0), face.thumbnail) for i, face in enumerate(found)]
@@ -226,7 +226,7 @@ def _identified_alone(identifier, frame_index: int, found: list, identify_ms: li
 def _size_table(pooled: dict, detect_ms: dict[int, list[float]]) -> str:
     """Recall by face height at each smallest face, then what each costs a frame on one core (the 10 FPS budget
     of an ingest-detect is 100 ms a frame, decoding and resizing included)."""
-    from pipeline.evaluate import HEIGHT_BINS
+    from aitax.pipeline.evaluate import HEIGHT_BINS
 
     sizes = list(pooled)
     lows = sorted({low for evaluation in pooled.values() for low in evaluation.by_height})

@@ -28,7 +28,7 @@ SIDES = ("plaintext", "tls")
 def restart_stack(tls: bool) -> object:
     """The local stack, restarted with or without TLS (Kafka; Elasticsearch is left out: neither measure uses it);
     this process connects as its operator."""
-    from stack.stack import running_config, use_local_identity
+    from aitax.stack.stack import running_config, use_local_identity
 
     aitax = [sys.executable, "-m", "aitax.cli", "stack"]
     subprocess.run([*aitax, "down"], check=True, capture_output=True)

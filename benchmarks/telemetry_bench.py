@@ -27,11 +27,11 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=50_000, help="events per sink (default 50000)")
     args = parser.parse_args()
 
-    from stack.stack import current_config, use_local_identity
-    from telemetry.elastic import ElasticsearchSink
-    from telemetry.elastic_access import client
-    from telemetry.events import INDEX_PREFIX, Event
-    from telemetry.sinks import JsonlSink, NullSink
+    from aitax.stack.stack import current_config, use_local_identity
+    from aitax.telemetry.elastic import ElasticsearchSink
+    from aitax.telemetry.elastic_access import client
+    from aitax.telemetry.events import INDEX_PREFIX, Event
+    from aitax.telemetry.sinks import JsonlSink, NullSink
 
     config = current_config()
     use_local_identity(None)  # the benchmark is the operator: the admin principal

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from stack.config import StackConfig
+from aitax.stack.config import StackConfig
 
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[StackConfig]:
-    from stack import stack as local_stack
+    from aitax.stack import stack as local_stack
 
     running = local_stack.current_config()
     was_running = running is not None and all(p.is_running() for p in local_stack.processes(running))
@@ -39,14 +39,14 @@ def unique_name(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def _delete_topics_named(name: str) -> None:
-    from stack import stack as local_stack
+    from aitax.stack import stack as local_stack
 
     config = local_stack.current_config()
     if config is None:
         return
     from confluent_kafka.admin import AdminClient
 
-    from stack.kafka import admin_settings
+    from aitax.stack.kafka import admin_settings
 
     admin = AdminClient(admin_settings(config))
     try:

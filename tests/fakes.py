@@ -3,7 +3,7 @@ the same code on real brokers)."""
 
 from __future__ import annotations
 
-from pipeline.transport import DeliveryReport, Record
+from aitax.pipeline.transport import DeliveryReport, Record
 
 
 class FakeProducer:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from telemetry.events import Event
+from aitax.telemetry.events import Event
 
 
 class RecordingSink:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from aitax.commands.options import SIZE
-from common.errors import UserError
+from aitax.common.errors import UserError
 
 
 def register(root: click.Group) -> None:
@@ -37,7 +37,7 @@ def camera() -> None:
 @click.option("--seconds", type=click.FloatRange(min=0), help="stop after this long (default: until Ctrl-C)")
 def serve(videos: tuple[Path, ...], port: int, fps: float, declared_fps: int | None, size: tuple[int, int],
           user: str | None, seconds: float | None) -> int:
-    from pipeline.camera_sim import CameraSpec, SimulatedCamera
+    from aitax.pipeline.camera_sim import CameraSpec, SimulatedCamera
 
     password = os.environ.get("AITAX_CAMERA_PASSWORD") if user else None
     if user and not password:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import click
 
 from aitax.commands.options import group
-from common.errors import UserError
+from aitax.common.errors import UserError
 
 if TYPE_CHECKING:
-    from stack.config import TopicSpec
+    from aitax.stack.config import TopicSpec
 
 
 def register(root: click.Group) -> None:
@@ -28,8 +28,8 @@ cluster_group = group(
 
 
 def _cluster(nodes: int = 0, link=None):
-    from cluster.links import LinkShape
-    from cluster.node import RealCluster
+    from aitax.cluster.links import LinkShape
+    from aitax.cluster.node import RealCluster
 
     return RealCluster(nodes=nodes, link=link or LinkShape())
 
@@ -45,7 +45,7 @@ def _link_options(function):
 
 
 def _shape(rate: str | None, delay_ms: float | None, loss_percent: float | None):
-    from cluster.links import LinkShape, parse_rate
+    from aitax.cluster.links import LinkShape, parse_rate
 
     return LinkShape(rate_mbit=parse_rate(rate) if rate else None, delay_ms=delay_ms, loss_percent=loss_percent)
 
@@ -95,7 +95,7 @@ def cluster_status() -> int:
         pid = process.pid()
         print(f"{process.name:24s} {'running (pid ' + str(pid) + ')' if pid else 'stopped'}")
     if cluster.is_running():
-        from cluster import links
+        from aitax.cluster import links
         for node in cluster.node_list:
             print(f"{node.name:24s} {node.ip:12s} link: {links.current(node.host_device) or 'unshaped'}")
         print(f"kubeconfig: {cluster.kubeconfig}")
@@ -118,7 +118,7 @@ def cluster_status() -> int:
 @click.option("--nodes", type=click.IntRange(1, 8), default=None,
               help="nodes of a cluster it starts  [default: as running, else 1]")
 def cluster_demo(seconds: float, namespace: str, nodes: int | None) -> int:
-    from cluster.demo import run_demo
+    from aitax.cluster.demo import run_demo
 
     return run_demo(seconds, namespace=namespace, nodes=nodes or 0)
 
@@ -139,8 +139,8 @@ def cluster_demo(seconds: float, namespace: str, nodes: int | None) -> int:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="a label on every Secret made")
 def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsearch_hosts: tuple[str, ...],
                           dashboard_hosts: tuple[str, ...], labels: tuple[str, ...]) -> int:
-    from stack.release_secrets import SecretsApi, ensure_release_secrets, namespace
-    from stack.security import BROKER, DASHBOARD, ELASTICSEARCH
+    from aitax.stack.release_secrets import SecretsApi, ensure_release_secrets, namespace
+    from aitax.stack.security import BROKER, DASHBOARD, ELASTICSEARCH
 
     pairs = dict(label.split("=", 1) for label in labels if "=" in label)
     if len(pairs) != len(labels):
@@ -156,7 +156,7 @@ def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsea
     "ensure-topics", short_help="create a release's topics, apply their settings, grant ACLs (the topics Job)",
     help="In the chart's topics Job: create the topics that are missing, apply each one's settings to those that "
          "exist (a `helm upgrade` may change them) and, with TLS ($AITAX_KAFKA_TLS, the admin), grant each stage's "
-         "principal what it needs on them (stack/security.py's table); the local stack's code "
+         "principal what it needs on them (aitax/stack/security.py's table); the local stack's code "
          "(stack.kafka.ensure_topics_with). Waits up to --timeout for the brokers; running it again changes nothing.")
 @click.option("--bootstrap", required=True, help="the brokers, HOST:PORT[,...]")
 @click.option("--topic", "topics", multiple=True, required=True, metavar="NAME:PARTITIONS:ROLE[:KEY=VALUE,...]",
@@ -170,10 +170,10 @@ def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_f
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from common.daemons import poll_until
-    from pipeline.transport.admin import retry_transient
-    from pipeline.transport.security import librdkafka_settings, tls_from_environment
-    from stack.kafka import ensure_topics_with
+    from aitax.common.daemons import poll_until
+    from aitax.pipeline.transport.admin import retry_transient
+    from aitax.pipeline.transport.security import librdkafka_settings, tls_from_environment
+    from aitax.stack.kafka import ensure_topics_with
 
     specs = [_topic_spec(topic) for topic in topics]
     acls = tls_from_environment() is not None
@@ -204,8 +204,8 @@ def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_f
 
 def _topic_spec(text: str) -> TopicSpec:
     """NAME:PARTITIONS:ROLE[:KEY=VALUE,...] as a TopicSpec; a bad one is named."""
-    from pipeline.schema import Topics
-    from stack.config import TopicSpec
+    from aitax.pipeline.schema import Topics
+    from aitax.stack.config import TopicSpec
 
     name, partitions, role, settings = (*text.split(":", 3), "", "", "")[:4]
     entries = [entry.split("=", 1) for entry in settings.split(",") if entry]
@@ -244,8 +244,8 @@ images_group = group(
 @click.argument("names", nargs=-1)
 @click.option("--no-load", is_flag=True, help="do not import them into the cluster")
 def images_build(names: tuple[str, ...], no_load: bool) -> int:
-    from cluster import images
-    from cluster.k8s import tool
+    from aitax.cluster import images
+    from aitax.cluster.k8s import tool
 
     started = time.monotonic()
     images.build_all(list(names) or None, tool("pause"))
@@ -262,7 +262,7 @@ def images_build(names: tuple[str, ...], no_load: bool) -> int:
 @images_group.command("list", short_help="built images, their sizes and IDs")
 def images_list() -> int:
     """Built images, their sizes and IDs."""
-    from cluster import images
+    from aitax.cluster import images
 
     references = [b.reference for b in images.BASES] + [images.PAUSE_REFERENCE] + [i.reference for i in images.IMAGES]
     for reference in references:
@@ -278,7 +278,7 @@ def images_list() -> int:
          "by itself past $AITAX_IMAGES_BUDGET_GIB, default 20). This drops every untagged image (the next build "
          "starts from the bases again).")
 def images_prune() -> int:
-    from cluster import images
+    from aitax.cluster import images
 
     images.prune()
     print(f"pruned; {images.images_home()} now holds {images.store_bytes() / 1e9:.1f} GB")

@@ -27,13 +27,13 @@ from aitax.commands.options import (
     results_linger,
     stage_options,
 )
-from common.errors import UserError
-from emulation.curves import BASELINE_CURVE
-from telemetry.applications import APPLICATIONS
+from aitax.common.errors import UserError
+from aitax.emulation.curves import BASELINE_CURVE
+from aitax.telemetry.applications import APPLICATIONS
 
 if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
-    from pipeline.runtime import StageSettings
-    from pipeline.transport.batcher import BatchPolicy
+    from aitax.pipeline.runtime import StageSettings
+    from aitax.pipeline.transport.batcher import BatchPolicy
 
 
 def _parse_factors(text: str) -> list[float]:
@@ -44,7 +44,7 @@ def _parse_factors(text: str) -> list[float]:
 
 
 def _parse_duration_ms(text: str) -> float:
-    from telemetry.quantiles import parse_duration_ms
+    from aitax.telemetry.quantiles import parse_duration_ms
 
     try:
         return parse_duration_ms(text)
@@ -60,7 +60,7 @@ DEFAULT_FACTORS = "1,2,4,8,16,32"
 
 
 def _accelerator(command):
-    from emulation.curves import built_in_curves
+    from aitax.emulation.curves import built_in_curves
 
     return click.option("--accelerator", multiple=True, metavar="NAME|FILE",
                         help="a device's time per batch in place of a stage's profile times (the curve file names "
@@ -96,7 +96,7 @@ _run_topics = options(
 
 def accelerator_curves(names: Iterable[str]) -> dict:
     """The curves of `--accelerator`, by the stage each replaces; two for one stage is a UserError."""
-    from emulation.curves import load_curve
+    from aitax.emulation.curves import load_curve
 
     curves: dict = {}
     for name in names:
@@ -194,9 +194,9 @@ def emulate_command(factors: list[float], duration: float, warmup: float, worklo
                     accelerator: tuple[str, ...], baseline: str, compute: str, max_batch: int | None,
                     ramp_up: float, ramp_down: float, quantiles: tuple[float, ...], keying: str,
                     timing: dict[str, float]) -> int:
-    from emulation.curves import load_curve
-    from emulation.sweep import SweepSpec, run_sweep, search_latency_bound
-    from stack.stack import running_config
+    from aitax.emulation.curves import load_curve
+    from aitax.emulation.sweep import SweepSpec, run_sweep, search_latency_bound
+    from aitax.stack.stack import running_config
 
     config = running_config()
     if brokers is not None and brokers != config.brokers:
@@ -228,7 +228,7 @@ def emulate_command(factors: list[float], duration: float, warmup: float, worklo
 
 def _sweep_profile(name: str, face_scale: float):
     """The sweep's profile and the name its stage processes load it by: with thumbnails scaled, a file of its own."""
-    from emulation.profile import load_profile
+    from aitax.emulation.profile import load_profile
 
     profile = load_profile(name)
     if face_scale != 1:
@@ -241,7 +241,7 @@ def _sweep_profile(name: str, face_scale: float):
 
 def _print_sweep(sweep, plots: Path | None, html: Path | None) -> None:
     """The sweep's table, and its plots and page where asked for."""
-    from emulation.plots import print_table, write_html, write_plots
+    from aitax.emulation.plots import print_table, write_html, write_plots
 
     print_table(sweep)
     if plots or html:
@@ -279,10 +279,10 @@ def _print_sweep(sweep, plots: Path | None, html: Path | None) -> None:
 def emulate_scaling_command(dimension: str, values: list[float], factors: list[float], duration: float,
                             warmup: float, producers: int, consumers: int, processes: int, profile: str,
                             out: Path | None, latency_bound: float | None, quantile: float) -> int:
-    from emulation.profile import load_profile
-    from emulation.sweep import SweepSpec, run_scaling
-    from stack.stack import running_config
-    from telemetry.results import write_results
+    from aitax.emulation.profile import load_profile
+    from aitax.emulation.sweep import SweepSpec, run_scaling
+    from aitax.stack.stack import running_config
+    from aitax.telemetry.results import write_results
 
     running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
     limits = {"brokers": (3, 8), "drives": (1, 4), "face-size": (0.01, 1)}[dimension]
@@ -315,9 +315,9 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
 @click.option("--json", "json_out", type=FILE, help="write the results as JSON")
 def faults_command(scenarios: str, factor: float, release: str, namespace: str, down_s: float,
                    json_out: Path | None) -> int:
-    from common.paths import aitax_home
-    from emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
-    from telemetry.results import FaultResults, write_results
+    from aitax.common.paths import aitax_home
+    from aitax.emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
+    from aitax.telemetry.results import FaultResults, write_results
 
     every = [*SCENARIOS, "broker-disk-full"]
     names = every if scenarios == "all" else scenarios.split(",")
@@ -332,8 +332,8 @@ def faults_command(scenarios: str, factor: float, release: str, namespace: str, 
         if name == "broker-disk-full":  # a Kafka-only stack of its own, on size-limited filesystems
             results.append(run_disk_full(aitax_home() / "faults"))
         elif name == "node-failure":  # on the cluster of this machine, not the local stack
+            from aitax.cluster.node import RealCluster
             from aitax.experiment.node_failure import run_node_failure
-            from cluster.node import RealCluster
 
             cluster = RealCluster()
             if not cluster.is_running():
@@ -349,7 +349,7 @@ def faults_command(scenarios: str, factor: float, release: str, namespace: str, 
 
 
 def _local_stack(scenarios: list[str]):
-    from stack.stack import running_config
+    from aitax.stack.stack import running_config
 
     config = running_config()
     if not config.elasticsearch and "elasticsearch-outage" in scenarios:
@@ -368,10 +368,10 @@ def _local_stack(scenarios: list[str]):
 def audit_command(run_id: str, bootstrap: str | None, topic_prefix: str) -> int:
     from dataclasses import asdict
 
-    from emulation.faults import audit_topics
-    from pipeline.schema import Topics
-    from pipeline.transport.admin import require_brokers
-    from stack.stack import resolve_bootstrap
+    from aitax.emulation.faults import audit_topics
+    from aitax.pipeline.schema import Topics
+    from aitax.pipeline.transport.admin import require_brokers
+    from aitax.stack.stack import resolve_bootstrap
 
     brokers = resolve_bootstrap(bootstrap)
     topics = Topics.with_prefix(topic_prefix)
@@ -394,10 +394,10 @@ def audit_command(run_id: str, bootstrap: str | None, topic_prefix: str) -> int:
 @_run_topics
 def collect_command(group: str | None, run_id: str | None, since_ms: int | None, bootstrap: str | None,
                     topic_prefix: str) -> int:
-    from pipeline.schema import Topics
-    from pipeline.transport.admin import require_brokers
-    from pipeline.transport.readback import Collected, group_state, read_run
-    from stack.stack import resolve_bootstrap
+    from aitax.pipeline.schema import Topics
+    from aitax.pipeline.transport.admin import require_brokers
+    from aitax.pipeline.transport.readback import Collected, group_state, read_run
+    from aitax.stack.stack import resolve_bootstrap
 
     if not group and not run_id:
         raise UserError("collect: give --group, --run-id or both")
@@ -427,11 +427,11 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings,
                               stream_prefix: str, duration: float | None, in_flight: int | None, stages: int,
                               keying: str) -> int:
-    from common.children import READY, report
-    from emulation.workers import run_producer_instances
-    from pipeline.runtime import open_telemetry, stop_flag
-    from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, report
+    from aitax.emulation.workers import run_producer_instances
+    from aitax.pipeline.runtime import open_telemetry, stop_flag
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     if in_flight is not None and in_flight < 1:
         raise UserError(f"--in-flight {in_flight}: at least 1 frame per stream")
@@ -466,7 +466,7 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
 def _report_produced(command: str, stats: list) -> int:
     """Report and print what producing instances did (frames, faces: none when they send frames, records
     acknowledged, bytes, delivery failures); exit 1 on a failed delivery."""
-    from common.children import SUMMARY, report
+    from aitax.common.children import SUMMARY, report
 
     summary = {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
                "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
@@ -487,11 +487,11 @@ def _report_produced(command: str, stats: list) -> int:
 def emulate_detectors_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
                               keying: str, batching: BatchPolicy) -> int:
-    from common.children import READY, report
-    from emulation.workers import run_detector_instances
-    from pipeline.runtime import open_telemetry, stop_flag
-    from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, report
+    from aitax.emulation.workers import run_detector_instances
+    from aitax.pipeline.runtime import open_telemetry, stop_flag
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-detectors-{os.getpid()}")
@@ -529,11 +529,11 @@ def emulate_detectors_command(instances: int, factor: float, profile: str, run_i
 def emulate_consumers_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
                               batching: BatchPolicy, results_linger_ms: float, skip_other_runs: bool) -> int:
-    from common.children import READY, SUMMARY, report
-    from emulation.workers import run_consumer_instances
-    from pipeline.runtime import open_telemetry, stop_flag
-    from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, SUMMARY, report
+    from aitax.emulation.workers import run_consumer_instances
+    from aitax.pipeline.runtime import open_telemetry, stop_flag
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
     sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
@@ -592,9 +592,9 @@ def _stage_setup(settings: StageSettings, factor: float, profile: str, accelerat
                  topic_prefix: str):
     """What the emulated stage processes check and resolve before starting: (profile, topics, the device curves by
     stage)."""
-    from emulation.profile import load_profile
-    from pipeline.schema import DEFAULT_TOPICS, Topics
-    from pipeline.transport.admin import require_brokers
+    from aitax.emulation.profile import load_profile
+    from aitax.pipeline.schema import DEFAULT_TOPICS, Topics
+    from aitax.pipeline.transport.admin import require_brokers
 
     if factor <= 0:
         raise UserError(f"--factor {factor}: must be > 0")
@@ -627,8 +627,8 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
                       repeats: int, video: str | None, frames: int, min_face_size: int) -> int:
     from tqdm import tqdm
 
-    from emulation.calibrate import calibrate_detect, calibrate_identify
-    from emulation.curves import load_curve
+    from aitax.emulation.calibrate import calibrate_detect, calibrate_identify
+    from aitax.emulation.curves import load_curve
 
     if repeats < 1 or threads < 1 or frames < 1:
         raise UserError(f"--repeats {repeats} --threads {threads} --frames {frames}: each at least 1")
@@ -637,7 +637,7 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
             path = calibrate_identify(out, runtime, precision, threads, batches, repeats,
                                       progress=lambda _: bar.update())
     else:
-        from pipeline.frames import open_video
+        from aitax.pipeline.frames import open_video
 
         if not video:
             raise UserError("calibrate detect: --video VIDEO, the frames to time (e.g. from `aitax make-video`)")
@@ -657,9 +657,9 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
 @click.option("--events", help="JSONL folder or file of the run (default: the local Elasticsearch)")
 @click.option("--out", type=FILE, required=True, help="profile YAML to write")
 def profile_command(run_id: str, events: str | None, out: Path) -> int:
-    from emulation.profile import derive_profile
-    from stack.stack import local_elasticsearch_url
-    from telemetry.report_sources import load_events
+    from aitax.emulation.profile import derive_profile
+    from aitax.stack.stack import local_elasticsearch_url
+    from aitax.telemetry.report_sources import load_events
 
     source = events or local_elasticsearch_url("--events")
     profile = derive_profile(load_events(run_id, source).documents, run_id)

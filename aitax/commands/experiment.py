@@ -57,10 +57,10 @@ def run_command(spec: Path, backend: str, elasticsearch: str | None, out: Path |
                 rollout_timeout: float, bootstrap: str | None) -> int:
     from dataclasses import replace
 
+    from aitax.common.errors import UserError
+    from aitax.common.paths import aitax_home
     from aitax.experiment.runner import run_experiment
     from aitax.experiment.spec import load_spec
-    from common.errors import UserError
-    from common.paths import aitax_home
 
     if repeat < 1:
         raise UserError(f"--repeat {repeat}: at least 1")
@@ -88,7 +88,7 @@ def run_command(spec: Path, backend: str, elasticsearch: str | None, out: Path |
 
 def _local_elasticsearch() -> str | None:
     """The local stack's Elasticsearch URL, if it has one."""
-    from stack.stack import current_config
+    from aitax.stack.stack import current_config
 
     config = current_config()
     return config.elasticsearch_url if config is not None and config.elasticsearch else None

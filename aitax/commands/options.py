@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
-    from pipeline.runtime import StageSettings
-    from pipeline.transport.batcher import BatchPolicy
+    from aitax.pipeline.runtime import StageSettings
+    from aitax.pipeline.transport.batcher import BatchPolicy
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -68,7 +68,7 @@ def _parse_counts(text: str) -> tuple[int, ...]:
 
 
 def _parse_quantiles(text: str) -> tuple[float, ...]:
-    from telemetry.quantiles import parse_quantiles
+    from aitax.telemetry.quantiles import parse_quantiles
 
     return parse_quantiles(text)
 
@@ -109,7 +109,7 @@ def gathered(target: str, build: Callable[..., Any], *decorators: Decorator) -> 
 
 
 def _kafka_client_choice() -> click.Choice:
-    from pipeline.transport import KAFKA_CLIENTS
+    from aitax.pipeline.transport import KAFKA_CLIENTS
 
     return click.Choice(KAFKA_CLIENTS)
 
@@ -117,8 +117,8 @@ def _kafka_client_choice() -> click.Choice:
 def _stage_settings(bootstrap: str | None, kafka_client: str, events: str | None, metrics_port: int) -> StageSettings:
     import os
 
-    from pipeline.runtime import StageSettings
-    from stack.stack import default_events, local_scrape_targets, resolve_bootstrap
+    from aitax.pipeline.runtime import StageSettings
+    from aitax.stack.stack import default_events, local_scrape_targets, resolve_bootstrap
 
     return StageSettings(bootstrap=resolve_bootstrap(bootstrap), kafka_client=kafka_client,
                          events=events or default_events(), metrics_port=metrics_port,
@@ -157,8 +157,8 @@ def _queue_delay(command: F) -> F:
 
 
 def _batch_policy(max_batch: int, max_queue_delay_ms: float) -> BatchPolicy:
-    from common.errors import UserError
-    from pipeline.transport.batcher import BatchPolicy
+    from aitax.common.errors import UserError
+    from aitax.pipeline.transport.batcher import BatchPolicy
 
     try:
         return BatchPolicy(max_batch, max_queue_delay_ms)
@@ -179,7 +179,7 @@ def batching(max_batch: int, what: str) -> Decorator:
 
 
 def results_linger(command: F) -> F:
-    from telemetry.results import Driver
+    from aitax.telemetry.results import Driver
 
     default = Driver.model_fields["results_linger_ms"].default
     return click.option("--results-linger-ms", type=float, default=default, metavar="MS", show_default=True,
@@ -197,8 +197,8 @@ def driver(timing: dict[str, float], **settings: Any):
     """The Driver of `driver_timing`'s values (and `settings`); a bad value is a UserError naming the flag."""
     from pydantic import ValidationError
 
-    from common.errors import invalid
-    from telemetry.results import Driver
+    from aitax.common.errors import invalid
+    from aitax.telemetry.results import Driver
 
     try:
         return Driver(**timing, **settings)
@@ -208,7 +208,7 @@ def driver(timing: dict[str, float], **settings: Any):
 
 
 def keying(command: F) -> F:
-    from pipeline.schema import DEFAULT_KEYING, KEYINGS
+    from aitax.pipeline.schema import DEFAULT_KEYING, KEYINGS
 
     return click.option("--keying", type=click.Choice(KEYINGS), default=DEFAULT_KEYING, show_default=True,
                         help="what keys a `faces` record, so which identify consumer gets it: track (a track's faces "
@@ -218,7 +218,7 @@ def keying(command: F) -> F:
 
 def send(command: F) -> F:
     def parsed(context: click.Context, parameter: click.Parameter, value: str) -> str:
-        from pipeline.tracking import SendPolicy
+        from aitax.pipeline.tracking import SendPolicy
 
         try:
             return str(SendPolicy.parse(value))
@@ -233,7 +233,7 @@ def send(command: F) -> F:
 
 def measurement(ramp_up_s: float) -> Decorator:
     """The measurement window and the quantiles every printed result shows: `ramp_up`, `ramp_down`, `quantiles`."""
-    from telemetry.quantiles import DEFAULT_QUANTILES
+    from aitax.telemetry.quantiles import DEFAULT_QUANTILES
 
     return options(
         click.option("--ramp-up", type=float, default=ramp_up_s, show_default=True,

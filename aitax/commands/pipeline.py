@@ -22,13 +22,13 @@ from aitax.commands.options import (
     send,
     stage_options,
 )
-from common.errors import UserError, invalid
-from pipeline.inputs import compose_video, enroll_gallery
-from telemetry.applications import APPLICATIONS
+from aitax.common.errors import UserError, invalid
+from aitax.pipeline.inputs import compose_video, enroll_gallery
+from aitax.telemetry.applications import APPLICATIONS
 
 if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
-    from pipeline.runtime import StageSettings
-    from pipeline.transport.batcher import BatchPolicy
+    from aitax.pipeline.runtime import StageSettings
+    from aitax.pipeline.transport.batcher import BatchPolicy
 
 FILE = click.Path(dir_okay=False, path_type=Path)
 DIR = click.Path(file_okay=False, path_type=Path)
@@ -76,7 +76,7 @@ camera = options(
 def _camera_source(video: str, transport: str, declared_fps: float, stall_timeout: float, camera_user: str | None,
                    camera_password_file: Path | None):
     """A live camera as `pipeline.camera` reads it, or None for a file."""
-    from pipeline.camera import CameraSource, is_live
+    from aitax.pipeline.camera import CameraSource, is_live
 
     if not is_live(video):
         return None
@@ -159,13 +159,13 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
                   camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
                   resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
                   tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
-    from common.children import READY, SUMMARY, report
-    from pipeline.frames import open_video
-    from pipeline.runtime import new_run_id, open_telemetry
-    from pipeline.schema import FACES_TOPIC
-    from pipeline.tracking import SendPolicy, StreamTracks, TrackLanes
-    from pipeline.transport import make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, SUMMARY, report
+    from aitax.pipeline.frames import open_video
+    from aitax.pipeline.runtime import new_run_id, open_telemetry
+    from aitax.pipeline.schema import FACES_TOPIC
+    from aitax.pipeline.tracking import SendPolicy, StreamTracks, TrackLanes
+    from aitax.pipeline.transport import make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     if not tracks and send != "every":
         raise UserError(f"--send {send}: sampling a track's faces needs --tracks")
@@ -175,11 +175,11 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
     elif checkpoint_file:
         raise UserError("--checkpoint: a live camera cannot resume (its frames are gone); it is read again instead")
     else:
-        from pipeline.camera import check_access
+        from aitax.pipeline.camera import check_access
 
         check_access(source)  # refused credentials: one line, before the detector loads
     find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
-    from pipeline.ingest_detect import Checkpoint, run_ingest_detect
+    from aitax.pipeline.ingest_detect import Checkpoint, run_ingest_detect
 
     producer = make_producer(settings.kafka_client, settings.bootstrap)
     run_id, start_frame, checkpoint = run_id or new_run_id(), 0, None
@@ -219,12 +219,12 @@ def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, enco
                  threads: int):
     """MTCNN on frames of `size`, once the brokers answered (before the networks load: a wrong address is one line,
     at once)."""
-    from pipeline.transport.admin import require_brokers
+    from aitax.pipeline.transport.admin import require_brokers
 
     require_brokers(bootstrap)
     if not 1 <= jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {jpeg_quality}: must be 1-100")
-    from pipeline.ingest_detect import MtcnnFaceFinder
+    from aitax.pipeline.ingest_detect import MtcnnFaceFinder
 
     return MtcnnFaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size,
                            threads=threads)
@@ -245,14 +245,14 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
            size: tuple[int, int], frame_quality: int, keying: str, settings: StageSettings) -> int:
     import itertools
 
-    from common.children import READY, SUMMARY, report
-    from pipeline.frames import open_video, read_frames
-    from pipeline.ingest_detect import identity_of_process
-    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
-    from pipeline.schema import FRAMES_TOPIC
-    from pipeline.three_stage import ingest_loop, jpeg_frames
-    from pipeline.transport import make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, SUMMARY, report
+    from aitax.pipeline.frames import open_video, read_frames
+    from aitax.pipeline.ingest_detect import identity_of_process
+    from aitax.pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from aitax.pipeline.schema import FRAMES_TOPIC
+    from aitax.pipeline.three_stage import ingest_loop, jpeg_frames
+    from aitax.pipeline.transport import make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     if not 1 <= frame_quality <= 100:
         raise UserError(f"--frame-quality {frame_quality}: must be 1-100")
@@ -295,8 +295,8 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
 @stage_options
 def detect(group: str, run_id: str | None, size: tuple[int, int], min_face_size: int, encoding: str,
            jpeg_quality: int, keying: str, threads: int, batching: BatchPolicy, settings: StageSettings) -> int:
-    from pipeline.ingest_detect import FaceRecords
-    from pipeline.schema import FACES_TOPIC
+    from aitax.pipeline.ingest_detect import FaceRecords
+    from aitax.pipeline.schema import FACES_TOPIC
 
     find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
     return _detect_frames(settings, group, run_id, batching, find_faces, FaceRecords(keying), "detect", FACES_TOPIC,
@@ -316,10 +316,10 @@ def detect(group: str, run_id: str | None, size: tuple[int, int], min_face_size:
 @stage_options
 def detect_objects(group: str, run_id: str | None, min_score: float, threads: int, batching: BatchPolicy,
                    settings: StageSettings) -> int:
-    from pipeline.facenet_keras import set_tf_threads
-    from pipeline.objects import ObjectDetector, ObjectRecords
-    from pipeline.schema import DETECTIONS_TOPIC
-    from pipeline.transport.admin import require_brokers
+    from aitax.pipeline.facenet_keras import set_tf_threads
+    from aitax.pipeline.objects import ObjectDetector, ObjectRecords
+    from aitax.pipeline.schema import DETECTIONS_TOPIC
+    from aitax.pipeline.transport.admin import require_brokers
 
     require_brokers(settings.bootstrap)
     set_tf_threads(threads, 1)
@@ -333,13 +333,13 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
     """Detection apart from ingestion (three stages, Object Detection): the `frames` topic in consumer `group`,
     `find` on each frame, the `publication`'s records on `out_topic`, until signalled; then its summary (what it
     `found`: faces or objects). Every record must be acknowledged."""
-    from common.children import READY, SUMMARY, report
-    from pipeline.ingest_detect import detect_loop
-    from pipeline.runtime import new_run_id, open_telemetry, stop_flag
-    from pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
-    from pipeline.three_stage import ReceivedFrames, frames_from_topic
-    from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, SUMMARY, report
+    from aitax.pipeline.ingest_detect import detect_loop
+    from aitax.pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from aitax.pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
+    from aitax.pipeline.three_stage import ReceivedFrames, frames_from_topic
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     stop = stop_flag()
     sink, metrics = open_telemetry(settings, "detect", f"{process}-{os.getpid()}")
@@ -399,18 +399,18 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
 @stage_options
 def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolicy, results_linger_ms: float,
              threads: int, precision: str, runtime: str, evidence: str, settings: StageSettings) -> int:
-    from common.children import READY, report
-    from pipeline.assets import FACENET_H5_SHA256
-    from pipeline.gallery import load_gallery
-    from pipeline.runtime import open_telemetry, stop_flag
-    from pipeline.transport import make_consumer, make_producer
-    from pipeline.transport.admin import require_brokers
+    from aitax.common.children import READY, report
+    from aitax.pipeline.assets import FACENET_H5_SHA256
+    from aitax.pipeline.gallery import load_gallery
+    from aitax.pipeline.runtime import open_telemetry, stop_flag
+    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.transport.admin import require_brokers
 
     enrolled = load_gallery(gallery, expected_model_sha256=FACENET_H5_SHA256)
     require_brokers(settings.bootstrap)
-    from pipeline.facenet import FaceEmbedder
-    from pipeline.identify import FaceNetIdentifier, identify_loop
-    from pipeline.schema import FACES_TOPIC, IDENTITIES_TOPIC
+    from aitax.pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.identify import FaceNetIdentifier, identify_loop
+    from aitax.pipeline.schema import FACES_TOPIC, IDENTITIES_TOPIC
 
     embedder = FaceEmbedder(_assets().facenet_weights, intra_op_threads=threads, precision=precision,
                             runtime=runtime)
@@ -444,7 +444,7 @@ def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolic
 
 
 def _assets():
-    from pipeline.assets import ensure_assets
+    from aitax.pipeline.assets import ensure_assets
 
     return ensure_assets()
 
@@ -484,8 +484,8 @@ def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, cam
         consumers: int, duration: float, run_id: str | None, events_dir: Path | None, pace: str, ramp_up: float,
         ramp_down: float, quantiles: tuple[float, ...], keying: str, send: str, timing: dict[str, float],
         bootstrap: str | None) -> int:
-    from load.engine import run_local_pipeline
-    from stack.stack import resolve_bootstrap
+    from aitax.load.engine import run_local_pipeline
+    from aitax.stack.stack import resolve_bootstrap
 
     if APPLICATIONS[workload].needs_gallery and gallery is None:
         raise UserError(f"--gallery: {APPLICATIONS[workload].title} needs a gallery "
@@ -515,10 +515,10 @@ def run(video: Path | None, cameras: tuple[str, ...], camera_transport: str, cam
 @click.option("--plot", type=FILE, metavar="PNG", help="draw three-stage / two-stage per measure here")
 def compare_stages(video: Path, gallery: Path, producers: int, consumers: int, duration: float, ramp_up: float,
                    plot: Path | None) -> int:
-    from load.compare import format_comparison, plot_comparison
-    from load.engine import run_local_pipeline
-    from stack.stack import resolve_bootstrap
-    from telemetry.results import Driver
+    from aitax.load.compare import format_comparison, plot_comparison
+    from aitax.load.engine import run_local_pipeline
+    from aitax.stack.stack import resolve_bootstrap
+    from aitax.telemetry.results import Driver
 
     bootstrap = resolve_bootstrap(None)
     runs = [run_local_pipeline(_real_workload(video, gallery, producers, consumers, duration, "native", ramp_up,
@@ -538,8 +538,8 @@ def _real_workload(video: Path | None, gallery: Path | None, producers: int, con
     """The real stages' workload, checked before any broker is looked for."""
     from pydantic import ValidationError
 
-    from load.engine import REAL_DRAIN_S
-    from telemetry.results import Workload
+    from aitax.load.engine import REAL_DRAIN_S
+    from aitax.telemetry.results import Workload
 
     try:
         return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,
@@ -578,13 +578,13 @@ def demo(seconds: float, producers: int, consumers: int, out: Path | None, keep_
     import contextlib
 
     from aitax.commands.telemetry import dashboard_alongside
-    from common import children
-    from common.paths import aitax_home
-    from load.engine import run_local_pipeline
-    from pipeline.evaluate import DEMO_WARMUP_S, evaluate_run, print_evaluation
-    from pipeline.runtime import new_run_id
-    from stack.security import DASHBOARD, identity
-    from stack.stack import resolve_bootstrap
+    from aitax.common import children
+    from aitax.common.paths import aitax_home
+    from aitax.load.engine import run_local_pipeline
+    from aitax.pipeline.evaluate import DEMO_WARMUP_S, evaluate_run, print_evaluation
+    from aitax.pipeline.runtime import new_run_id
+    from aitax.stack.security import DASHBOARD, identity
+    from aitax.stack.stack import resolve_bootstrap
 
     out = out or aitax_home() / "demo"
     gallery, video, run_id = out / "gallery.npz", out / "video.mp4", new_run_id()
@@ -639,8 +639,8 @@ def evaluate(video: Path, run_id: str, events: str | None, bootstrap: str | None
              window: float | None, as_json: bool) -> int:
     import json
 
-    from pipeline.evaluate import evaluate_run, plot_det, print_evaluation
-    from stack.stack import resolve_bootstrap
+    from aitax.pipeline.evaluate import evaluate_run, plot_det, print_evaluation
+    from aitax.stack.stack import resolve_bootstrap
 
     result = evaluate_run(video, run_id, resolve_bootstrap(bootstrap), events, warmup_s=warmup, window_s=window)
     print_evaluation(result)
@@ -673,7 +673,7 @@ def core_scaling(cores: tuple[int, ...], kinds: str, video: Path | None, frames:
                  plot_file: Path | None) -> int:
     import tempfile
 
-    from pipeline.core_scaling import check_request, format_table, plot, run_points
+    from aitax.pipeline.core_scaling import check_request, format_table, plot, run_points
 
     counts = sorted(set(cores))
     kind_names = [kind.strip() for kind in kinds.split(",") if kind.strip()]

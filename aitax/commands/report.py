@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from common.errors import UserError
+from aitax.common.errors import UserError
 
 FILE = click.Path(dir_okay=False, path_type=Path)
 
@@ -25,11 +25,11 @@ FILE = click.Path(dir_okay=False, path_type=Path)
 @click.option("--plots", type=click.Path(file_okay=False, path_type=Path), help="write fig6.png .. fig9.png here")
 def report(run_id: str, events: str | None, es: str | None, html: Path | None, json_out: Path | None,
            plots: Path | None) -> int:
-    from stack.stack import local_elasticsearch_url
-    from telemetry.elastic_access import usable_url
-    from telemetry.report import build_report
-    from telemetry.report_render import format_text, render_figures, render_html, write_plots
-    from telemetry.report_sources import load_events
+    from aitax.stack.stack import local_elasticsearch_url
+    from aitax.telemetry.elastic_access import usable_url
+    from aitax.telemetry.report import build_report
+    from aitax.telemetry.report_render import format_text, render_figures, render_html, write_plots
+    from aitax.telemetry.report_sources import load_events
 
     if events and es:
         raise UserError("--events and --es: give one source of events, not both")

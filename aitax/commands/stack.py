@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from aitax.commands.options import group
-from common.errors import UserError
+from aitax.common.errors import UserError
 
 
 def register(root: click.Group) -> None:
@@ -41,12 +41,12 @@ NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id,
 def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
        no_prometheus: bool, plaintext: bool, design: Path | None) -> int:
     """Start the stack (idempotent) and wait until it is healthy."""
-    from stack.config import StackConfig
-    from stack.stack import status, up
+    from aitax.stack.config import StackConfig
+    from aitax.stack.stack import status, up
 
     testbed = None
     if design is not None:
-        from stack.design import load_design
+        from aitax.stack.design import load_design
 
         declared = load_design(design)
         testbed = declared.testbed()
@@ -63,7 +63,7 @@ def calibrate() -> int:
     """Measure, again, the sequential write rate of each device under the brokers' log dirs, past the page cache
     (Kafka's write-back pattern at the device), and store it with the stack: the capacity a share of storage is
     read against. `stack up` measures a device it has not measured yet."""
-    from stack import calibration, kafka
+    from aitax.stack import calibration, kafka
 
     config = _running_config()
     calibration.calibrate([d for broker in kafka.brokers(config) for d in broker.log_dirs], again=True)
@@ -74,7 +74,7 @@ def calibrate() -> int:
 @stack_group.command(short_help="stop every process the stack started")
 def down() -> int:
     """Stop every process the stack started."""
-    from stack.stack import down
+    from aitax.stack.stack import down
 
     stopped = down()
     print(f"stopped {stopped} process(es)" if stopped else "nothing was running")
@@ -85,7 +85,7 @@ def down() -> int:
 @click.option("--json", "as_json", is_flag=True, help="print JSON (log dirs, PIDs) for scripts")
 def status(as_json: bool) -> int:
     """Each component's PID, port and health; exits 1 when one is down."""
-    from stack.stack import status
+    from aitax.stack.stack import status
 
     rows = status(_running_config())
     if as_json:
@@ -95,7 +95,7 @@ def status(as_json: bool) -> int:
 
 
 def _running_config():
-    from stack.stack import current_config
+    from aitax.stack.stack import current_config
 
     config = current_config()
     if config is None:
@@ -115,8 +115,8 @@ def _print_status(rows) -> int:
 @stack_group.command(short_help="fetch and build the pinned Kafka and Elasticsearch (cached)")
 def install() -> int:
     """Fetch and build the pinned Kafka and Elasticsearch (cached)."""
-    from stack.config import StackConfig
-    from stack.stack import install
+    from aitax.stack.config import StackConfig
+    from aitax.stack.stack import install
 
     install(StackConfig())
     print("Kafka, Elasticsearch and Prometheus are installed")
@@ -127,7 +127,7 @@ def install() -> int:
 @NODE_ID
 def kill_broker(node_id: int) -> int:
     """SIGKILL one broker (fault experiments); NODE_ID is 1..N."""
-    from stack.stack import kill_broker
+    from aitax.stack.stack import kill_broker
 
     kill_broker(_running_config(), node_id)
     print(f"killed broker {node_id} (SIGKILL)")
@@ -138,7 +138,7 @@ def kill_broker(node_id: int) -> int:
 @NODE_ID
 def start_broker(node_id: int) -> int:
     """Start one broker again and wait until it rejoins; NODE_ID is 1..N."""
-    from stack.stack import start_broker
+    from aitax.stack.stack import start_broker
 
     start_broker(_running_config(), node_id)
     print(f"broker {node_id} is back in the cluster metadata")

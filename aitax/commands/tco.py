@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from aitax.commands.options import CONTEXT, Commands, Parsed, options, schema_command
-from common.errors import UserError
-from tco.capacity import (
+from aitax.common.errors import UserError
+from aitax.tco.capacity import (
     Calibration,
     calibrate_from_emulation,
     catalog_calibration,
@@ -21,10 +21,10 @@ from tco.capacity import (
     load_emulation_results,
     max_stable_factor,
 )
-from tco.catalog import DESIGN_NAMES, Catalog, catalog_json_schema, load_catalog
-from tco.cost import CostBreakdown, cost_design, reported_checks, saving_check, saving_percent
-from tco.planner import plan
-from tco.report import (
+from aitax.tco.catalog import DESIGN_NAMES, Catalog, catalog_json_schema, load_catalog
+from aitax.tco.cost import CostBreakdown, cost_design, reported_checks, saving_check, saving_percent
+from aitax.tco.planner import plan
+from aitax.tco.report import (
     breakdown_json,
     capacity_json,
     checks_json,
@@ -196,7 +196,7 @@ def _calibration(catalog: Catalog, emulation: Path | None) -> Calibration:
 
 
 def _draw(path: Path, breakdowns: list[CostBreakdown], title: str) -> None:
-    from tco.chart import draw_cost_chart
+    from aitax.tco.chart import draw_cost_chart
 
     draw_cost_chart(breakdowns, path, title)
     print(f"\nchart: {path}")
@@ -224,9 +224,9 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
               help="thumbnails this many times the size of the fed sweep's (Fig. 15c: 0.5, 0.25), as `aitax emulate "
                    "--face-scale` sends them")
 def knee_command(fed: Path, design: Path, compare: Path | None, face_scale: float) -> int:
-    from stack.design import load_design
-    from tco.knee import face_costs, point_seconds, predict, read_sweep, with_thumbnails
-    from telemetry.results import SweepResult, read_results
+    from aitax.stack.design import load_design
+    from aitax.tco.knee import face_costs, point_seconds, predict, read_sweep, with_thumbnails
+    from aitax.telemetry.results import SweepResult, read_results
 
     sweep = read_sweep(fed)
     declared = load_design(design)
@@ -265,7 +265,7 @@ def _print_predictions(predictions: list) -> None:
 
 def _print_knees(predictions: list, measured, compare: Path | None, factors: list[float], point_s: float) -> None:
     """The steady state's knee, the sweep's, and with a measured sweep its knee beside the sweep's prediction."""
-    from tco.knee import first_saturated, measured_knee, predicted_knee, predicted_sweep_knee, within_one_step
+    from aitax.tco.knee import first_saturated, measured_knee, predicted_knee, predicted_sweep_knee, within_one_step
 
     steady, in_sweep = predicted_knee(predictions), predicted_sweep_knee(predictions)
     print("predicted knee in steady state: " + ("none within the factors" if steady is None else

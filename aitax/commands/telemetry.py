@@ -10,8 +10,8 @@ import click
 
 from aitax.commands.options import group
 from aitax.commands.report import report
-from common.errors import UserError
-from telemetry.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
+from aitax.common.errors import UserError
+from aitax.telemetry.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
 
 
 def register(root: click.Group) -> None:
@@ -38,16 +38,16 @@ def register(root: click.Group) -> None:
                    "pki/dashboard); 'none' serves plain http with no login, for a trusted loopback only")
 def dashboard(run_id: str | None, events: str | None, prometheus: str | None, runs_dirs: tuple[Path, ...],
               host: str, port: int | None, tls_dir: Path | None) -> int:
-    from common import children
-    from common.paths import aitax_home
-    from stack.config import StackConfig
-    from stack.stack import current_config
-    from telemetry.dashboard import DashboardServer, ViewerLogin, make_app
-    from telemetry.live_sources import LiveSources
+    from aitax.common import children
+    from aitax.common.paths import aitax_home
+    from aitax.stack.config import StackConfig
+    from aitax.stack.stack import current_config
+    from aitax.telemetry.dashboard import DashboardServer, ViewerLogin, make_app
+    from aitax.telemetry.live_sources import LiveSources
 
     config = current_config()
     if events is None:
-        from stack.stack import local_elasticsearch_url
+        from aitax.stack.stack import local_elasticsearch_url
 
         events = local_elasticsearch_url("--events")
     if prometheus is None and config is not None and config.prometheus:
@@ -56,7 +56,7 @@ def dashboard(run_id: str | None, events: str | None, prometheus: str | None, ru
         if config is None:
             raise UserError("--tls-dir: no local stack to take the dashboard's certificate and login from; give a "
                             "folder with tls.crt, tls.key, username and password, or 'none' for plain http")
-        from stack import security
+        from aitax.stack import security
 
         tls_dir = security.identity(security.DASHBOARD)
         if not tls_dir.is_dir():  # a stack started before the dashboard existed: its identity is made now, once
@@ -82,8 +82,8 @@ def dashboard(run_id: str | None, events: str | None, prometheus: str | None, ru
 def dashboard_alongside(run_id: str, runs_dir: Path, logs: Path):
     """`aitax dashboard` on the run as a child process (its own principal: the reader), once it serves; None when
     the local stack has no Elasticsearch to read or the dashboard could not start (said in one line)."""
-    from common import children
-    from stack.stack import current_config
+    from aitax.common import children
+    from aitax.stack.stack import current_config
 
     config = current_config()
     if config is None or not config.elasticsearch:
@@ -111,7 +111,7 @@ kibana = group("kibana", "ship the aitax dashboard to Kibana",
 @click.option("--file", "ndjson", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_NDJSON,
               help="saved objects NDJSON (default: the shipped dashboard)")
 def kibana_import(url: str, space: str | None, ndjson: Path) -> int:
-    from telemetry.kibana import DASHBOARD_ID, import_saved_objects, kibana_base
+    from aitax.telemetry.kibana import DASHBOARD_ID, import_saved_objects, kibana_base
 
     imported = import_saved_objects(url, ndjson, space=space)
     dashboard = f"{kibana_base(url, space)}/app/dashboards#/view/{DASHBOARD_ID}"
@@ -127,7 +127,7 @@ def _check_command(owner: str, default: Path, short_help: str, help: str) -> cli
     @click.option("--file", "path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=default,
                   show_default=True, help="the file to check")
     def check(path: Path) -> int:
-        from telemetry.dashboard_schemas import check_file
+        from aitax.telemetry.dashboard_schemas import check_file
 
         errors, passed = check_file(path, owner)
         for error in errors:
@@ -141,7 +141,7 @@ def _check_command(owner: str, default: Path, short_help: str, help: str) -> cli
 kibana.add_command(_check_command(
     "kibana", DEFAULT_NDJSON, "check saved objects against what Kibana 8.19's import enforces",
     "Each object's shape, attributes, migration versions, references and dashboard panels against the rules Kibana "
-    "8.19's saved-objects import applies (telemetry/dashboard_schemas.py names the Kibana source of each)."))
+    "8.19's saved-objects import applies (aitax/telemetry/dashboard_schemas.py names the Kibana source of each)."))
 grafana = group("grafana", "the Grafana dashboard file")
 grafana.add_command(_check_command(
     "grafana", DEFAULT_GRAFANA, "check a dashboard against Grafana's published schema",
@@ -162,9 +162,9 @@ events = group("events", "the event indices' template; spools ended processes le
 def template(es: str, wait_s: float) -> int:
     import requests
 
-    from common.daemons import poll_until
-    from telemetry.elastic import install_event_template
-    from telemetry.elastic_access import CREDENTIALS_ENV, http_options, redacted, usable_url
+    from aitax.common.daemons import poll_until
+    from aitax.telemetry.elastic import install_event_template
+    from aitax.telemetry.elastic_access import CREDENTIALS_ENV, http_options, redacted, usable_url
 
     es = usable_url(es)
 
@@ -189,9 +189,9 @@ def template(es: str, wait_s: float) -> int:
               help="spool folder (default $AITAX_HOME/spool)")
 def replay(es: str | None, spool_dir: Path | None) -> int:
     """Index every spool left by processes that ended during an outage."""
-    from common.paths import aitax_home
-    from stack.stack import local_elasticsearch_url
-    from telemetry.elastic import replay_spools
+    from aitax.common.paths import aitax_home
+    from aitax.stack.stack import local_elasticsearch_url
+    from aitax.telemetry.elastic import replay_spools
 
     url = es or local_elasticsearch_url()
     spool_dir = spool_dir or aitax_home() / "spool"
@@ -218,8 +218,8 @@ def disk_meter(log_dirs: tuple[Path, ...], node: str, port: int, host: str, cali
     import sys
     import threading
 
-    from stack.calibration import measure_write
-    from telemetry.disk_meter import DiskCollector, devices_under, serve
+    from aitax.stack.calibration import measure_write
+    from aitax.telemetry.disk_meter import DiskCollector, devices_under, serve
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1 in a container ignores SIGTERM otherwise
     devices, unmetered = devices_under(log_dirs)

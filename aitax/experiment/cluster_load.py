@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aitax.common.daemons import poll_until
+from aitax.common.errors import UserError
 from aitax.experiment.kubernetes_api import (
     COMPONENT_LABEL,
     FACTOR_ENV,
@@ -25,11 +27,9 @@ from aitax.experiment.kubernetes_api import (
     KubernetesCluster,
     Scaled,
 )
-from common.daemons import poll_until
-from common.errors import UserError
-from pipeline.transport.readback import Collected, GroupState, RunReadback
-from pipeline.transport.security import READER_MOUNT, TLS_ENV
-from telemetry.results import Driver, Workload
+from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback
+from aitax.pipeline.transport.security import READER_MOUNT, TLS_ENV
+from aitax.telemetry.results import Driver, Workload
 
 PRODUCERS_GONE_S = 120.0  # the pods' grace period (60 s) and some
 POLL_S = 2.0  # each poll is an exec into a pod that starts a Python process

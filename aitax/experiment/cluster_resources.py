@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.block_devices import DeviceUsage
-from common.errors import UserError
-from load.resources import Usage
+from aitax.common.block_devices import DeviceUsage
+from aitax.common.errors import UserError
+from aitax.load.resources import Usage
 
 PROMETHEUS_COMPONENT = "prometheus"
 SHORTEST_WINDOW_S = 10  # two scrapes at the chart's 5 s: a shorter window has no rate

@@ -12,12 +12,12 @@ import sys
 import time
 import uuid
 
-from pipeline.transport.security import librdkafka_settings
+from aitax.pipeline.transport.security import librdkafka_settings
 
 
 def ensure_probe_topic(bootstrap: str, topic: str, replication_factor: int, min_insync: int, timeout_s: float) -> None:
     """Retried on transient errors, as the local stack's topics are: a release's brokers may have just started."""
-    from pipeline.transport.admin import retry_transient
+    from aitax.pipeline.transport.admin import retry_transient
 
     retry_transient(lambda: _create_probe_topic(bootstrap, topic, replication_factor, min_insync, timeout_s),
                     timeout_s)

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aitax.common.daemons import poll_until
+from aitax.common.errors import UserError
 from aitax.experiment.spec import KAFKA
-from common.daemons import poll_until
-from common.errors import UserError
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # the chart's labels: a workload is found by release and stage
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -54,8 +54,8 @@ class Scaled:
 
 def _admin_secret(pod: Any) -> str | None:
     """With TLS on, the brokers mount their identity Secret `<prefix>-broker` as volume `tls`; Kafka's tools
-    connect as `<prefix>-admin` beside it (the chart's identities, stack/security.py)."""
-    from stack.security import ADMIN, BROKER
+    connect as `<prefix>-admin` beside it (the chart's identities, aitax/stack/security.py)."""
+    from aitax.stack.security import ADMIN, BROKER
 
     broker = next((v.secret.secret_name for v in pod.volumes or [] if v.name == "tls" and v.secret), None)
     if broker is None or not broker.endswith(f"-{BROKER}"):

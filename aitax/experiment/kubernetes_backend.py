@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from aitax.cluster.links import LinkShape
+from aitax.common.errors import UserError
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.cluster_resources import (
     PROMETHEUS_COMPONENT,
@@ -27,14 +29,12 @@ from aitax.experiment.cluster_resources import (
 )
 from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec, PhaseLinks
-from cluster.links import LinkShape
-from common.errors import UserError
-from load.engine import REAL_DRAIN_S, print_result, run_load
-from pipeline.transport.readback import Collected
-from telemetry.results import RunResult, Workload
+from aitax.load.engine import REAL_DRAIN_S, print_result, run_load
+from aitax.pipeline.transport.readback import Collected
+from aitax.telemetry.results import RunResult, Workload
 
 if TYPE_CHECKING:
-    from cluster.node import RealCluster
+    from aitax.cluster.node import RealCluster
 
 PROFILE_CONFIGMAP = "emulator-profile"  # the chart's ConfigMap when emulator.profileYaml is given
 PROFILE_KEY = "profile.yaml"
@@ -107,7 +107,7 @@ class KubernetesBackend:
 
     def _local_cluster(self) -> RealCluster:
         """`aitax cluster` on this machine, which a phase's `links:` shape: only there are the nodes' links ours."""
-        from cluster.node import RealCluster
+        from aitax.cluster.node import RealCluster
 
         local = RealCluster()
         if not local.is_running() or local.server.rstrip("/") != self.cluster.host.rstrip("/"):
@@ -118,7 +118,7 @@ class KubernetesBackend:
     def _release_profile(self):
         """The profile the release's emulator pods run, which must be the spec's: the offered load is computed
         from it."""
-        from emulation.profile import load_profile
+        from aitax.emulation.profile import load_profile
 
         running = self.producers.arg("--profile", "paper")
         if not running.startswith("/"):

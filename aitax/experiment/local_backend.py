@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from aitax.common.errors import UserError
+from aitax.common.paths import aitax_home
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
-from common.errors import UserError
-from common.paths import aitax_home
-from load.engine import REAL_DRAIN_S
-from telemetry.results import RunResult
+from aitax.load.engine import REAL_DRAIN_S
+from aitax.telemetry.results import RunResult
 
 
 class LocalBackend:
@@ -29,8 +29,8 @@ class LocalBackend:
 
     def prepare(self) -> None:
         """Everything checked before the first process starts: brokers, files, commands, replica counts."""
-        from pipeline.transport.admin import require_brokers
-        from stack.stack import current_config, resolve_bootstrap
+        from aitax.pipeline.transport.admin import require_brokers
+        from aitax.stack.stack import current_config, resolve_bootstrap
 
         spec = self.spec
         producer, consumer = PRODUCER_STAGE[spec.mode], CONSUMER_STAGE[spec.mode]
@@ -42,8 +42,8 @@ class LocalBackend:
         if spec.mode == "real":
             if spec.video is None or spec.gallery is None:
                 raise UserError(f"{spec.source}: video and gallery: the local backend needs both for mode: real")
-            from pipeline.frames import open_video
-            from pipeline.gallery import load_gallery
+            from aitax.pipeline.frames import open_video
+            from aitax.pipeline.gallery import load_gallery
 
             open_video(str(spec.video)).release()
             load_gallery(spec.gallery)
@@ -66,11 +66,11 @@ class LocalBackend:
     def run_phase(self, index: int, run_id: str, factor: float | None = None) -> tuple[dict[str, int], RunResult]:
         """One phase through the load engine (at `factor`: a search's probe): the replicas it ran and what it
         measured."""
-        from emulation.profile import load_profile
-        from load.engine import local_stack_for, print_result, run_load, run_local_pipeline
-        from load.local import LocalLoad
-        from stack.stack import default_events
-        from telemetry.results import Driver, Workload
+        from aitax.emulation.profile import load_profile
+        from aitax.load.engine import local_stack_for, print_result, run_load, run_local_pipeline
+        from aitax.load.local import LocalLoad
+        from aitax.stack.stack import default_events
+        from aitax.telemetry.results import Driver, Workload
 
         phase, mode = self.spec.phases[index], self.spec.mode
         producers, consumers = phase.replicas[PRODUCER_STAGE[mode]], phase.replicas[CONSUMER_STAGE[mode]]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from common.errors import UserError
-from telemetry.elastic_access import http_options, redacted, refusal, usable_url
-from telemetry.events import INDEX_PREFIX
-from telemetry.results import StageSummary
+from aitax.common.errors import UserError
+from aitax.telemetry.elastic_access import http_options, redacted, refusal, usable_url
+from aitax.telemetry.events import INDEX_PREFIX
+from aitax.telemetry.results import StageSummary
 
 PERCENTILES = (50.0, 90.0, 99.0)
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from aitax.common.errors import UserError
+from aitax.common.paper import HIGHEST_STABLE_FACTOR
 from aitax.experiment.results import check_elasticsearch, stage_summaries
 from aitax.experiment.spec import KAFKA, MIN_KAFKA_REPLICAS, ExperimentSpec
-from common.errors import UserError
-from common.paper import HIGHEST_STABLE_FACTOR
-from telemetry.results import (
+from aitax.telemetry.results import (
     BoundSearchResult,
     ExperimentResult,
     FactorRuns,
@@ -121,7 +121,7 @@ class _Record:
 def _search(record: _Record, index: int, repeat: int, run_id: str) -> BoundSearchResult:
     """A phase's latency-bound search: each probe a run of the phase at one factor, judged by its verdict (the
     bound is one of its conditions)."""
-    from emulation.sweep import highest_holding
+    from aitax.emulation.sweep import highest_holding
 
     phase = record.spec.phases[index]
     search = phase.search

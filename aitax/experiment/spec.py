@@ -38,10 +38,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 
-from cluster.links import LinkShape, parse_rate
-from common.errors import UserError
-from telemetry.quantiles import DEFAULT_QUANTILES, quantile_key, window_for
-from telemetry.results import Workload
+from aitax.cluster.links import LinkShape, parse_rate
+from aitax.common.errors import UserError
+from aitax.telemetry.quantiles import DEFAULT_QUANTILES, quantile_key, window_for
+from aitax.telemetry.results import Workload
 
 MODES = ("real", "emulated")
 KAFKA = "kafka"

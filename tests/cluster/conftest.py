@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster import images
-from cluster.demo import helm as cluster_helm
-from cluster.demo import install
-from cluster.k8s import tool
-from cluster.node import RealCluster
-from common.paths import aitax_home
+from aitax.cluster import images
+from aitax.cluster.demo import helm as cluster_helm
+from aitax.cluster.demo import install
+from aitax.cluster.k8s import tool
+from aitax.cluster.node import RealCluster
+from aitax.common.paths import aitax_home
 
 NAMESPACE = "aitax-test"
 RELEASE = "t"

@@ -18,16 +18,16 @@ import time
 
 import pytest
 
+from aitax.cluster import images
+from aitax.cluster.demo import CHART, CHART_RUN_ID, ServiceName, helm, identified_faces, release_identity
+from aitax.cluster.node import NODE_PREFIX, Node, RealCluster
+from aitax.common.daemons import poll_until
 from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
-from cluster import images
-from cluster.demo import CHART, CHART_RUN_ID, ServiceName, helm, identified_faces, release_identity
-from cluster.node import NODE_PREFIX, Node, RealCluster
-from common.daemons import poll_until
-from pipeline.schema import SCHEMA_VERSION
-from pipeline.transport.security import READER_MOUNT, TLS_ENV
-from stack.security import DASHBOARD
+from aitax.pipeline.schema import SCHEMA_VERSION
+from aitax.pipeline.transport.security import READER_MOUNT, TLS_ENV
+from aitax.stack.security import DASHBOARD
 from tests.cluster.conftest import NAMESPACE
 from tests.verdicts import assert_held
 
@@ -167,7 +167,7 @@ REFUSALS = """\
 import json, os
 import requests
 from confluent_kafka import Producer
-from pipeline.transport.security import librdkafka_settings
+from aitax.pipeline.transport.security import librdkafka_settings
 
 def produce(topic, settings):
     delivered = []
@@ -397,9 +397,9 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     faces read back by `aitax collect` inside an emulator pod, a RunResult per phase with the offered load of the
     release's profile, and the release restored afterwards. The phases: a latency-bound search from 1x to 4x (its
     probes, 1x and 4x, are the phases compared) and a closed loop, as local experiments run them."""
+    from aitax.emulation.profile import load_profile
     from aitax.experiment.runner import run_experiment
-    from emulation.profile import load_profile
-    from telemetry.results import ExperimentResult, read_results
+    from aitax.telemetry.results import ExperimentResult, read_results
 
     # 2 streams of the paper's profile offer 10 faces/s each at 1x; the release's emulated identify has an H200's
     # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare. 30 s phases: the new
@@ -501,8 +501,8 @@ def test_a_node_that_fails_under_load_loses_no_acknowledged_face(cluster: RealCl
     """`aitax faults --scenarios node-failure`: under the emulated load, the node of a broker loses power (its link
     cut, its kubelet, containerd and containers killed) for 30 s and comes back. No face the brokers acknowledged
     is lost, every partition is fully replicated again, and the stall and the recovery are measured."""
+    from aitax.emulation.faults import print_table
     from aitax.experiment.node_failure import run_node_failure
-    from emulation.faults import print_table
 
     result = run_node_failure(cluster, release, NAMESPACE, down_s=30, duration_s=60)
     print_table([result])

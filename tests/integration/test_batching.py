@@ -9,17 +9,17 @@ import time
 
 import pytest
 
-from emulation.profile import load_profile
-from emulation.workers import EmulatedIdentifier
-from pipeline.identify import IdentifyStats, identify_loop
-from pipeline.schema import FaceMessage, FaceMeta, Topics, encode_face
-from pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
-from pipeline.transport.admin import group_lag
-from pipeline.transport.batcher import BatchPolicy, DynamicBatcher
-from pipeline.transport.readback import read_identities
-from stack import kafka
-from stack.config import StackConfig, TopicSpec
-from telemetry.sinks import NullSink
+from aitax.emulation.profile import load_profile
+from aitax.emulation.workers import EmulatedIdentifier
+from aitax.pipeline.identify import IdentifyStats, identify_loop
+from aitax.pipeline.schema import FaceMessage, FaceMeta, Topics, encode_face
+from aitax.pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
+from aitax.pipeline.transport.admin import group_lag
+from aitax.pipeline.transport.batcher import BatchPolicy, DynamicBatcher
+from aitax.pipeline.transport.readback import read_identities
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig, TopicSpec
+from aitax.telemetry.sinks import NullSink
 from tests.recording import RecordingSink
 
 pytestmark = pytest.mark.integration

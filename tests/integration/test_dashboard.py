@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from common import children
-from stack import security
-from stack.config import StackConfig
-from telemetry.dashboard import GRAPHS, ViewerLogin
-from telemetry.latency import batch_size_p50, broker_wait_ms
-from telemetry.live import BATCH_SERIES
-from telemetry.report import Report
-from telemetry.report_render import latency_rows
-from telemetry.results import RunResult, read_results
+from aitax.common import children
+from aitax.stack import security
+from aitax.stack.config import StackConfig
+from aitax.telemetry.dashboard import GRAPHS, ViewerLogin
+from aitax.telemetry.latency import batch_size_p50, broker_wait_ms
+from aitax.telemetry.live import BATCH_SERIES
+from aitax.telemetry.report import Report
+from aitax.telemetry.report_render import latency_rows
+from aitax.telemetry.results import RunResult, read_results
 from tests.browser import chromium
 from tests.integration.conftest import AITAX
 

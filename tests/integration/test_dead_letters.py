@@ -10,8 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.identify import FaceNetIdentifier, IdentifyStats, identify_loop
-from pipeline.schema import (
+from aitax.pipeline.identify import FaceNetIdentifier, IdentifyStats, identify_loop
+from aitax.pipeline.schema import (
     DLQ_REASON_HEADER,
     DLQ_SOURCE_HEADER,
     META_HEADER,
@@ -22,12 +22,12 @@ from pipeline.schema import (
     decode_identity,
     encode_face,
 )
-from pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
-from pipeline.transport.admin import group_lag
-from pipeline.transport.batcher import BatchPolicy
-from stack import kafka
-from stack.config import StackConfig
-from telemetry.sinks import NullSink
+from aitax.pipeline.transport import KAFKA_CLIENTS, make_consumer, make_producer
+from aitax.pipeline.transport.admin import group_lag
+from aitax.pipeline.transport.batcher import BatchPolicy
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig
+from aitax.telemetry.sinks import NullSink
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_a_rebalance_mid_stream_loses_nothing_and_duplicates_nothing(stack: Stac
     import threading
     from dataclasses import replace
 
-    from pipeline.transport.readback import read_identities
+    from aitax.pipeline.transport.readback import read_identities
 
     topics = Topics.with_prefix(f"{unique_name}-")
     kafka.ensure_topics(stack, replace(stack, faces_partitions=4).topics(topics))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.block_devices import counters, usage_between
-from stack import calibration, drives
+from aitax.common.block_devices import counters, usage_between
+from aitax.stack import calibration, drives
 
 RATE = 20e6  # bytes/s
 DIRTY = 16 << 20

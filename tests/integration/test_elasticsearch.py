@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from stack.config import StackConfig
-from telemetry.elastic_access import client as elasticsearch_client
-from telemetry.events import EVENT_SCHEMA_VERSION, INDEX_PREFIX, Event
+from aitax.stack.config import StackConfig
+from aitax.telemetry.elastic_access import client as elasticsearch_client
+from aitax.telemetry.events import EVENT_SCHEMA_VERSION, INDEX_PREFIX, Event
 
 pytestmark = pytest.mark.integration
 

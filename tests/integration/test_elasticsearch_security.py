@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from stack.config import HOST, StackConfig
-from stack.security import identity
-from stack.stack import local_marker
-from telemetry.elastic import ElasticsearchSink
-from telemetry.elastic_access import CREDENTIALS_ENV, ElasticsearchCredentials, client, http_options
-from telemetry.events import INDEX_PREFIX, Event
+from aitax.stack.config import HOST, StackConfig
+from aitax.stack.security import identity
+from aitax.stack.stack import local_marker
+from aitax.telemetry.elastic import ElasticsearchSink
+from aitax.telemetry.elastic_access import CREDENTIALS_ENV, ElasticsearchCredentials, client, http_options
+from aitax.telemetry.events import INDEX_PREFIX, Event
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from emulation.profile import paper_profile
-from emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
-from load.engine import run_load
-from stack.config import StackConfig
-from telemetry.latency import BREAKDOWN
-from telemetry.results import SweepResult
+from aitax.emulation.profile import paper_profile
+from aitax.emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
+from aitax.load.engine import run_load
+from aitax.stack.config import StackConfig
+from aitax.telemetry.latency import BREAKDOWN
+from aitax.telemetry.results import SweepResult
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_three_stages_send_frames_through_kafka_to_emulated_detect_instances(
         stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
     """The paper's Fig. 3a emulated: ingest instances publish frame-sized records to the run's frames topic, one
     emulated detect instance per stream reads them, faces reach identify as in two stages."""
-    from emulation.profile import FRAME_JPEG_BYTES
+    from aitax.emulation.profile import FRAME_JPEG_BYTES
 
     spec = replace(_spec(producers=2, consumers=4), stages=3)
     load = emulated_load(spec, stack, 1.0, unique_name, tmp_path)
@@ -126,7 +126,7 @@ def test_a_point_whose_consumer_cannot_leave_its_group_and_whose_producer_dies_i
     import signal
     import time
 
-    from load import local
+    from aitax.load import local
 
     monkeypatch.setattr(local, "STOP_TIMEOUT_S", 5.0)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))

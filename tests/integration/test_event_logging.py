@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch
 
-from stack import elasticsearch as es_component
-from stack import stack as local_stack
-from stack.config import StackConfig
-from telemetry.elastic import ElasticsearchSink
-from telemetry.elastic_access import client as elasticsearch_client
-from telemetry.events import INDEX_PREFIX, Event
-from telemetry.metrics import StageMetrics
+from aitax.stack import elasticsearch as es_component
+from aitax.stack import stack as local_stack
+from aitax.stack.config import StackConfig
+from aitax.telemetry.elastic import ElasticsearchSink
+from aitax.telemetry.elastic_access import client as elasticsearch_client
+from aitax.telemetry.events import INDEX_PREFIX, Event
+from aitax.telemetry.metrics import StageMetrics
 
 pytestmark = pytest.mark.integration
 

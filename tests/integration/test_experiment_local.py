@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.config import StackConfig
-from telemetry.results import THROUGHPUT_FLOOR, RunResult
+from aitax.stack.config import StackConfig
+from aitax.telemetry.results import THROUGHPUT_FLOOR, RunResult
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ phases:
         assert run.resources is not None and run.latency is not None
         assert run.offered_faces_per_s == pytest.approx(10 * factor)  # 1 stream of the paper profile
     # What the kubernetes backend asks from inside a pod: `aitax collect` reads the same run back from the topics.
-    from pipeline.transport.readback import Collected
+    from aitax.pipeline.transport.readback import Collected
 
     run = RunResult.model_validate(phases[1]["run"])
     since_ms = run.load_started_ns // 1_000_000 - 60_000  # as a cluster phase asks: records from its start only

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.faults import run_scenario
-from stack import kafka
-from stack.config import StackConfig
-from telemetry.results import FaultResult
+from aitax.emulation.faults import run_scenario
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig
+from aitax.telemetry.results import FaultResult
 
 pytestmark = pytest.mark.integration
 KEPT = {"acknowledged faces kept": True, "no acknowledged face lost": True, "stage processes ran": True}
@@ -51,7 +51,7 @@ def test_elasticsearch_outage_spools_and_replays_every_event(stack: StackConfig,
 
 def test_full_broker_disks_lose_nothing_acknowledged(tmp_path) -> None:
     """Every broker's log dir on a small tmpfs fills under load; space returns, brokers restart."""
-    from emulation.faults import run_disk_full
+    from aitax.emulation.faults import run_disk_full
 
     result = run_disk_full(tmp_path)
     print(result.notes, f"stall {result.stall_s} s")

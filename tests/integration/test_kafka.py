@@ -7,11 +7,11 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pipeline.transport import KAFKA_CLIENTS, DeliveryReport, make_consumer, make_producer
-from pipeline.transport.base import next_offsets
-from stack import kafka
-from stack import stack as local_stack
-from stack.config import StackConfig, TopicSpec
+from aitax.pipeline.transport import KAFKA_CLIENTS, DeliveryReport, make_consumer, make_producer
+from aitax.pipeline.transport.base import next_offsets
+from aitax.stack import kafka
+from aitax.stack import stack as local_stack
+from aitax.stack.config import StackConfig, TopicSpec
 
 pytestmark = pytest.mark.integration
 

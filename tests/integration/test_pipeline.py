@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipeline.evaluate import evaluate_run
-from pipeline.gallery import load_gallery
-from pipeline.synth_video import load_truth
-from stack.config import StackConfig
-from telemetry.latency import broker_wait_ms
-from telemetry.results import RunResult, read_results
+from aitax.pipeline.evaluate import evaluate_run
+from aitax.pipeline.gallery import load_gallery
+from aitax.pipeline.synth_video import load_truth
+from aitax.stack.config import StackConfig
+from aitax.telemetry.latency import broker_wait_ms
+from aitax.telemetry.results import RunResult, read_results
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration
@@ -113,8 +113,8 @@ def test_object_detection_answers_every_frame_with_real_detections(
     with a detections record; the run's "faces" are frames, its breakdown has the frame's wait as broker wait."""
     import json
 
-    from pipeline.schema import DETECTIONS_TOPIC, decode_detections
-    from pipeline.transport.readback import read_identities
+    from aitax.pipeline.schema import DETECTIONS_TOPIC, decode_detections
+    from aitax.pipeline.transport.readback import read_identities
 
     events = workdir / "events-od"
     result = subprocess.run([*AITAX, "run", "--workload", "object-detection", "--video", str(video), "--consumers",
@@ -201,7 +201,7 @@ def test_unreachable_brokers_are_a_one_line_error(video: Path) -> None:
 
 
 def _faces_of(stack: StackConfig, run_id: str, stream_id: str) -> set[tuple[int, int]]:
-    from pipeline.transport.readback import read_face_topic
+    from aitax.pipeline.transport.readback import read_face_topic
 
     faces = read_face_topic(stack.bootstrap_servers, "faces").faces
     return {(frame, face) for run, stream, frame, face in faces if run == run_id and stream == stream_id}

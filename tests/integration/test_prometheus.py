@@ -10,9 +10,9 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from pipeline.transport import make_producer
-from stack import kafka, prometheus
-from stack.config import StackConfig, TopicSpec
+from aitax.pipeline.transport import make_producer
+from aitax.stack import kafka, prometheus
+from aitax.stack.config import StackConfig, TopicSpec
 
 pytestmark = pytest.mark.integration
 

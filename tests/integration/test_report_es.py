@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from elasticsearch import helpers
 
-from common.errors import UserError
-from stack.config import StackConfig
-from telemetry.elastic_access import client as elasticsearch_client
-from telemetry.events import INDEX_PREFIX
-from telemetry.report import build_report
-from telemetry.report_sources import load_events
+from aitax.common.errors import UserError
+from aitax.stack.config import StackConfig
+from aitax.telemetry.elastic_access import client as elasticsearch_client
+from aitax.telemetry.events import INDEX_PREFIX
+from aitax.telemetry.report import build_report
+from aitax.telemetry.report_sources import load_events
 from tests.unit.test_report import synthetic_documents, write_jsonl
 
 pytestmark = pytest.mark.integration

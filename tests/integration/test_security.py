@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from pipeline.transport.security import TLS_ENV, KafkaTls
-from stack import kafka
-from stack.config import HOST, StackConfig
-from stack.pki import ensure_identities
-from stack.security import identity
-from stack.stack import local_marker
+from aitax.pipeline.transport.security import TLS_ENV, KafkaTls
+from aitax.stack import kafka
+from aitax.stack.config import HOST, StackConfig
+from aitax.stack.pki import ensure_identities
+from aitax.stack.security import identity
+from aitax.stack.stack import local_marker
 
 pytestmark = pytest.mark.integration
 

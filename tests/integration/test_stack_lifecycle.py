@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.daemons import port_is_open
-from common.paths import downloads_dir
-from stack.config import StackConfig
+from aitax.common.daemons import port_is_open
+from aitax.common.paths import downloads_dir
+from aitax.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]

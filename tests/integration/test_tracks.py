@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipeline.schema import UNKNOWN, UNTRACKED
-from pipeline.transport.readback import read_face_topic, read_identities
-from stack.config import StackConfig
+from aitax.pipeline.schema import UNKNOWN, UNTRACKED
+from aitax.pipeline.transport.readback import read_face_topic, read_identities
+from aitax.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 AITAX = [sys.executable, "-m", "aitax.cli"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.paths import PROJECT_ROOT
+from aitax.common.paths import PROJECT_ROOT
 
 CHART = PROJECT_ROOT / "charts" / "aitax"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
@@ -92,7 +92,7 @@ def validate_custom_resource(doc: dict) -> None:
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator:
-    from cluster.k8s import LocalControlPlane
+    from aitax.cluster.k8s import LocalControlPlane
 
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl"):
         tool_path(name)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from aitax.common.errors import UserError
 from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from common.errors import UserError
-from pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
+from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
 from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 
 pytestmark = pytest.mark.k8s
@@ -64,7 +64,7 @@ def _completed_jobs(plane) -> dict[str, bool]:
 
 def _wait(condition, what: str, timeout_s: float = 60) -> None:
     """kwok completes a Job's pod a moment after `helm --wait` returns: Helm waits for pods, not Jobs."""
-    from common.daemons import poll_until
+    from aitax.common.daemons import poll_until
 
     assert poll_until(condition, timeout_s, 0.5), f"{what}: not after {timeout_s:g} s"
 

@@ -1,15 +1,16 @@
-"""The chart's security, rendered: every stage pod runs as its command's principal (stack/security.py's table), the
-brokers, Kafka's tools and the helm test carry the identities the local stack gives them, the bundled Elasticsearch
-has the local stack's security settings, and one hook Job, alone allowed to touch Secrets, makes the identities."""
+"""The chart's security, rendered: every stage pod runs as its command's principal (aitax/stack/security.py's
+table), the brokers, Kafka's tools and the helm test carry the identities the local stack gives them, the bundled
+Elasticsearch has the local stack's security settings, and one hook Job, alone allowed to touch Secrets, makes the
+identities."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from pipeline.transport.security import READER, READER_MOUNT, TLS_ENV
-from stack.elasticsearch import SECURITY_SETTINGS
-from stack.security import ADMIN, BROKER, COMMAND_PRINCIPALS, ELASTICSEARCH
+from aitax.pipeline.transport.security import READER, READER_MOUNT, TLS_ENV
+from aitax.stack.elasticsearch import SECURITY_SETTINGS
+from aitax.stack.security import ADMIN, BROKER, COMMAND_PRINCIPALS, ELASTICSEARCH
 from tests.k8s.conftest import CHART, CI_VALUES, render
 
 pytestmark = pytest.mark.k8s

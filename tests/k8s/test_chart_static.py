@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.paths import PROJECT_ROOT
-from stack.config import StackConfig
-from stack.kafka import Broker
+from aitax.common.paths import PROJECT_ROOT
+from aitax.stack.config import StackConfig
+from aitax.stack.kafka import Broker
 from tests.k8s.conftest import CHART, CI_VALUES, helm, render, tool_path, validate_custom_resource
 
 pytestmark = pytest.mark.k8s
@@ -530,7 +530,7 @@ def test_hadolint(dockerfile: Path) -> None:
 
 
 def test_dockerfiles_are_pinned_and_non_root_and_leave_their_build_tools_behind() -> None:
-    from cluster.images import BASES
+    from aitax.cluster.images import BASES
 
     assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "emulator", "kafka", "elasticsearch", "prometheus"}
     runtime_bases = {b.reference for b in BASES if not b.for_builds}
@@ -569,7 +569,7 @@ def test_image_names_and_tags_match_the_chart() -> None:
 
 
 def test_every_dockerfile_is_built_by_aitax_images() -> None:
-    from cluster.images import IMAGES
+    from aitax.cluster.images import IMAGES
 
     assert {i.dockerfile for i in IMAGES} == set(DOCKERFILES)
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -593,10 +593,10 @@ def test_emulator_image_pins_match_pyproject() -> None:
 
 def test_kafka_image_uses_the_stacks_pinned_jars() -> None:
     text = (PROJECT_ROOT / "containers" / "kafka" / "Dockerfile").read_text()
-    assert "COPY stack/maven/kafka-pom.xml pom.xml" in text
-    assert "COPY stack/maven/kafka-log4j2.yaml" in text
+    assert "COPY aitax/stack/maven/kafka-pom.xml pom.xml" in text
+    assert "COPY aitax/stack/maven/kafka-log4j2.yaml" in text
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    pom = (PROJECT_ROOT / "stack" / "maven" / "kafka-pom.xml").read_text()
+    pom = (PROJECT_ROOT / "aitax" / "stack" / "maven" / "kafka-pom.xml").read_text()
     assert f"<version>{chart['annotations']['aitax/kafka-version']}</version>" in pom
 
 

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from aitax.common.paths import PROJECT_ROOT
 from aitax.experiment.kafka_probe import run_probe
-from common.paths import PROJECT_ROOT
-from pipeline.transport.security import TLS_ENV, KafkaTls, librdkafka_settings
-from stack.security import ADMIN, BROKER, ELASTICSEARCH, issue_identities
-from stack.stack import local_marker
+from aitax.pipeline.transport.security import TLS_ENV, KafkaTls, librdkafka_settings
+from aitax.stack.security import ADMIN, BROKER, ELASTICSEARCH, issue_identities
+from aitax.stack.stack import local_marker
 from tests.k8s.conftest import CI_VALUES, render
 
 pytestmark = [pytest.mark.k8s, pytest.mark.image_scripts]
@@ -42,7 +42,7 @@ def _host(ordinal: int) -> str:
 
 @pytest.fixture(scope="module")
 def image_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, TOOLS_LOG4J2_CONFIG, agents_dir, libs_dir
+    from aitax.stack.kafka import LOG4J2_CONFIG, METRICS_CONFIG, TOOLS_LOG4J2_CONFIG, agents_dir, libs_dir
 
     if not (libs_dir() / ".complete").exists() or not (agents_dir() / ".complete").exists() \
             or shutil.which("java") is None:

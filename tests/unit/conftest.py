@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.assets import Assets, ensure_assets
+from aitax.pipeline.assets import Assets, ensure_assets
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +15,6 @@ def assets() -> Assets:
 @pytest.fixture(scope="session")
 def embedder(assets: Assets):
     """Built once: the model takes seconds to build and hundreds of MB to hold. FP32, the reference precision."""
-    from pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.facenet import FaceEmbedder
 
     return FaceEmbedder(assets.facenet_weights, precision="fp32", runtime="tensorflow")

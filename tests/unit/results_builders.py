@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.schema import IdentityMessage
-from telemetry.results import Condition, Driver, Resources, RunResult, SweepResult, Verdict, Workload, write_results
+from aitax.pipeline.schema import IdentityMessage
+from aitax.telemetry.results import (
+    Condition,
+    Driver,
+    Resources,
+    RunResult,
+    SweepResult,
+    Verdict,
+    Workload,
+    write_results,
+)
 
 
 def emulated_run(factor: float, stable: bool, writes: float, brokers: int = 3, producers: int = 840,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from emulation.profile import BUILT_IN
-from load import local
-from load.local import LocalLoad
-from pipeline.schema import Topics
-from telemetry import applications
-from telemetry.applications import APPLICATIONS, RUN_VALUES, Application, Emulated, Stage
-from telemetry.results import Driver, Workload
+from aitax.emulation.profile import BUILT_IN
+from aitax.load import local
+from aitax.load.local import LocalLoad
+from aitax.pipeline.schema import Topics
+from aitax.telemetry import applications
+from aitax.telemetry.applications import APPLICATIONS, RUN_VALUES, Application, Emulated, Stage
+from aitax.telemetry.results import Driver, Workload
 from tests.command_line import find, parse
 
 TOPIC_FIELDS = {field.name for field in dataclasses.fields(Topics)}
@@ -103,11 +103,11 @@ def test_the_chart_reads_the_same_descriptions() -> None:
     the registry's."""
     import json
 
-    from telemetry.applications import chart_view
+    from aitax.telemetry.applications import chart_view
 
     chart = Path(__file__).resolve().parents[2] / "charts" / "aitax"
     shipped = json.loads((chart / "files" / "applications.json").read_text())
-    assert shipped == chart_view(), ("regenerate it: python -c 'import json; from telemetry.applications import "
+    assert shipped == chart_view(), ("regenerate it: python -c 'import json; from aitax.telemetry.applications import "
                                      "chart_view; print(json.dumps(chart_view(), indent=2))' > "
                                      "charts/aitax/files/applications.json")
     schema = json.loads((chart / "values.schema.json").read_text())

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.transport import Record
-from pipeline.transport.batcher import IDLE_WAIT_S, BatchPolicy, DynamicBatcher
+from aitax.pipeline.transport import Record
+from aitax.pipeline.transport.batcher import IDLE_WAIT_S, BatchPolicy, DynamicBatcher
 
 MS = 1_000_000
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from common.block_devices import BlockDevice, DeviceUsage, counters, device_of, usage_between
-from common.errors import UserError
-from common.paths import PROJECT_ROOT
-from stack.config import StackConfig
-from stack.design import load_design
+from aitax.common.block_devices import BlockDevice, DeviceUsage, counters, device_of, usage_between
+from aitax.common.errors import UserError
+from aitax.common.paths import PROJECT_ROOT
+from aitax.stack.config import StackConfig
+from aitax.stack.design import load_design
 
 STAT = "{r} 0 {rs} 10 {w} 3 {ws} 22 0 {busy} 39 2 0 2097160 0 5 7\n"
 
@@ -92,7 +92,7 @@ def test_a_stack_on_a_testbed_is_described_with_it(tmp_path: Path) -> None:
 
 
 def test_on_a_testbed_the_verdict_reads_cpu_against_the_slices() -> None:
-    from load.resources import Usage, saturated_resource
+    from aitax.load.resources import Usage, saturated_resource
 
     usage = Usage(20.0, broker_cpu_cores={1: 0.31, 2: 0.2, 3: 0.2}, machine_cpu_busy=0.6,
                   role_cpu_cores={"the emulator's consumers": 0.3}, broker_cpu_quota_cores=1 / 3,
@@ -105,7 +105,7 @@ def test_on_a_testbed_the_verdict_reads_cpu_against_the_slices() -> None:
 
 def test_a_calibration_measures_each_device_once_and_skips_what_has_none(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from stack import calibration
+    from aitax.stack import calibration
 
     monkeypatch.setenv("AITAX_HOME", str(tmp_path / "home"))
     measure = calibration.measure_write

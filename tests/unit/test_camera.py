@@ -11,8 +11,8 @@ import threading
 import pytest
 from prometheus_client import generate_latest
 
-from common.errors import UserError
-from pipeline.camera import (
+from aitax.common.errors import UserError
+from aitax.pipeline.camera import (
     CameraRefusedError,
     CameraSource,
     NewestFrame,
@@ -20,13 +20,13 @@ from pipeline.camera import (
     StreamClock,
     check_access,
 )
-from pipeline.stream import Frame
-from telemetry.camera_health import CameraHealth
-from telemetry.events import INDEX_MAPPING, Event
-from telemetry.metrics import StageMetrics
-from telemetry.report import build_report
-from telemetry.report_render import camera_line
-from telemetry.results import Camera, Workload
+from aitax.pipeline.stream import Frame
+from aitax.telemetry.camera_health import CameraHealth
+from aitax.telemetry.events import INDEX_MAPPING, Event
+from aitax.telemetry.metrics import StageMetrics
+from aitax.telemetry.report import build_report
+from aitax.telemetry.report_render import camera_line
+from aitax.telemetry.results import Camera, Workload
 
 
 def test_credentials_leave_the_url_and_only_the_user_is_ever_shown() -> None:
@@ -66,7 +66,7 @@ def test_a_results_file_never_holds_a_cameras_password() -> None:
 
 
 def test_a_workloads_camera_reads_its_password_from_its_file(tmp_path) -> None:
-    from pipeline.camera import source_of
+    from aitax.pipeline.camera import source_of
 
     secret = tmp_path / "password"
     secret.write_text("s3cret\n")
@@ -209,7 +209,7 @@ class ScriptedCapture:
 
 
 def test_a_connection_that_opens_but_brings_no_frame_is_a_failed_attempt(monkeypatch) -> None:
-    import pipeline.camera as camera
+    import aitax.pipeline.camera as camera
 
     connections = iter([ScriptedCapture(2), ScriptedCapture(0), ScriptedCapture(0), ScriptedCapture(3)])
     monkeypatch.setattr(camera, "check_access", lambda _source: True)

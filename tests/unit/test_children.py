@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from common import children
-from common.errors import UserError
+from aitax.common import children
+from aitax.common.errors import UserError
 
 
 def test_statuses_travel_through_the_status_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

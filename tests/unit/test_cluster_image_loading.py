@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import images
-from cluster.node import IMAGE_STORES, Node, RealCluster
-from common.errors import UserError
+from aitax.cluster import images
+from aitax.cluster.node import IMAGE_STORES, Node, RealCluster
+from aitax.common.errors import UserError
 
 CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
 
@@ -21,7 +21,7 @@ CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
 def machine_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The machine-wide caches in this test's folder, and a containerd of a known version."""
     monkeypatch.setenv("AITAX_IMAGES_HOME", str(tmp_path / "machine" / "images"))
-    monkeypatch.setattr("cluster.node._containerd_version", lambda: "containerd 1.6.20")
+    monkeypatch.setattr("aitax.cluster.node._containerd_version", lambda: "containerd 1.6.20")
     return images.node_images_home()
 
 
@@ -144,7 +144,7 @@ def test_another_clones_new_cluster_imports_only_what_the_machines_store_lacks(t
 
 def test_a_store_kept_by_another_containerd_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Recording(tmp_path / "first-clone").load_images(["kafka"], log=lambda _: None)
-    monkeypatch.setattr("cluster.node._containerd_version", lambda: "containerd 2.1.0")
+    monkeypatch.setattr("aitax.cluster.node._containerd_version", lambda: "containerd 2.1.0")
     cluster = Recording(tmp_path / "second-clone")
     cluster.load_images(["kafka"], log=lambda _: None)
     assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "kafka")]

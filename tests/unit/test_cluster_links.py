@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import links
-from cluster.links import LinkShape, parse_rate
-from cluster.node import Node
-from common.errors import UserError
+from aitax.cluster import links
+from aitax.cluster.links import LinkShape, parse_rate
+from aitax.cluster.node import Node
+from aitax.common.errors import UserError
 
 
 @pytest.mark.parametrize(("text", "mbit"), [("1gbit", 1000.0), ("250mbit", 250.0), ("800kbit", 0.8), ("40", 40.0),

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from aitax.common.errors import UserError
 from aitax.experiment import cluster_load
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.kubernetes_api import Scaled
-from common.errors import UserError
-from pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
-from telemetry.results import Workload
+from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
+from aitax.telemetry.results import Workload
 
 CONSUMERS = Scaled(stage="emulate-consumers", kind="Deployment", name="t-aitax-emulate-consumers",
                    container="emulate-consumers", original_replicas=2,

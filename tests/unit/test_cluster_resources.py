@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from aitax.common.errors import UserError
 from aitax.experiment.cluster_resources import ClusterResources, PhaseQueries, prometheus_query
-from common.errors import UserError
-from load.resources import resources
+from aitax.load.resources import resources
 
 BROKERS = {"t-aitax-kafka-0": 0, "t-aitax-kafka-1": 1, "t-aitax-kafka-2": 2}
 
@@ -154,7 +154,7 @@ class OnePhase:
     """A load that acknowledges and identifies nothing, at once: only how the engine takes resources is looked at."""
 
     def __init__(self) -> None:
-        from telemetry.results import Driver, Workload
+        from aitax.telemetry.results import Driver, Workload
 
         self.workload = Workload(mode="emulated", producers=1, consumers=1, duration_s=0.05, drain_s=0)
         self.driver, self.run_id = Driver(), "phase-1"
@@ -188,7 +188,7 @@ class OnePhase:
 
 
 def test_a_prometheus_that_fails_costs_the_phase_its_resources_not_its_result() -> None:
-    from load.engine import run_load
+    from aitax.load.engine import run_load
 
     def gone(promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         raise UserError("GET api/v1/query of service/t-aitax-prometheus in namespace lab: 503 no endpoints")

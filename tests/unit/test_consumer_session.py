@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import pytest
 
-from pipeline.transport import confluent, kafka_python
-from pipeline.transport.base import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from aitax.pipeline.transport import confluent, kafka_python
+from aitax.pipeline.transport.base import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 
 
 class _Recording:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline.transport.confluent import ACL_GRACE_S, ConfluentConsumer
+from aitax.pipeline.transport.confluent import ACL_GRACE_S, ConfluentConsumer
 
 
 @dataclass

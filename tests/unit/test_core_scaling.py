@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UserError
-from pipeline.core_scaling import CorePoint, check_request, format_table, plot, relative, run_points, usable_cpus
+from aitax.common.errors import UserError
+from aitax.pipeline.core_scaling import CorePoint, check_request, format_table, plot, relative, run_points, usable_cpus
 
 
 def test_requests_this_machine_cannot_serve_are_refused() -> None:
@@ -34,7 +34,7 @@ def test_latency_is_reported_relative_to_one_core_beside_the_papers(tmp_path: Pa
 
 
 def test_each_point_runs_the_real_compute_in_a_process_pinned_to_its_cores(assets, tmp_path: Path) -> None:
-    from pipeline.synth_video import make_video
+    from aitax.pipeline.synth_video import make_video
 
     video = tmp_path / "short.mp4"
     make_video(assets.faces_val_dir, video, seconds=4.0, seed=3)
@@ -54,7 +54,7 @@ def test_object_detection_is_reported_beside_the_papers_near_linear_scaling(tmp_
 
 
 def test_object_detection_runs_centernet_on_each_frames_jpeg(assets, tmp_path: Path) -> None:
-    from pipeline.synth_video import make_video
+    from aitax.pipeline.synth_video import make_video
 
     video = tmp_path / "short.mp4"
     make_video(assets.faces_val_dir, video, seconds=2.0, seed=3)

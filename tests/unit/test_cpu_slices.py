@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stack import cpu_slices
-from stack.config import StackConfig, Testbed
+from aitax.stack import cpu_slices
+from aitax.stack.config import StackConfig, Testbed
 
 TESTBED = Testbed(design="paper", scale=168, broker_cpu_cores=1 / 3, client_cpu_cores=1.0, drive_bytes_per_s=6.5e6,
                   dirty_bytes_per_drive=1 << 29, link_mbit=595)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UserError
-from emulation.curves import BatchCurve, built_in_curves, load_curve, write_curve
-from emulation.profile import Distribution, paper_profile
-from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
-from pipeline.schema import FaceMessage, FaceMeta
-from telemetry.timing import Stopwatch
+from aitax.common.errors import UserError
+from aitax.emulation.curves import BatchCurve, built_in_curves, load_curve, write_curve
+from aitax.emulation.profile import Distribution, paper_profile
+from aitax.emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
+from aitax.pipeline.schema import FaceMessage, FaceMeta
+from aitax.telemetry.timing import Stopwatch
 
 CURVE = BatchCurve("t", "identify", ((1, 2.0), (8, 3.4), (32, 8.2)))
 
@@ -75,7 +75,7 @@ def test_a_malformed_curve_file_is_one_line_naming_the_field(tmp_path: Path, tex
 
 
 def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(monkeypatch) -> None:
-    from emulation import workers
+    from aitax.emulation import workers
 
     computed: list[tuple[float, bool]] = []
     monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
@@ -94,7 +94,7 @@ def test_the_emulated_identify_sleeps_the_curves_time_for_the_batch_it_formed(mo
 
 
 def test_a_curve_measured_on_the_host_cpu_takes_cpu_time_whatever_the_profile_does(monkeypatch, tmp_path) -> None:
-    from emulation import workers
+    from aitax.emulation import workers
 
     computed: list[tuple[float, bool]] = []
     monkeypatch.setattr(workers, "emulated_compute", lambda seconds, on_cpu: computed.append((seconds, on_cpu)))
@@ -107,7 +107,7 @@ def test_a_curve_measured_on_the_host_cpu_takes_cpu_time_whatever_the_profile_do
 def test_compute_on_the_cpu_takes_this_threads_cpu_time_and_a_sleep_takes_none() -> None:
     import time
 
-    from emulation.workers import emulated_compute
+    from aitax.emulation.workers import emulated_compute
 
     for on_cpu, low, high in ((True, 0.04, 1.0), (False, 0.0, 0.01)):
         started = time.thread_time()
@@ -118,7 +118,7 @@ def test_compute_on_the_cpu_takes_this_threads_cpu_time_and_a_sleep_takes_none()
 def test_calibration_times_each_batch_size_and_writes_a_curve_the_emulator_reads(tmp_path: Path) -> None:
     import time
 
-    from emulation.calibrate import time_batches
+    from aitax.emulation.calibrate import time_batches
 
     runs: list[int] = []
 
@@ -139,8 +139,8 @@ def test_calibration_times_each_batch_size_and_writes_a_curve_the_emulator_reads
 def test_the_speed_up_a_device_gave_is_read_at_the_batch_the_median_face_was_identified_in() -> None:
     from dataclasses import replace
 
-    from emulation.sweep import device_speedup
-    from telemetry.latency import summarize
+    from aitax.emulation.sweep import device_speedup
+    from aitax.telemetry.latency import summarize
     from tests.unit.results_builders import emulated_run, identity
 
     faces = [replace(identity(i * 100, 50), batch_size=1 if i < 2 else 8) for i in range(10)]

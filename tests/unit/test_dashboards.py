@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from common.errors import UserError
-from telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
-from telemetry.kibana import (
+from aitax.common.errors import UserError
+from aitax.telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
+from aitax.telemetry.kibana import (
     DEFAULT_NDJSON,
     import_saved_objects,
     read_saved_objects,
@@ -30,9 +30,9 @@ from telemetry.kibana import (
     runtime_fields,
 )
 
-GRAFANA_JSON = Path(__file__).parents[2] / "telemetry" / "dashboards" / "grafana.json"
+GRAFANA_JSON = Path(__file__).parents[2] / "aitax" / "telemetry" / "dashboards" / "grafana.json"
 DATA_VIEW_ID = "aitax-dataview"
-# The metrics every stage process serves (telemetry/metrics.py), and the series a histogram expands to.
+# The metrics every stage process serves (aitax/telemetry/metrics.py), and the series a histogram expands to.
 METRIC_NAMES = {
     "aitax_stage_duration_seconds",
     "aitax_broker_wait_seconds",

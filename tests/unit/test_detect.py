@@ -7,8 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.crop import iou
-from pipeline.detect import (
+from aitax.pipeline.crop import iou
+from aitax.pipeline.detect import (
     FaceDetector,
     _inside,
     _landmarks_in_frame,
@@ -20,7 +20,7 @@ from pipeline.detect import (
     scale_pyramid,
     suppress,
 )
-from pipeline.prepare import area_pyramid, patches
+from aitax.pipeline.prepare import area_pyramid, patches
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_the_conversion_is_kept_and_a_detector_then_starts_without_tensorflow(
     import subprocess
     import sys
 
-    from common.paths import PROJECT_ROOT
+    from aitax.common.paths import PROJECT_ROOT
 
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
     photo = sorted(assets.faces_val_dir.glob("*/*.jpg"))[1]
@@ -118,7 +118,7 @@ def test_the_conversion_is_kept_and_a_detector_then_starts_without_tensorflow(
     kept = tmp_path / "downloads" / "models" / "mtcnn-openvino"
     assert sorted(path.name.split("-")[0] + path.suffix for path in kept.iterdir()) == [
         "onet.bin", "onet.xml", "pnet.bin", "pnet.xml", "rnet.bin", "rnet.xml"]  # no scratch folder left behind
-    script = ("import sys\nimport cv2\nfrom pipeline.detect import FaceDetector\n"
+    script = ("import sys\nimport cv2\nfrom aitax.pipeline.detect import FaceDetector\n"
               "rgb = cv2.cvtColor(cv2.imread(sys.argv[1]), cv2.COLOR_BGR2RGB)\n"
               "print([d.box for d in FaceDetector(min_face_size=20).detect(rgb)], 'tensorflow' in sys.modules)\n")
     started = subprocess.run([sys.executable, "-c", script, str(photo)], cwd=PROJECT_ROOT, capture_output=True,
@@ -183,9 +183,9 @@ def test_a_process_that_dropped_its_detector_still_stops_cleanly_on_sigterm(tmp_
     import subprocess
     import sys
 
-    from common.paths import PROJECT_ROOT
+    from aitax.common.paths import PROJECT_ROOT
 
-    script = ("import gc\nfrom pipeline.detect import FaceDetector\n"
+    script = ("import gc\nfrom aitax.pipeline.detect import FaceDetector\n"
               "detector = FaceDetector(min_face_size=20)\ndel detector\ngc.collect()\n"
               "from tests.unit.test_run_load_stop import "
               "test_sigterm_during_the_load_ends_it_early_and_it_is_still_drained_and_collected as stopped\n"

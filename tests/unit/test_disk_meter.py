@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.block_devices import BlockDevice
-from common.errors import UserError
-from telemetry.disk_meter import DiskCollector, devices_under, serve
+from aitax.common.block_devices import BlockDevice
+from aitax.common.errors import UserError
+from aitax.telemetry.disk_meter import DiskCollector, devices_under, serve
 
 STAT = "{r} 0 {rs} 10 {w} 3 {ws} 22 0 {busy} 39 2 0 2097160 0 5 7\n"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from aitax.cli import main
-from common.errors import UserError
-from telemetry.elastic_access import CREDENTIALS_ENV, usable_url
+from aitax.common.errors import UserError
+from aitax.telemetry.elastic_access import CREDENTIALS_ENV, usable_url
 from tests.command_line import command_paths, find
 
 # What else each command that takes --es needs to get as far as using the URL

@@ -15,16 +15,16 @@ import time
 import cv2
 import numpy as np
 
-from emulation.calibrate import time_batches
-from emulation.curves import BatchCurve
-from emulation.profile import paper_profile
-from emulation.workers import EmulatedIdentifier
-from pipeline.gallery import Gallery
-from pipeline.identify import FaceNetIdentifier, identify_loop
-from pipeline.schema import FaceMessage, FaceMeta, decode_face, encode_face
-from pipeline.transport import Record
-from pipeline.transport.batcher import BatchPolicy
-from telemetry.timing import Stopwatch
+from aitax.emulation.calibrate import time_batches
+from aitax.emulation.curves import BatchCurve
+from aitax.emulation.profile import paper_profile
+from aitax.emulation.workers import EmulatedIdentifier
+from aitax.pipeline.gallery import Gallery
+from aitax.pipeline.identify import FaceNetIdentifier, identify_loop
+from aitax.pipeline.schema import FaceMessage, FaceMeta, decode_face, encode_face
+from aitax.pipeline.transport import Record
+from aitax.pipeline.transport.batcher import BatchPolicy
+from aitax.telemetry.timing import Stopwatch
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.recording import RecordingSink
 

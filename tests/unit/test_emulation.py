@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UserError
-from emulation import workers
-from emulation.profile import Distribution, derive_profile, load_profile, paper_profile
-from load.resources import saturated_resource
-from pipeline import identify, ingest_detect
+from aitax.common.errors import UserError
+from aitax.emulation import workers
+from aitax.emulation.profile import Distribution, derive_profile, load_profile, paper_profile
+from aitax.load.resources import saturated_resource
+from aitax.pipeline import identify, ingest_detect
 
 
 def test_emulated_stages_are_the_pipelines_own_loops() -> None:
@@ -46,7 +46,7 @@ def test_paper_profiles() -> None:
 def test_object_detection_sends_every_frame_whole_to_a_687_ms_detector() -> None:
     """The paper's second application on the same loops (Sec. 6): one payload per frame, frame-sized, 30 FPS,
     no AI before Kafka, the R-CNN's time where identify's is; one stream needs about 21 detection instances."""
-    from telemetry.applications import APPLICATIONS
+    from aitax.telemetry.applications import APPLICATIONS
 
     profile = load_profile("object-detection")
     assert profile.faces_per_frame == {1: 1.0} and profile.fps == 30.0
@@ -112,8 +112,8 @@ def test_profile_derived_from_events_has_their_quantiles() -> None:
 
 
 def test_a_profile_replays_the_faces_each_frame_of_the_video_held(tmp_path: Path) -> None:
-    from emulation.workers import EmulatedFaceFinder
-    from telemetry.timing import Stopwatch
+    from aitax.emulation.workers import EmulatedFaceFinder
+    from aitax.telemetry.timing import Stopwatch
 
     video = [0, 0, 3, 3, 1, 0]  # bursts: what a stream of the real video meets, frame after frame
     events = [{"stage": "ingest", "compute_time_ms": 1.0}, {"stage": "identify", "compute_time_ms": 1.0}]
@@ -149,8 +149,8 @@ def test_a_profile_from_an_object_detection_run_puts_detection_where_identificat
 
 def _usage(cpu: float = 0.3, write: float = 1e6, handlers: float = 0.2, network: float = 0.1,
            consumers_cores: float = 0.2, under_min_isr: int = 0, busy: float = 0.05):
-    from common.block_devices import DeviceUsage
-    from load.resources import Usage
+    from aitax.common.block_devices import DeviceUsage
+    from aitax.load.resources import Usage
 
     return Usage(20.0, broker_cpu_cores={1: 0.3, 2: 0.3, 3: 0.3}, broker_write_bytes_per_s={1: write, 2: write},
                  machine_cores=2,
@@ -178,7 +178,7 @@ def test_saturated_resource_names_the_busiest_and_who_burnt_the_cpu() -> None:
 
 
 def test_broker_signals_per_window() -> None:
-    from load.resources import Sample, usage_between
+    from aitax.load.resources import Sample, usage_between
 
     def sample(at: float, idle_ns: float, network_idle: float) -> Sample:
         return Sample(at, {1: at}, {1: 0}, {1: 0}, at, 2 * at, 0,
@@ -194,7 +194,7 @@ def test_broker_signals_per_window() -> None:
 
 @pytest.mark.parametrize(("warmup_s", "accepted"), [(0.0, True), (5.0, True), (3.0, False)])
 def test_a_warm_up_is_none_or_long_enough_to_matter(warmup_s: float, accepted: bool) -> None:
-    from emulation.sweep import SweepSpec
+    from aitax.emulation.sweep import SweepSpec
 
     def make() -> SweepSpec:
         return SweepSpec([1.0], 10, 1, 1, 1, paper_profile(), "paper", warmup_s=warmup_s)
@@ -235,8 +235,8 @@ def test_a_closed_loop_admits_a_frame_when_every_face_of_an_earlier_one_is_ident
 
 
 def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monkeypatch, tmp_path: Path) -> None:
-    from emulation import sweep as sweep_module
-    from stack.config import StackConfig
+    from aitax.emulation import sweep as sweep_module
+    from aitax.stack.config import StackConfig
     from tests.unit.results_builders import emulated_run
 
     probed: list[float] = []
@@ -264,13 +264,13 @@ def test_the_emulated_stages_need_no_opencv() -> None:
     import subprocess
     import sys
 
-    modules = ("aitax.cli", "aitax.commands.emulation", "aitax.experiment.kafka_probe", "emulation.workers",
-               "pipeline.runtime", "pipeline.transport")
+    modules = ("aitax.cli", "aitax.commands.emulation", "aitax.experiment.kafka_probe", "aitax.emulation.workers",
+               "aitax.pipeline.runtime", "aitax.pipeline.transport")
     # ... and the three-stage emulation's frames go out and come back without it
-    three_stages = ("import random\nfrom emulation.profile import frame_jpeg_bytes\n"
-                    "from emulation.workers import SyntheticFrames\n"
-                    "from pipeline.schema import FrameMessage, FrameMeta\n"
-                    "from pipeline.three_stage import decode_pixels\n"
+    three_stages = ("import random\nfrom aitax.emulation.profile import frame_jpeg_bytes\n"
+                    "from aitax.emulation.workers import SyntheticFrames\n"
+                    "from aitax.pipeline.schema import FrameMessage, FrameMeta\n"
+                    "from aitax.pipeline.three_stage import decode_pixels\n"
                     "pixels, encoding = SyntheticFrames(frame_jpeg_bytes(), random.Random(1))(None)\n"
                     "meta = FrameMeta(run_id='r', stream_id='s', frame_index=0, width=1, height=1, encoding=encoding, "
                     "scheduled_ns=0, captured_ns=0, ingested_ns=0, decode_ms=0.0, resize_ms=0.0)\n"
@@ -284,8 +284,8 @@ def test_the_emulated_stages_need_no_opencv() -> None:
 @pytest.mark.parametrize(("stop_after", "run", "skipped"), [(2, [1, 2, 4, 8], [16, 32]), (0, [1, 2, 4, 8, 16, 32], [])])
 def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_rest(
         monkeypatch, tmp_path: Path, stop_after: int, run: list[float], skipped: list[float]) -> None:
-    from emulation import sweep as sweep_module
-    from stack.config import StackConfig
+    from aitax.emulation import sweep as sweep_module
+    from aitax.stack.config import StackConfig
     from tests.unit.results_builders import emulated_run
 
     probed: list[float] = []
@@ -305,11 +305,11 @@ def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_r
 
 
 def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(monkeypatch, tmp_path: Path) -> None:
-    from emulation import sweep as sweep_module
-    from emulation.plots import format_table
-    from stack.config import StackConfig
-    from tco.knee import measured_knee
-    from telemetry.results import SweepResult, read_results
+    from aitax.emulation import sweep as sweep_module
+    from aitax.emulation.plots import format_table
+    from aitax.stack.config import StackConfig
+    from aitax.tco.knee import measured_knee
+    from aitax.telemetry.results import SweepResult, read_results
     from tests.unit.results_builders import emulated_run
 
     def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
@@ -329,11 +329,11 @@ def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(
 
 def test_brokers_that_cannot_serve_the_warm_up_end_the_sweep_before_its_first_factor(monkeypatch,
                                                                                     tmp_path: Path) -> None:
-    from emulation import sweep as sweep_module
-    from emulation.plots import format_table, write_plots
-    from stack.config import StackConfig
-    from tco.knee import measured_knee
-    from telemetry.results import SweepResult, read_results
+    from aitax.emulation import sweep as sweep_module
+    from aitax.emulation.plots import format_table, write_plots
+    from aitax.stack.config import StackConfig
+    from aitax.tco.knee import measured_knee
+    from aitax.telemetry.results import SweepResult, read_results
 
     def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
         raise sweep_module.PointNotStartedError("1x not started, the brokers did not set it up: timed out")
@@ -377,7 +377,7 @@ def test_a_roles_cpu_counts_its_processes_children_even_after_they_exit() -> Non
     import subprocess
     import sys
 
-    from load.resources import _cpu_seconds
+    from aitax.load.resources import _cpu_seconds
 
     burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\n"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from common.errors import UserError
-from pipeline.transport import admin
-from stack import kafka
-from stack.config import StackConfig, TopicSpec
+from aitax.common.errors import UserError
+from aitax.pipeline.transport import admin
+from aitax.stack import kafka
+from aitax.stack.config import StackConfig, TopicSpec
 
 
 def _failing(codes: list[int]) -> tuple[list[int], object]:

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from aitax.commands.cluster import _topic_spec
-from stack.config import StackConfig, TopicSpec
+from aitax.stack.config import StackConfig, TopicSpec
 
 
 def test_a_topic_argument_is_the_local_stacks_spec() -> None:

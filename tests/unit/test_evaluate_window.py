@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline.evaluate import Evaluation, after_warmup, measure_latency
+from aitax.pipeline.evaluate import Evaluation, after_warmup, measure_latency
 from tests.unit.results_builders import identity
 
 MS = 1_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from telemetry.events import EVENT_SCHEMA_VERSION, INDEX_MAPPING, Event, index_template
+from aitax.telemetry.events import EVENT_SCHEMA_VERSION, INDEX_MAPPING, Event, index_template
 
 
 def test_every_event_field_is_mapped_and_mapping_is_strict() -> None:

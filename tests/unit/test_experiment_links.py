@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from aitax.cluster.links import LinkShape
+from aitax.cluster.node import Node
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import PhaseLinks, parse_spec
-from cluster.links import LinkShape
-from cluster.node import Node
 
 
 class Nodes:

@@ -190,8 +190,8 @@ def test_an_editor_with_the_schema_flags_a_misshapen_spec(document: dict) -> Non
 
 
 def test_a_phase_shapes_the_nodes_links_for_itself_and_the_phases_after() -> None:
+    from aitax.cluster.links import LinkShape
     from aitax.experiment.spec import PhaseLinks
-    from cluster.links import LinkShape
 
     spec = parse_spec({"name": "links", "mode": "emulated", "phases": [
         {"name": "open", "duration": 10, "replicas": {"emulate-producers": 1, "emulate-consumers": 1}},

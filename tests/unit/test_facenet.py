@@ -12,15 +12,15 @@ import h5py
 import numpy as np
 import pytest
 
-from common.errors import UserError
-from pipeline.assets import FACENET, FACENET_H5_SHA256, Assets, extract_members, sha256_of, verify_sha256
+from aitax.common.errors import UserError
+from aitax.pipeline.assets import FACENET, FACENET_H5_SHA256, Assets, extract_members, sha256_of, verify_sha256
 
 
 @pytest.fixture(scope="module")
 def val_faces(assets: Assets) -> tuple[np.ndarray, list[str]]:
     """Aligned MTCNN thumbnails of the val split (5 people x 5 photos)."""
-    from pipeline.crop import face_thumbnail
-    from pipeline.detect import FaceDetector
+    from aitax.pipeline.crop import face_thumbnail
+    from aitax.pipeline.detect import FaceDetector
 
     detector = FaceDetector(min_face_size=20)
     faces, labels = [], []
@@ -96,7 +96,7 @@ def test_every_layer_of_the_architecture_gets_weights_from_the_h5(embedder, asse
 
 def test_weights_of_the_wrong_shape_are_refused_before_anything_is_assigned(embedder, assets: Assets,
                                                                             tmp_path: Path) -> None:
-    from pipeline.facenet_keras import load_h5_weights
+    from aitax.pipeline.facenet_keras import load_h5_weights
 
     tampered = tmp_path / "tampered.h5"
     shutil.copyfile(assets.facenet_weights, tampered)
@@ -139,7 +139,7 @@ def test_batching_does_not_change_embeddings(embedder, val_faces) -> None:
 @pytest.mark.parametrize(("flags", "expected"), [
     ("fpu avx512f avx512_bf16 amx_tile", True), ("fpu avx512f amx_bf16", True), ("fpu avx2 avx512f", False)])
 def test_bf16_is_found_in_the_cpu_flags(tmp_path: Path, flags: str, expected: bool) -> None:
-    from pipeline.facenet import cpu_has_bf16
+    from aitax.pipeline.facenet import cpu_has_bf16
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
@@ -148,7 +148,7 @@ def test_bf16_is_found_in_the_cpu_flags(tmp_path: Path, flags: str, expected: bo
 
 
 def test_auto_precision_follows_the_cpu_and_an_impossible_choice_is_refused() -> None:
-    from pipeline.facenet import resolve_precision
+    from aitax.pipeline.facenet import resolve_precision
 
     assert (resolve_precision("auto", True), resolve_precision("auto", False)) == ("bf16", "fp32")
     assert resolve_precision("auto", True, "tensorflow") == "fp32"  # TensorFlow is the FP32 reference
@@ -168,7 +168,7 @@ def test_openvino_embeddings_stay_within_cosine_0_99_of_tensorflow_fp32(embedder
     """Accuracy guards the faster runtime and arithmetic: every val face's OpenVINO embedding (bf16 where this CPU
     has AVX-512 BF16 or AMX, else fp32) is within cosine 0.99 of TensorFlow FP32's and names the same nearest
     person, in a batch and alone."""
-    from pipeline.facenet import FaceEmbedder, cpu_has_bf16
+    from aitax.pipeline.facenet import FaceEmbedder, cpu_has_bf16
 
     faces, labels = val_faces
     fast = FaceEmbedder(assets.facenet_weights, precision="auto")
@@ -186,7 +186,7 @@ def test_openvino_embeddings_stay_within_cosine_0_99_of_tensorflow_fp32(embedder
 
 def test_a_machine_openvino_cannot_run_on_keeps_identify_working_in_tensorflow_fp32(
         embedder, assets: Assets, val_faces, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.facenet import FaceEmbedder
 
     def refuse(self, threads: int):
         raise RuntimeError("Exception from src/inference/src/dev/plugin.cpp:58:\nstoi")  # as a bad cpuset gives
@@ -214,7 +214,7 @@ def test_the_cuda_runtimes_graph_gives_tensorflows_embeddings_through_onnx_runti
 def test_cuda_asked_for_without_a_gpu_or_the_extra_is_one_line_naming_what_to_install(embedder, monkeypatch) -> None:
     import sys
 
-    from pipeline.facenet import CUDA_PROVIDER, GPU_EXTRA
+    from aitax.pipeline.facenet import CUDA_PROVIDER, GPU_EXTRA
 
     with pytest.raises(UserError) as raised:
         embedder.onnx_session([CUDA_PROVIDER])  # this machine's ONNX Runtime has no CUDA provider
@@ -232,8 +232,8 @@ def test_the_openvino_conversion_is_kept_and_an_embedder_then_starts_without_ten
     import subprocess
     import sys
 
-    from common.paths import PROJECT_ROOT
-    from pipeline.facenet import facenet_openvino
+    from aitax.common.paths import PROJECT_ROOT
+    from aitax.pipeline.facenet import facenet_openvino
 
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
     facenet_openvino(embedder.weights_sha256, lambda: embedder.graph.embed)
@@ -242,7 +242,8 @@ def test_the_openvino_conversion_is_kept_and_an_embedder_then_starts_without_ten
     facenet_openvino(embedder.weights_sha256, lambda: pytest.fail("converted again"))
     faces, _ = val_faces
     np.save(tmp_path / "faces.npy", faces[:4])
-    script = ("import sys\nfrom pathlib import Path\nimport numpy as np\nfrom pipeline.facenet import FaceEmbedder\n"
+    script = ("import sys\nfrom pathlib import Path\nimport numpy as np\n"
+              "from aitax.pipeline.facenet import FaceEmbedder\n"
               "embedder = FaceEmbedder(Path(sys.argv[1]), precision='fp32')\n"
               "np.save(sys.argv[2], embedder.embed(np.load(sys.argv[3])))\n"
               "print(embedder.runtime, 'tensorflow' in sys.modules)\n")

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from pipeline import frame_slots
-from pipeline.frame_slots import FrameSlots, InSlot, SlotQueue, frame_bytes
-from pipeline.stream import Frame, hand_off
+from aitax.pipeline import frame_slots
+from aitax.pipeline.frame_slots import FrameSlots, InSlot, SlotQueue, frame_bytes
+from aitax.pipeline.stream import Frame, hand_off
 
 SIZE, SOURCE = (32, 18), (64, 36)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pipeline.frames import read_frames
+from aitax.pipeline.frames import read_frames
 
 
 def _video(path: Path, frames: int, fps: float) -> str:

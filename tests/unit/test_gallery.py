@@ -9,9 +9,9 @@ import cv2
 import numpy as np
 import pytest
 
-from common.errors import UserError
-from pipeline.assets import Assets
-from pipeline.gallery import (
+from aitax.common.errors import UserError
+from aitax.pipeline.assets import Assets
+from aitax.pipeline.gallery import (
     DEFAULT_THRESHOLD,
     GALLERY_FORMAT_VERSION,
     Gallery,
@@ -19,14 +19,14 @@ from pipeline.gallery import (
     load_gallery,
     save_gallery,
 )
-from pipeline.schema import UNKNOWN
+from aitax.pipeline.schema import UNKNOWN
 
 
 @pytest.fixture(scope="module")
 def largest_face_crop():
     """The detect-and-crop the pipeline uses: MTCNN's largest face, aligned to 160x160."""
-    from pipeline.crop import face_thumbnail
-    from pipeline.detect import FaceDetector
+    from aitax.pipeline.crop import face_thumbnail
+    from aitax.pipeline.detect import FaceDetector
 
     detector = FaceDetector(min_face_size=20)
 
@@ -181,8 +181,8 @@ def test_each_photos_views_are_enrolled_as_rows_of_that_photo(tmp_path: Path) ->
 
 
 def test_enrollment_crops_a_face_as_photographed_and_with_its_lower_face_covered(assets: Assets) -> None:
-    from pipeline.detect import FaceDetector
-    from pipeline.gallery import enrollment_crops, read_rgb
+    from aitax.pipeline.detect import FaceDetector
+    from aitax.pipeline.gallery import enrollment_crops, read_rgb
 
     detector = FaceDetector(min_face_size=20)
     photo = sorted((assets.faces_train_dir / "madonna").iterdir())[0]
@@ -234,9 +234,9 @@ def test_calibrated_on_impostors_the_gallery_names_no_stranger_and_still_names_t
         train_gallery: Gallery, val_set: Gallery, largest_face_crop, embedder) -> None:
     """The packaged strangers (two sets, no person in both): calibrated on one, the other, never seen, must come out
     unknown, and the enrolled people's unseen photos must still be named."""
-    from pipeline.assets import ensure_strangers
-    from pipeline.detect import FaceDetector
-    from pipeline.gallery import calibrate, embed_in_batches, stranger_faces
+    from aitax.pipeline.assets import ensure_strangers
+    from aitax.pipeline.detect import FaceDetector
+    from aitax.pipeline.gallery import calibrate, embed_in_batches, stranger_faces
 
     detector = FaceDetector(min_face_size=20)
 
@@ -244,7 +244,7 @@ def test_calibrated_on_impostors_the_gallery_names_no_stranger_and_still_names_t
         return [d for d in detector.detect(rgb) if d.confidence >= 0.95]
 
     def thumbnails(which: str) -> np.ndarray:
-        from pipeline.crop import face_thumbnail
+        from aitax.pipeline.crop import face_thumbnail
 
         faces = stranger_faces(ensure_strangers(which), clear, train_gallery.identities)
         return embed_in_batches(embedder, [face_thumbnail(rgb, f.box, f.landmarks) for _, _, rgb, f in faces])

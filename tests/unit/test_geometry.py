@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.crop import ALIGNED_LANDMARKS, _similarity, align_face, crop_face, face_thumbnail, iou, resize_frame
-from pipeline.detect import PNET_INPUT, scale_pyramid
+from aitax.pipeline.crop import ALIGNED_LANDMARKS, _similarity, align_face, crop_face, face_thumbnail, iou, resize_frame
+from aitax.pipeline.detect import PNET_INPUT, scale_pyramid
 
 
 def test_resize_frame_to_960x540() -> None:

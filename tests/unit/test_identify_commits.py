@@ -10,12 +10,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
-from pipeline.schema import FaceMessage, FaceMeta, Match, encode_face
-from pipeline.transport import Record
-from pipeline.transport.batcher import Batch, DynamicBatcher
-from telemetry.sinks import NullSink
-from telemetry.timing import Stopwatch
+from aitax.pipeline.identify import DeliveryFailedError, IdentifyStats, IdentifyWorker, OffsetTracker
+from aitax.pipeline.schema import FaceMessage, FaceMeta, Match, encode_face
+from aitax.pipeline.transport import Record
+from aitax.pipeline.transport.batcher import Batch, DynamicBatcher
+from aitax.telemetry.sinks import NullSink
+from aitax.telemetry.timing import Stopwatch
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.recording import RecordingSink
 

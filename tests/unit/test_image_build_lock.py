@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import images
+from aitax.cluster import images
 from tests.locks import held_elsewhere
 
 HOLD_S = 2.0

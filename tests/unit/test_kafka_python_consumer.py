@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import UserError
-from pipeline.transport import kafka_python
+from aitax.common.errors import UserError
+from aitax.pipeline.transport import kafka_python
 
 
 class _FakeKafkaConsumer:
@@ -85,7 +85,7 @@ def test_record_crcs_are_computed_in_c_and_fetches_wait_less_than_the_base() -> 
 
     from kafka.record import util
 
-    from pipeline.transport.base import FETCH_MAX_WAIT_MS
+    from aitax.pipeline.transport.base import FETCH_MAX_WAIT_MS
 
     assert util._crc32c is not util.crc32c_py  # the C one
     face = os.urandom(37_000)

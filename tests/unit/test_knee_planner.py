@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.config import Testbed
-from tco.knee import (
+from aitax.stack.config import Testbed
+from aitax.tco.knee import (
     PageCache,
     face_costs,
     point_backlog,
@@ -18,7 +18,7 @@ from tco.knee import (
     with_thumbnails,
     within_one_step,
 )
-from telemetry.results import Resources, SweepResult
+from aitax.telemetry.results import Resources, SweepResult
 from tests.unit.results_builders import emulated_run
 
 FED = Testbed(design="fed", scale=100, broker_cpu_cores=0.5, client_cpu_cores=0.5, drive_bytes_per_s=10e6,
@@ -73,7 +73,7 @@ def test_storage_divides_over_drives_and_brokers_and_the_first_to_pass_85_percen
 
 
 def test_smaller_thumbnails_take_their_bytes_off_each_replica_and_each_hop_and_leave_the_cpu() -> None:
-    from common.errors import UserError
+    from aitax.common.errors import UserError
 
     costs = face_costs(_sweep([_run(1, 20), _run(2, 40)]))  # thumbnails of 37.3 kB
     quarter = with_thumbnails(costs, 0.25)
@@ -102,7 +102,7 @@ def test_a_prediction_counts_when_it_lands_within_one_factor_step() -> None:
 def test_plan_knee_prints_the_prediction_beside_the_measured_knee(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from aitax.cli import main
-    from telemetry.results import write_results
+    from aitax.telemetry.results import write_results
 
     fed = write_results(_sweep([_run(1, 20), _run(2, 40)]), tmp_path / "fed.json")
     design = tmp_path / "d.yaml"
@@ -118,7 +118,7 @@ def test_plan_knee_prints_the_prediction_beside_the_measured_knee(tmp_path: Path
 
 
 def test_the_measured_knee_is_the_sweeps_own_and_the_first_saturated_point_is_named_apart() -> None:
-    from tco.knee import first_saturated, measured_knee
+    from aitax.tco.knee import first_saturated, measured_knee
 
     runs = [_run(1, 20), _run(2, 40), _run(4, 80), _run(8, 100, stable=False)]
     assert measured_knee(_sweep(runs)) == 8 and first_saturated(_sweep(runs)) is None

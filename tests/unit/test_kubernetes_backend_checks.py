@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from aitax.common.errors import UserError
 from aitax.experiment.kubernetes_api import Scaled
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.spec import parse_spec
-from common.errors import UserError
 
 
 def test_a_closed_loop_on_a_three_stage_release_is_refused_before_anything_changes() -> None:

@@ -11,14 +11,14 @@ import cv2
 import numpy as np
 import pytest
 
-from common.errors import UserError
-from pipeline.assets import Assets
-from pipeline.ingest_detect import DetectStats, detect_loop
-from pipeline.objects import COCO_CLASSES, ObjectDetector, ObjectRecords, _weights, frame_timeline
-from pipeline.schema import DetectedObject, MalformedRecordError, decode_detections
-from pipeline.stream import Frame
-from pipeline.transport import DeliveryReport
-from telemetry.events import Event
+from aitax.common.errors import UserError
+from aitax.pipeline.assets import Assets
+from aitax.pipeline.ingest_detect import DetectStats, detect_loop
+from aitax.pipeline.objects import COCO_CLASSES, ObjectDetector, ObjectRecords, _weights, frame_timeline
+from aitax.pipeline.schema import DetectedObject, MalformedRecordError, decode_detections
+from aitax.pipeline.stream import Frame
+from aitax.pipeline.transport import DeliveryReport
+from aitax.telemetry.events import Event
 
 
 @pytest.fixture(scope="module")

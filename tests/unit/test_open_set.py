@@ -11,14 +11,14 @@ import cv2
 import numpy as np
 import pytest
 
-from common.errors import UserError
-from pipeline.assets import Archive, extract_members
-from pipeline.degrade import AUGMENTATIONS, Look, best_match, camera_views, degrade
-from pipeline.detect import Detection
-from pipeline.evaluate import Evaluation, Searched, det_curve, score
-from pipeline.gallery import Gallery, calibrate, stranger_faces
-from pipeline.schema import UNKNOWN, IdentityMessage
-from pipeline.synth_video import Sprite, plan
+from aitax.common.errors import UserError
+from aitax.pipeline.assets import Archive, extract_members
+from aitax.pipeline.degrade import AUGMENTATIONS, Look, best_match, camera_views, degrade
+from aitax.pipeline.detect import Detection
+from aitax.pipeline.evaluate import Evaluation, Searched, det_curve, score
+from aitax.pipeline.gallery import Gallery, calibrate, stranger_faces
+from aitax.pipeline.schema import UNKNOWN, IdentityMessage
+from aitax.pipeline.synth_video import Sprite, plan
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
@@ -197,7 +197,7 @@ def test_the_best_match_is_the_most_overlapping_box_above_the_floor() -> None:
 
 
 def test_neighbouring_seeds_make_different_videos() -> None:
-    from pipeline.synth_video import faces_per_frame, plan_near_target
+    from aitax.pipeline.synth_video import faces_per_frame, plan_near_target
 
     sprites = [Sprite(name, f"{name}.jpg", np.zeros((10, 10, 3), np.uint8), (2, 2, 6, 6)) for name in "abcde"]
     plans = [plan_near_target(sprites, 400, 10.0, seed) for seed in (1001, 1002, 1003)]
@@ -206,7 +206,7 @@ def test_neighbouring_seeds_make_different_videos() -> None:
 
 
 def test_a_sprite_wider_than_its_lane_is_cut_around_its_face_and_the_truth_holds_what_is_seen() -> None:
-    from pipeline.synth_video import fit_around_face
+    from aitax.pipeline.synth_video import fit_around_face
 
     sprite = np.zeros((500, 800, 3), np.uint8)
     sprite[100:400, 450:700] = 255  # the face, right of centre

@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common import daemons as procs
-from common.daemons import ManagedProcess
-from common.errors import UserError
+from aitax.common import daemons as procs
+from aitax.common.daemons import ManagedProcess
+from aitax.common.errors import UserError
 
 
 def _managed(tmp_path: Path, marker: str) -> ManagedProcess:

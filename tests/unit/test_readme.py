@@ -11,7 +11,7 @@ import shlex
 import click
 import pytest
 
-from common.paths import PROJECT_ROOT
+from aitax.common.paths import PROJECT_ROOT
 from tests.command_line import parse
 
 README = PROJECT_ROOT / "README.md"

@@ -33,11 +33,11 @@ import pytest
 
 from aitax.cli import main
 from aitax.commands.report import report as report_command
-from common.errors import UserError
-from telemetry.events import Event
-from telemetry.report import PAPER, Report, amdahl_speedup, build_report
-from telemetry.report_render import format_text, render_figures, render_html
-from telemetry.report_sources import load_events
+from aitax.common.errors import UserError
+from aitax.telemetry.events import Event
+from aitax.telemetry.report import PAPER, Report, amdahl_speedup, build_report
+from aitax.telemetry.report_render import format_text, render_figures, render_html
+from aitax.telemetry.report_sources import load_events
 
 RUN = "synthetic"
 T0_NS = 1_700_000_000_000_000_000
@@ -373,7 +373,7 @@ def test_cli_writes_json_html_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_cli_without_a_source_or_stack_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stack import stack
+    from aitax.stack import stack
 
     monkeypatch.setattr(stack, "current_config", lambda: None)
     with pytest.raises(UserError, match="no --events or --es given"):

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from common.errors import UserError
-from pipeline.transport.admin import _nothing_listens, require_brokers
+from aitax.common.errors import UserError
+from aitax.pipeline.transport.admin import _nothing_listens, require_brokers
 
 
 def closed_port() -> int:

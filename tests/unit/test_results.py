@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UserError
-from pipeline.schema import IdentityMessage
-from telemetry.latency import Tail, summarize, tail_of
-from telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key
-from telemetry.results import (
+from aitax.common.errors import UserError
+from aitax.pipeline.schema import IdentityMessage
+from aitax.telemetry.latency import Tail, summarize, tail_of
+from aitax.telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key
+from aitax.telemetry.results import (
     Driver,
     Resources,
     RunResult,
@@ -217,7 +217,7 @@ def test_bad_latency_bounds_are_named(text: str, message: str) -> None:
 
 
 def test_the_sweep_table_ends_with_the_papers_figure_for_its_workload() -> None:
-    from emulation.plots import format_table
+    from aitax.emulation.plots import format_table
 
     faces = _sweep(_run(1, True), _run(2, True), _run(4, False))
     assert format_table(faces)[-1] == "highest stable factor: 2x (paper, 3 brokers x 1 NVMe: 6x)"
@@ -233,7 +233,7 @@ def test_the_sweep_table_ends_with_the_papers_figure_for_its_workload() -> None:
 
 
 def test_the_sweep_table_plots_and_page_show_every_point_and_the_bound(tmp_path: Path) -> None:
-    from emulation.plots import format_table, write_html, write_plots
+    from aitax.emulation.plots import format_table, write_html, write_plots
 
     bound = {"latency_bound_ms": 500.0}
     open_loop = [_run(f, f < 4, repeat) for f in (1, 2, 4) for repeat in (1, 2)]
@@ -283,7 +283,7 @@ def test_an_unstable_factor_below_the_knee_still_bounds_the_highest_stable_one()
 
 
 def test_the_table_names_the_knee_both_readings_and_what_was_not_run() -> None:
-    from emulation.plots import format_table
+    from aitax.emulation.plots import format_table
 
     sweep = _sweep(_at_p50(1, 600), _at_p50(2, 300), _at_p50(4, 1000)).model_copy(
         update={"skipped_factors": [8.0, 16.0]})
@@ -307,7 +307,7 @@ def test_a_failed_stage_process_is_a_condition_of_the_run_not_an_exception() -> 
 
 
 def test_a_fault_is_judged_by_named_conditions_and_reads_back(tmp_path: Path) -> None:
-    from telemetry.results import FaultResult, FaultResults, judge_fault
+    from aitax.telemetry.results import FaultResult, FaultResults, judge_fault
 
     def failed(**counts) -> list[str]:
         base = {"acknowledged": 100, "in_topic": 100, "lost": 0, "isr_restored": True, "process_failures": []}

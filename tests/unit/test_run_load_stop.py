@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from telemetry.results import Workload
+from aitax.telemetry.results import Workload
 from tests.unit.test_cluster_resources import OnePhase
 
 
@@ -29,7 +29,7 @@ class LongPhase(OnePhase):
 
 
 def test_sigterm_during_the_load_ends_it_early_and_it_is_still_drained_and_collected() -> None:
-    from load.engine import run_load
+    from aitax.load.engine import run_load
 
     load = LongPhase()
     threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
@@ -63,7 +63,7 @@ class SlowStart(OnePhase):
 
 
 def test_start_up_and_the_warm_up_are_reported_apart_from_the_window() -> None:
-    from load.engine import run_load
+    from aitax.load.engine import run_load
 
     result = run_load(SlowStart())
     startup = result.startup

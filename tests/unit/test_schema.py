@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline.schema import (
+from aitax.pipeline.schema import (
     META_HEADER,
     SCHEMA_HEADER,
     UNKNOWN,
@@ -135,7 +135,7 @@ def test_dead_letter_keeps_headers_and_adds_reason_and_source() -> None:
 
 
 def _frame_record(**changes) -> tuple[bytes, dict[str, bytes]]:
-    from pipeline.schema import FrameMessage, FrameMeta, encode_frame
+    from aitax.pipeline.schema import FrameMessage, FrameMeta, encode_frame
 
     meta = FrameMeta(run_id="r", stream_id="cam-3", frame_index=7, width=960, height=540, encoding="jpeg",
                      scheduled_ns=1, captured_ns=2, ingested_ns=3, decode_ms=4.5, resize_ms=1.25)
@@ -147,7 +147,7 @@ def _frame_record(**changes) -> tuple[bytes, dict[str, bytes]]:
 
 
 def test_frame_round_trip_and_bad_frames_say_why() -> None:
-    from pipeline.schema import MAX_FRAME_BYTES, decode_frame
+    from aitax.pipeline.schema import MAX_FRAME_BYTES, decode_frame
 
     value, headers = _frame_record()
     message = decode_frame(value, headers)

@@ -11,14 +11,14 @@ import pytest
 from confluent_kafka.admin import AclOperation
 from cryptography import x509
 
-from common.errors import UserError
-from pipeline.transport.security import TLS_ENV, KafkaTls
-from stack import security
-from stack import stack as local_stack
-from stack.config import StackConfig
-from stack.pki import ensure_identities
-from telemetry.applications import APPLICATIONS
-from telemetry.elastic_access import CREDENTIALS_ENV
+from aitax.common.errors import UserError
+from aitax.pipeline.transport.security import TLS_ENV, KafkaTls
+from aitax.stack import security
+from aitax.stack import stack as local_stack
+from aitax.stack.config import StackConfig
+from aitax.stack.pki import ensure_identities
+from aitax.telemetry.applications import APPLICATIONS
+from aitax.telemetry.elastic_access import CREDENTIALS_ENV
 from tests.command_line import find
 
 NAMES = {principal.name for principal in security.PRINCIPALS}
@@ -106,7 +106,7 @@ def test_the_chart_reads_the_same_table() -> None:
     import json
 
     shipped = json.loads((Path(__file__).resolve().parents[2] / "charts/aitax/files/security.json").read_text())
-    assert shipped == security.chart_view(), ("regenerate it: python -c 'import json; from stack.security import "
+    assert shipped == security.chart_view(), ("regenerate it: python -c 'import json; from aitax.stack.security import "
                                               "chart_view; print(json.dumps(chart_view(), indent=2))' > "
                                               "charts/aitax/files/security.json")
 
@@ -128,7 +128,7 @@ class _Namespace:
 
 
 def test_a_releases_secrets_are_made_once_and_a_supplied_one_is_kept() -> None:
-    from stack.release_secrets import ensure_release_secrets
+    from aitax.stack.release_secrets import ensure_release_secrets
 
     namespace = _Namespace()
     servers = {security.BROKER: ("*.k-headless.ns.svc.cluster.local",), security.ELASTICSEARCH: ("es",)}

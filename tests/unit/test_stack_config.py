@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from common.errors import UserError
-from stack import kafka, prometheus
-from stack.config import StackConfig
+from aitax.common.errors import UserError
+from aitax.stack import kafka, prometheus
+from aitax.stack.config import StackConfig
 
 
 @pytest.mark.parametrize("brokers", [0, 2, 9])
@@ -90,7 +90,7 @@ def test_cluster_id_never_starts_with_a_dash(tmp_path, monkeypatch) -> None:
 
 
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path, monkeypatch) -> None:
-    from stack.stack import running_config
+    from aitax.stack.stack import running_config
 
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
     with pytest.raises(UserError, match=r"^no local stack: run `aitax stack up` first$"):

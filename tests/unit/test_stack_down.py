@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from stack.config import StackConfig
+from aitax.stack.config import StackConfig
 
 UNUSED_PORT_BASE = 31700  # nothing of this project's listens there (CI uses 25000, developers 19000)
 

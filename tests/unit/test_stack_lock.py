@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stack import stack
+from aitax.stack import stack
 from tests.locks import held_elsewhere
 
 HOLD_S = 2.0

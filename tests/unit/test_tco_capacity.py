@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import UserError
-from tco.capacity import (
+from aitax.common.errors import UserError
+from aitax.tco.capacity import (
     CapacityParameters,
     EmulationResults,
     calibrate_from_emulation,
@@ -24,7 +24,7 @@ from tco.capacity import (
     nominal_write_utilisation_at_1x,
     throughput_speedup,
 )
-from tco.catalog import load_catalog
+from aitax.tco.catalog import load_catalog
 from tests.unit.results_builders import emulated_run, write_sweep
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from common.errors import UserError
-from tco.catalog import CATALOG_DIR, load_catalog
+from aitax.common.errors import UserError
+from aitax.tco.catalog import CATALOG_DIR, load_catalog
 
 
 def write_variant(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -148,7 +148,7 @@ def test_the_shipped_json_schema_is_the_models_and_an_editor_accepts_every_catal
 
     import jsonschema
 
-    from tco.catalog import builtin_catalogs, catalog_json_schema
+    from aitax.tco.catalog import builtin_catalogs, catalog_json_schema
 
     schema = json.loads(SCHEMA_FILE.read_text())
     assert schema == catalog_json_schema(), "regenerate it: aitax tco schema --out docs/tco-catalog.schema.json"

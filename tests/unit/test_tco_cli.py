@@ -70,7 +70,7 @@ def test_options_given_before_the_action_are_kept(tmp_path: Path, capsys: pytest
 def test_compare_fails_when_a_catalog_no_longer_matches_the_paper(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = Path(__file__).parents[2] / "tco" / "catalogs" / "paper.yaml"
+    source = Path(__file__).parents[2] / "aitax" / "tco" / "catalogs" / "paper.yaml"
     changed = tmp_path / "dearer.yaml"
     changed.write_text(source.read_text(encoding="utf-8").replace("price_usd: 17285", "price_usd: 18000"))
 

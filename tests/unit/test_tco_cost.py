@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.errors import UserError
-from tco.catalog import CATALOG_DIR, Catalog, Design, NetworkLine, NodeGroup, Parameter, load_catalog
-from tco.cost import cost_design, cost_parameters, reported_checks, saving_check, saving_percent
+from aitax.common.errors import UserError
+from aitax.tco.catalog import CATALOG_DIR, Catalog, Design, NetworkLine, NodeGroup, Parameter, load_catalog
+from aitax.tco.cost import cost_design, cost_parameters, reported_checks, saving_check, saving_percent
 
 
 @pytest.fixture(scope="module")

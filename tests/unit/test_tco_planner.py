@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from common.errors import UserError
-from tco.capacity import Calibration, catalog_calibration, drive_utilisation
-from tco.catalog import Catalog, load_catalog
-from tco.planner import plan
-from tco.topology import split_two_level_fat_tree, three_level_fat_tree
+from aitax.common.errors import UserError
+from aitax.tco.capacity import Calibration, catalog_calibration, drive_utilisation
+from aitax.tco.catalog import Catalog, load_catalog
+from aitax.tco.planner import plan
+from aitax.tco.topology import split_two_level_fat_tree, three_level_fat_tree
 
 PAPER_STREAMS = 289 * 56  # Table 4's 289 producer nodes of 56 single-core processes
 

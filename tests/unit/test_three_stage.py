@@ -7,9 +7,9 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from pipeline.schema import FrameMessage, FrameMeta, decode_frame, encode_frame
-from pipeline.three_stage import decode_pixels, encode_pixels, frames_from_topic
-from pipeline.transport import Record
+from aitax.pipeline.schema import FrameMessage, FrameMeta, decode_frame, encode_frame
+from aitax.pipeline.three_stage import decode_pixels, encode_pixels, frames_from_topic
+from aitax.pipeline.transport import Record
 
 
 class Log:
@@ -90,11 +90,11 @@ def test_the_emulators_frames_are_measured_jpeg_sizes_of_random_bytes_never_deco
     """The emulated three-stage ingest sends what a frame weighs, not what it shows; detection takes it as is."""
     import random
 
-    from emulation.profile import FRAME_JPEG_BYTES, frame_jpeg_bytes
-    from emulation.workers import SyntheticFrames
-    from pipeline.stream import Frame
-    from pipeline.three_stage import ingest_loop
-    from telemetry.sinks import NullSink
+    from aitax.emulation.profile import FRAME_JPEG_BYTES, frame_jpeg_bytes
+    from aitax.emulation.workers import SyntheticFrames
+    from aitax.pipeline.stream import Frame
+    from aitax.pipeline.three_stage import ingest_loop
+    from aitax.telemetry.sinks import NullSink
 
     sent: list[tuple[str, bytes, dict]] = []
 
@@ -117,8 +117,8 @@ def test_the_emulators_frames_are_measured_jpeg_sizes_of_random_bytes_never_deco
 
 def test_a_detect_process_reading_several_streams_counts_their_frames_apart() -> None:
     """Two streams' frame 5 in one detect process: each acknowledgement closes its own stream's frame."""
-    from pipeline.ingest_detect import DetectStats
-    from pipeline.transport import DeliveryReport
+    from aitax.pipeline.ingest_detect import DetectStats
+    from aitax.pipeline.transport import DeliveryReport
 
     stats = DetectStats(first_frame=5)
     stats.frame_sent("cam-a", 5, 1)
@@ -133,7 +133,7 @@ def test_a_detect_process_reading_several_streams_counts_their_frames_apart() ->
 def test_a_detect_process_of_one_run_skips_frames_an_earlier_run_left_in_the_topic() -> None:
     """A new group starts at the oldest frame the topic holds: frames of other runs are committed, not detected,
     and every frame keeps the run that ingested it."""
-    from pipeline.three_stage import ReceivedFrames
+    from aitax.pipeline.three_stage import ReceivedFrames
 
     rgb = np.full((48, 64, 3), 90, np.uint8)
     log, received = Log(), ReceivedFrames()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from telemetry.events import Event
-from telemetry.metrics import StageMetrics
-from telemetry.timing import Stopwatch
+from aitax.telemetry.events import Event
+from aitax.telemetry.metrics import StageMetrics
+from aitax.telemetry.timing import Stopwatch
 
 
 def test_stopwatch_accumulates_and_reports_the_rest_as_other() -> None:
@@ -47,7 +47,7 @@ def test_a_stage_is_ready_for_its_probe_once_it_reports_ready_and_metrics_are_se
     import urllib.error
     import urllib.request
 
-    from common.children import READY, SUMMARY, report
+    from aitax.common.children import READY, SUMMARY, report
 
     metrics = StageMetrics("identify")
     port = metrics.serve("identify-test", port=0, scrape_targets=tmp_path)

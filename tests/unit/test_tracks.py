@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pipeline.evaluate import named_by_track, time_to_first_name
-from pipeline.gallery import Gallery
-from pipeline.schema import (
+from aitax.pipeline.evaluate import named_by_track, time_to_first_name
+from aitax.pipeline.gallery import Gallery
+from aitax.pipeline.schema import (
     META_HEADER,
     TRACKED,
     UNKNOWN,
@@ -22,8 +22,8 @@ from pipeline.schema import (
     decode_face,
     encode_face,
 )
-from pipeline.track_names import TrackNames
-from pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks, TrackLanes
+from aitax.pipeline.track_names import TrackNames
+from aitax.pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks, TrackLanes
 
 
 def test_a_moving_face_keeps_its_track_through_short_misses_and_a_second_face_has_its_own() -> None:
@@ -226,8 +226,8 @@ def test_a_hinted_face_continues_a_track_but_never_starts_one_nor_keeps_it_alive
 
 
 def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> None:
-    from pipeline.ingest_detect import Detected, FaceRecords, FoundFace
-    from pipeline.stream import Frame
+    from aitax.pipeline.ingest_detect import Detected, FaceRecords, FoundFace
+    from aitax.pipeline.stream import Frame
 
     records = FaceRecords(tracks=StreamTracks())
 
@@ -246,9 +246,9 @@ def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> 
 def test_an_emulated_profile_with_a_thumbnail_share_sends_that_share_and_identifies_only_those(tmp_path) -> None:
     import random
 
-    from emulation.profile import load_profile, paper_profile
-    from emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
-    from telemetry.timing import Stopwatch
+    from aitax.emulation.profile import load_profile, paper_profile
+    from aitax.emulation.workers import EmulatedFaceFinder, EmulatedIdentifier
+    from aitax.telemetry.timing import Stopwatch
 
     profile = replace(paper_profile(), thumbnail_share=0.25)
     path = tmp_path / "sampled.yaml"
@@ -292,8 +292,8 @@ def test_a_streams_new_tracks_take_the_partitions_in_turn_and_keep_theirs() -> N
 
 
 def test_a_track_keyed_face_goes_to_its_tracks_partition_and_an_untracked_one_by_its_key() -> None:
-    from pipeline.ingest_detect import Detected, FaceRecords, FoundFace
-    from pipeline.stream import Frame
+    from aitax.pipeline.ingest_detect import Detected, FaceRecords, FoundFace
+    from aitax.pipeline.stream import Frame
 
     frame = Frame("cam-1", 0, np.zeros((4, 4, 3), np.uint8), 1, 2, 0.0, 0.0, 0)
     found = [FoundFace((0, 0, 40, 40), 0.99, b"png", "png"), FoundFace((200, 0, 40, 40), 0.99, b"png", "png")]

@@ -117,7 +117,7 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* The workload's application as telemetry/applications.py describes it (files/applications.json, which a test
+{{/* The workload's application as aitax/telemetry/applications.py describes it (files/applications.json, which a test
 keeps equal to it), as JSON: its stages' commands, whether it splits into three, where its results go. */}}
 {{- define "aitax.application" -}}
 {{- $apps := .Files.Get "files/applications.json" | fromJson }}
@@ -160,7 +160,7 @@ topics). */}}
 
 {{/* Identities (security.enabled): one Secret per principal, "<fullname>-identity-<principal>", laid out as the
 local stack's principal folders (ca.crt, tls.crt, tls.key, username, password; keystore.pem for the Java ones),
-made by the secrets Job (templates/secrets-job.yaml) or supplied. files/security.json is stack/security.py's table,
+made by the secrets Job (templates/secrets-job.yaml) or supplied. files/security.json is aitax/stack/security.py's table,
 which a test keeps equal to it. */}}
 {{- define "aitax.identity.prefix" -}}
 {{- include "aitax.componentName" (dict "root" . "component" "identity") }}

@@ -1,0 +1,1 @@
+"""A real Kubernetes cluster of several nodes on this machine, the images it runs, and kubectl/helm."""
