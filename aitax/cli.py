@@ -21,9 +21,13 @@ from aitax.common.errors import UserError
 COMMAND_MODULES = (
     "aitax.commands.stack",
     "aitax.commands.camera",
+    "aitax.commands.tools",
+    "aitax.commands.stages",
     "aitax.commands.pipeline",
     "aitax.commands.telemetry",
     "aitax.commands.emulation",
+    "aitax.commands.emulated_stages",
+    "aitax.commands.run_tools",
     "aitax.commands.tco",
     "aitax.commands.experiment",
     "aitax.commands.cluster",

@@ -1,39 +1,30 @@
-"""Emulator commands: `emulate` (the sweep), `emulate-scaling` (Fig. 15), the two stage-process commands a
-Deployment runs (`emulate-producers`, `emulate-consumers`), and `profile` (derive one from a real run)."""
+"""Emulator drivers: `emulate` (the sweep), `emulate-scaling` (Fig. 15) and `faults`, each running the emulated stage
+processes (`aitax.commands.emulated_stages`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import time
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
+from aitax.commands.emulated_stages import accelerator_curves, accelerator_option, compute_option
 from aitax.commands.options import (
-    BOOTSTRAP,
     COUNTS,
+    DIR,
+    FILE,
     Parsed,
-    batching,
     driver,
     driver_timing,
     kafka_client_option,
     keying,
     measurement,
     options,
-    results_linger,
-    stage_options,
 )
 from aitax.common.errors import UserError
 from aitax.emulation.curves import BASELINE_CURVE
 from aitax.telemetry.applications import APPLICATIONS
-
-if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage commands load it
-    from aitax.pipeline.runtime import StageSettings
-    from aitax.pipeline.transport.batcher import BatchPolicy
 
 
 def _parse_factors(text: str) -> list[float]:
@@ -54,64 +45,11 @@ def _parse_duration_ms(text: str) -> float:
 
 FACTORS = Parsed("F,F,...", _parse_factors)
 DURATION = Parsed("TIME", _parse_duration_ms)
-FILE = click.Path(dir_okay=False, path_type=Path)
-FOLDER = click.Path(file_okay=False, path_type=Path)
 DEFAULT_FACTORS = "1,2,4,8,16,32"
-
-
-def _accelerator(command):
-    from aitax.emulation.curves import built_in_curves
-
-    return click.option("--accelerator", multiple=True, metavar="NAME|FILE",
-                        help="a device's time per batch in place of a stage's profile times (the curve file names "
-                             f"its stage; repeat for both stages): shipped {', '.join(built_in_curves())}, or a file "
-                             "`aitax calibrate` wrote. The factor still raises the load and divides the other "
-                             "stages")(command)
-
-
-_compute = click.option("--compute", type=click.Choice(("sleep", "cpu")), default="sleep",
-                        help="what the profile's compute does for its time: sleep (default; the host's cores stay "
-                             "free, as with an accelerator, the paper's emulator) or cpu (it takes that much CPU "
-                             "time on a host core, as the CPU pipeline the profile was measured on did). A curve "
-                             "says this itself (host_cpu)")
-
-# An emulated stage process's options (emulate-producers, -detectors, -consumers), what a Deployment passes.
-_stage_process = options(
-    click.option("--instances", type=int, default=1, show_default=True, help="emulated instances in this process"),
-    click.option("--factor", type=float, default=1.0, help="AI acceleration factor: sleeps are divided by it"),
-    click.option("--profile", default="paper", help="built-in profile (paper, paper-video) or a YAML file"),
-    click.option("--run-id", envvar="AITAX_RUN_ID", show_envvar=True, default="emulated", show_default=True,
-                 help="run id of the faces"),
-    click.option("--topic-prefix", default="", help="use PREFIXfaces, PREFIXidentities, PREFIXfaces.dlq"),
-    _accelerator,
-    _compute,
-    stage_options,
-)
-
-_run_topics = options(
-    BOOTSTRAP,
-    click.option("--topic-prefix", default="", help="the run's topics are PREFIXfaces, PREFIXidentities, ..."),
-)
-
-
-def accelerator_curves(names: Iterable[str]) -> dict:
-    """The curves of `--accelerator`, by the stage each replaces; two for one stage is a UserError."""
-    from aitax.emulation.curves import load_curve
-
-    curves: dict = {}
-    for name in names:
-        curve = load_curve(name)
-        if curve.stage in curves:
-            raise UserError(f"--accelerator {name}: {curves[curve.stage].name} already replaces {curve.stage}")
-        curves[curve.stage] = curve
-    return curves
-
 
 def register(root: click.Group) -> None:
     """Add this module's commands, in the order `aitax --help` lists them."""
-    for command in (emulate_command, emulate_scaling_command, faults_command, audit_command, collect_command,
-                    emulate_producers_command, emulate_detectors_command, emulate_consumers_command,
-                    calibrate_command, profile_command):
+    for command in (emulate_command, emulate_scaling_command, faults_command):
         root.add_command(command)
 
 
@@ -143,7 +81,7 @@ _sweep_load = options(
 
 _sweep_output = options(
     click.option("--out", type=FILE, help="results JSON (default .aitax/emulation/RUN/results.json)"),
-    click.option("--plots", type=FOLDER, help="folder for the plots: Fig. 10/11, latency quantiles on "
+    click.option("--plots", type=DIR, help="folder for the plots: Fig. 10/11, latency quantiles on "
                                               "log-probability axes, throughput against latency"),
     click.option("--html", type=FILE, metavar="FILE", help="one self-contained page: the table and the plots"),
 )
@@ -169,11 +107,11 @@ _sweep_runs = options(
 )
 
 _sweep_devices = options(
-    _accelerator,
+    accelerator_option,
     click.option("--baseline", default=BASELINE_CURVE, metavar="NAME|FILE",
                  help="the CPU curve an identify device's speed-up is read against, at the batch each point formed "
                       f"(default {BASELINE_CURVE}: this project's 2-core EPYC, OpenVINO bf16, 1 thread)"),
-    _compute,
+    compute_option,
     click.option("--max-batch", type=int,
                  help="the emulated identify's largest batch (default 1: one face at a time, as the paper's "
                       "identify; a device curve gains from more)"),
@@ -355,317 +293,3 @@ def _local_stack(scenarios: list[str]):
     if not config.elasticsearch and "elasticsearch-outage" in scenarios:
         raise UserError("the elasticsearch-outage scenario needs the local stack with Elasticsearch")
     return config
-
-
-@click.command(
-    "audit", short_help="account for a run's faces once its consumers are idle: in `faces`, identified, lost",
-    help="Reads the `faces` and `identities` topics of a run (real or emulated, local or in a cluster) and prints "
-         "the accounting `aitax faults` uses as JSON: distinct faces the brokers hold, how many have an identity, "
-         "duplicates, dead letters, the longest gap between appends. Exit 1 if a face the brokers hold was never "
-         "identified.")
-@click.option("--run-id", required=True, help="the run whose faces to account for")
-@_run_topics
-def audit_command(run_id: str, bootstrap: str | None, topic_prefix: str) -> int:
-    from dataclasses import asdict
-
-    from aitax.emulation.faults import audit_topics
-    from aitax.pipeline.schema import Topics
-    from aitax.pipeline.transport.admin import require_brokers
-    from aitax.stack.stack import resolve_bootstrap
-
-    brokers = resolve_bootstrap(bootstrap)
-    topics = Topics.with_prefix(topic_prefix)
-    require_brokers(brokers, topics=(topics.faces, topics.identities))
-    audit = audit_topics(brokers, run_id, topics)
-    print(json.dumps(asdict(audit)))
-    return 0 if audit.lost == 0 else 1
-
-
-@click.command(
-    "collect", short_help="a consumer group's state and a run read back from its topics, as one JSON line",
-    help="What the experiment driver asks from inside a pod of the release (where the brokers are reachable): "
-         "with --group, the group's state on the faces topic (members, members holding partitions, lag); with "
-         "--run-id, the run's faces the brokers hold and the timestamps of its identities. Thumbnails are never "
-         "printed.")
-@click.option("--group", help="consumer group whose state on the faces topic to report")
-@click.option("--run-id", help="the run to read back from the faces and identities topics")
-@click.option("--since-ms", type=int, metavar="EPOCH_MS",
-              help="the run began after this time: older records are not read (default: all)")
-@_run_topics
-def collect_command(group: str | None, run_id: str | None, since_ms: int | None, bootstrap: str | None,
-                    topic_prefix: str) -> int:
-    from aitax.pipeline.schema import Topics
-    from aitax.pipeline.transport.admin import require_brokers
-    from aitax.pipeline.transport.readback import Collected, group_state, read_run
-    from aitax.stack.stack import resolve_bootstrap
-
-    if not group and not run_id:
-        raise UserError("collect: give --group, --run-id or both")
-    brokers = resolve_bootstrap(bootstrap)
-    topics = Topics.with_prefix(topic_prefix)
-    require_brokers(brokers, topics=(topics.faces, topics.identities))
-    collected = Collected(
-        group=group_state(brokers, group, topics.faces) if group else None,
-        readback=read_run(brokers, run_id, topics.faces, topics.identities, since_ms) if run_id else None)
-    print(collected.model_dump_json(), flush=True)
-    return 0
-
-
-@click.command("emulate-producers", short_help="emulated ingest/detect instances (one process)",
-               help="N emulated ingest/detect instances, each on its own schedule, sharing one Kafka producer.")
-@_stage_process
-@click.option("--stream-prefix", default="stream", help="stream ids are PREFIX-0 .. PREFIX-(N-1)")
-@click.option("--duration", type=float, help="stop after this many seconds (default: until signalled)")
-@click.option("--in-flight", type=int, metavar="N", envvar="AITAX_IN_FLIGHT", show_envvar=True,
-              help="closed loop: each stream keeps N frames between ingest and their last identity (default: open "
-                   "loop, fps x factor; the chart's emulator.producers.inFlight, an experiment phase's in_flight)")
-@click.option("--stages", type=click.Choice((2, 3)), default=2,
-              help="3: ingest instances that publish frames (random bytes of a measured JPEG's size) to the frames "
-                   "topic, for emulate-detectors (the paper's Fig. 3a)")
-@keying
-def emulate_producers_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
-                              accelerator: tuple[str, ...], compute: str, settings: StageSettings,
-                              stream_prefix: str, duration: float | None, in_flight: int | None, stages: int,
-                              keying: str) -> int:
-    from aitax.common.children import READY, report
-    from aitax.emulation.workers import run_producer_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
-
-    if in_flight is not None and in_flight < 1:
-        raise UserError(f"--in-flight {in_flight}: at least 1 frame per stream")
-    if in_flight is not None and stages == 3:
-        raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
-    # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
-    identities = (make_consumer(settings.kafka_client, settings.bootstrap,
-                                f"closed-loop-{run_id}-{stream_prefix}", [topics.identities])
-                  if in_flight else None)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-producers-{os.getpid()}")
-    stop = stop_flag()
-    try:
-        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(settings.bootstrap, topics=[topics.faces if stages == 2 else topics.frames])
-        producer.connect([topics.faces if stages == 2 else topics.frames])
-        report(READY)  # a run's clock starts with the frames
-        deadline = time.monotonic() + duration if duration else float("inf")
-        stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", loaded, factor, producer, sink,
-                                       run_id, topics, lambda: stop[0] or time.monotonic() >= deadline,
-                                       keying=keying, in_flight=in_flight, identities=identities, stages=stages,
-                                       curves=curves, on_cpu=compute == "cpu")
-    finally:
-        if identities is not None:
-            identities.close()
-        sink.close()
-        metrics.close()
-    return _report_produced("emulate-producers", stats)
-
-
-def _report_produced(command: str, stats: list) -> int:
-    """Report and print what producing instances did (frames, faces: none when they send frames, records
-    acknowledged, bytes, delivery failures); exit 1 on a failed delivery."""
-    from aitax.common.children import SUMMARY, report
-
-    summary = {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
-               "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
-               "failed": sum(len(s.failed) for s in stats)}
-    report(SUMMARY, **summary)
-    print(f"{command}: {json.dumps(summary)}", flush=True)
-    return 1 if summary["failed"] else 0
-
-
-@click.command("emulate-detectors",
-               short_help="emulated three-stage detect instances (one process): frames -> faces",
-               help="N emulated detect instances, each its own consumer of the frames topic in the group, through "
-                    "the real frame hand-off and detect loop with detection's compute as a sleep.")
-@_stage_process
-@click.option("--group", default="detect", show_default=True, help="consumer group")
-@keying
-@batching(4, "frames whose faces are acknowledged and committed together")
-def emulate_detectors_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
-                              accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
-                              keying: str, batching: BatchPolicy) -> int:
-    from aitax.common.children import READY, report
-    from aitax.emulation.workers import run_detector_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
-
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-detectors-{os.getpid()}")
-    try:
-        # As detect: its topics (existing, its ACLs granted), after the metrics server is up.
-        require_brokers(settings.bootstrap, topics=[topics.frames, topics.faces])
-        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.frames])
-                     for _ in range(instances)]
-        producer = make_producer(settings.kafka_client, settings.bootstrap)
-        producer.connect([topics.faces])
-        stop = stop_flag()
-        try:
-            stats = run_detector_instances(consumers, producer, loaded, factor, sink, run_id, topics,
-                                           lambda: stop[0], keying=keying, on_ready=lambda: report(READY),
-                                           batching=batching, curves=curves, on_cpu=compute == "cpu")
-        finally:
-            for client in (*consumers, producer):
-                client.close()
-    finally:
-        sink.close()
-        metrics.close()
-    return _report_produced("emulate-detectors", stats)
-
-
-@click.command("emulate-consumers", short_help="emulated identify instances (one process)",
-               help="M emulated identify instances, each its own consumer in the group, committing after results "
-                    "are durable.")
-@_stage_process
-@click.option("--group", default="identify", show_default=True, help="consumer group")
-@batching(1, "faces (1: the paper's per-face identify)")
-@results_linger
-@click.option("--skip-other-runs", is_flag=True,
-              help="identify only faces of --run-id: other runs' are skipped and committed (for topics other runs "
-                   "share)")
-def emulate_consumers_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
-                              accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
-                              batching: BatchPolicy, results_linger_ms: float, skip_other_runs: bool) -> int:
-    from aitax.common.children import READY, SUMMARY, report
-    from aitax.emulation.workers import run_consumer_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
-
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
-    try:
-        # As identify: its topics (existing, its ACLs granted) before the idempotent producer (a refused producer
-        # id is fatal to it), after the metrics server (a fresh release's topics Job waits for every pod's).
-        require_brokers(settings.bootstrap, topics=[topics.faces, topics.identities])
-        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.faces])
-                     for _ in range(instances)]
-        # One producer shared by the instances.
-        producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
-                                 idempotent=True)
-        producer.connect([topics.identities])
-        stop = stop_flag()
-        try:
-            # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
-            stats = run_consumer_instances(consumers, producer, loaded, factor, sink, topics, lambda: stop[0],
-                                           batching=batching, on_ready=lambda: report(READY),
-                                           only_run=run_id if skip_other_runs else None, curves=curves,
-                                           on_cpu=compute == "cpu")
-        finally:
-            producer.close()  # the identities first: what the group commits must be durable
-            stuck = close_within(consumers, CONSUMER_CLOSE_S)
-    finally:
-        sink.close()
-        metrics.close()
-    summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}
-    report(SUMMARY, **summary)
-    print(f"emulate-consumers: {json.dumps(summary)}", flush=True)
-    if stuck:
-        # Its offsets are committed; the coordinator drops the member after its session timeout. Waiting longer
-        # would only get this process killed and its run's summary lost.
-        print(f"emulate-consumers: {stuck} consumer(s) did not leave group {group} within "
-              f"{CONSUMER_CLOSE_S:g} s; exiting without them", flush=True)
-        os._exit(0)
-    return 0
-
-
-CONSUMER_CLOSE_S = 20.0  # leaving the group; librdkafka holds a LeaveGroup behind a pending JoinGroup
-
-
-def close_within(clients: list, timeout_s: float) -> int:
-    """Close the clients side by side; return how many had not closed after `timeout_s`."""
-    import threading
-
-    threads = [threading.Thread(target=client.close, name="close", daemon=True) for client in clients]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return sum(thread.is_alive() for thread in threads)
-
-
-def _stage_setup(settings: StageSettings, factor: float, profile: str, accelerator: Iterable[str],
-                 topic_prefix: str):
-    """What the emulated stage processes check and resolve before starting: (profile, topics, the device curves by
-    stage)."""
-    from aitax.emulation.profile import load_profile
-    from aitax.pipeline.schema import DEFAULT_TOPICS, Topics
-    from aitax.pipeline.transport.admin import require_brokers
-
-    if factor <= 0:
-        raise UserError(f"--factor {factor}: must be > 0")
-    loaded = load_profile(profile)
-    curves = accelerator_curves(accelerator)
-    require_brokers(settings.bootstrap)
-    return loaded, Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS, curves
-
-
-@click.command(
-    "calibrate", short_help="this machine's device curve (time per batch) for --accelerator FILE",
-    help="Times the real compute of a stage on this machine and writes a curve file that `aitax emulate "
-         "--accelerator FILE` reads: identify, thumbnail decode + FaceNet per batch of --batches thumbnails through "
-         "--runtime in --precision; detect, MTCNN with alignment and thumbnails one frame per call on a video's "
-         "frames. STAGE: identify or detect.")
-@click.argument("stage", type=click.Choice(("identify", "detect")), metavar="STAGE")
-@click.option("--out", type=FILE, required=True, help="curve YAML to write")
-@click.option("--runtime", type=click.Choice(("openvino", "tensorflow", "cuda")), default="openvino",
-              help="identify: FaceNet's runtime (default openvino; cuda: an NVIDIA GPU, the gpu extra)")
-@click.option("--precision", type=click.Choice(("auto", "fp32", "bf16")), default="auto",
-              help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it)")
-@click.option("--threads", type=int, default=1, show_default=True, help="identify: FaceNet's threads")
-@click.option("--batches", type=COUNTS, default="1,2,4,8,16,32,64", show_default=True, metavar="N,N,...",
-              help="identify: batch sizes to time")
-@click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per batch size")
-@click.option("--video", help="detect: the video whose frames to time (`aitax make-video`)")
-@click.option("--frames", type=int, default=20, show_default=True, help="detect: frames of the video to cycle")
-@click.option("--min-face-size", type=int, default=40, show_default=True, help="detect: MTCNN's smallest face")
-def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threads: int, batches: tuple[int, ...],
-                      repeats: int, video: str | None, frames: int, min_face_size: int) -> int:
-    from tqdm import tqdm
-
-    from aitax.emulation.calibrate import calibrate_detect, calibrate_identify
-    from aitax.emulation.curves import load_curve
-
-    if repeats < 1 or threads < 1 or frames < 1:
-        raise UserError(f"--repeats {repeats} --threads {threads} --frames {frames}: each at least 1")
-    if stage == "identify":
-        with tqdm(total=len(batches), desc="batch sizes", unit="size") as bar:
-            path = calibrate_identify(out, runtime, precision, threads, batches, repeats,
-                                      progress=lambda _: bar.update())
-    else:
-        from aitax.pipeline.frames import open_video
-
-        if not video:
-            raise UserError("calibrate detect: --video VIDEO, the frames to time (e.g. from `aitax make-video`)")
-        open_video(video).release()  # a bad path is one line before the models load
-        with tqdm(total=1, desc="frames", unit="curve") as bar:
-            path = calibrate_detect(out, video, min_face_size, frames, repeats, progress=lambda _: bar.update())
-    curve = load_curve(str(path))
-    print(f"wrote {path}: {curve.name}, " + ", ".join(f"batch {n}: {ms:.2f} ms ({ms / n:.2f} per item)"
-                                                      for n, ms in curve.points))
-    return 0
-
-
-@click.command("profile", short_help="derive an emulation profile from a real run's events",
-               help="Derive an emulation profile from a real run's events: its compute times, thumbnail sizes and "
-                    "faces per frame.")
-@click.option("--run", "run_id", required=True, help="run id")
-@click.option("--events", help="JSONL folder or file of the run (default: the local Elasticsearch)")
-@click.option("--out", type=FILE, required=True, help="profile YAML to write")
-def profile_command(run_id: str, events: str | None, out: Path) -> int:
-    from aitax.emulation.profile import derive_profile
-    from aitax.stack.stack import local_elasticsearch_url
-    from aitax.telemetry.report_sources import load_events
-
-    source = events or local_elasticsearch_url("--events")
-    profile = derive_profile(load_events(run_id, source).documents, run_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(profile.to_yaml())
-    means = {stage: round(d.mean(), 1) for stage, d in profile.compute_ms.items()}
-    print(f"wrote {out}: mean compute ms {means}, thumbnail {profile.thumbnail_bytes.mean():,.0f} bytes, "
-          f"{profile.mean_faces_per_frame():.2f} faces/frame")
-    return 0

@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # the runtime pulls in the Prometheus client: only the stage 
     from aitax.pipeline.runtime import StageSettings
     from aitax.pipeline.transport.batcher import BatchPolicy
 
+FILE = click.Path(dir_okay=False, path_type=Path)  # an option naming a file
+DIR = click.Path(file_okay=False, path_type=Path)  # ... or a folder
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
+from aitax.commands.options import FILE
 from aitax.common.errors import UserError
-
-FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.command(

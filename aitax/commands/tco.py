@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from aitax.commands.options import CONTEXT, Commands, Parsed, options, schema_command
+from aitax.commands.options import CONTEXT, FILE, Commands, Parsed, options, schema_command
 from aitax.common.errors import UserError
 from aitax.tco.capacity import (
     Calibration,
@@ -40,7 +40,6 @@ EMULATION_HELP = (
     "calibrate the 1x write rate and the unaccelerated fraction from an emulation results JSON"
     " (format: tco.capacity.EmulationResults) instead of the catalog's (the paper's Fig. 11b)"
 )
-FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 def register(root: click.Group) -> None:

@@ -264,7 +264,7 @@ def test_the_emulated_stages_need_no_opencv() -> None:
     import subprocess
     import sys
 
-    modules = ("aitax.cli", "aitax.commands.emulation", "aitax.experiment.kafka_probe", "aitax.emulation.workers",
+    modules = ("aitax.cli", "aitax.commands.emulated_stages", "aitax.experiment.kafka_probe", "aitax.emulation.workers",
                "aitax.pipeline.runtime", "aitax.pipeline.transport")
     # ... and the three-stage emulation's frames go out and come back without it
     three_stages = ("import random\nfrom aitax.emulation.profile import frame_jpeg_bytes\n"
@@ -352,7 +352,7 @@ def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> Non
     import threading
     import time
 
-    from aitax.commands.emulation import close_within
+    from aitax.commands.emulated_stages import close_within
 
     release = threading.Event()
     closed: list[str] = []
