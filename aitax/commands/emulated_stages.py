@@ -91,52 +91,37 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings,
                               stream_prefix: str, duration: float | None, in_flight: int | None, stages: int,
                               keying: str) -> int:
-    from aitax.common.children import READY, report
     from aitax.emulation.workers import run_producer_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
+    from aitax.pipeline.stage_process import stage_process
 
     if in_flight is not None and in_flight < 1:
         raise UserError(f"--in-flight {in_flight}: at least 1 frame per stream")
     if in_flight is not None and stages == 3:
         raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
     # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
-    identities = (make_consumer(settings.kafka_client, settings.bootstrap,
-                                f"closed-loop-{run_id}-{stream_prefix}", [topics.identities])
-                  if in_flight else None)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-producers-{os.getpid()}")
-    stop = stop_flag()
-    try:
-        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(settings.bootstrap, topics=[topics.faces if stages == 2 else topics.frames])
-        producer.connect([topics.faces if stages == 2 else topics.frames])
-        report(READY)  # a run's clock starts with the frames
+    with stage_process(settings, "emulator", "emulate-producers", reads=[topics.identities] if in_flight else [],
+                       writes=[topics.faces if stages == 2 else topics.frames],
+                       group=f"closed-loop-{run_id}-{stream_prefix}" if in_flight else None) as process:
+        process.ready()  # a run's clock starts with the frames
         deadline = time.monotonic() + duration if duration else float("inf")
-        stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", loaded, factor, producer, sink,
-                                       run_id, topics, lambda: stop[0] or time.monotonic() >= deadline,
-                                       keying=keying, in_flight=in_flight, identities=identities, stages=stages,
-                                       curves=curves, on_cpu=compute == "cpu")
-    finally:
-        if identities is not None:
-            identities.close()
-        sink.close()
-        metrics.close()
+        stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", loaded, factor, process.producer,
+                                       process.sink, run_id, topics,
+                                       lambda: process.stop() or time.monotonic() >= deadline, keying=keying,
+                                       in_flight=in_flight, identities=process.consumers[0] if in_flight else None,
+                                       stages=stages, curves=curves, on_cpu=compute == "cpu")
     return _report_produced("emulate-producers", stats)
 
 
 def _report_produced(command: str, stats: list) -> int:
     """Report and print what producing instances did (frames, faces: none when they send frames, records
     acknowledged, bytes, delivery failures); exit 1 on a failed delivery."""
-    from aitax.common.children import SUMMARY, report
+    from aitax.pipeline.stage_process import finish
 
     summary = {"frames": sum(s.frames for s in stats), "faces": sum(getattr(s, "faces", 0) for s in stats),
                "acknowledged": sum(s.acknowledged for s in stats), "bytes": sum(s.bytes_sent for s in stats),
                "failed": sum(len(s.failed) for s in stats)}
-    report(SUMMARY, **summary)
-    print(f"{command}: {json.dumps(summary)}", flush=True)
+    finish(command, summary, json.dumps(summary))
     return 1 if summary["failed"] else 0
 
 
@@ -151,32 +136,15 @@ def _report_produced(command: str, stats: list) -> int:
 def emulate_detectors_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
                               keying: str, batching: BatchPolicy) -> int:
-    from aitax.common.children import READY, report
     from aitax.emulation.workers import run_detector_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
+    from aitax.pipeline.stage_process import stage_process
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-detectors-{os.getpid()}")
-    try:
-        # As detect: its topics (existing, its ACLs granted), after the metrics server is up.
-        require_brokers(settings.bootstrap, topics=[topics.frames, topics.faces])
-        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.frames])
-                     for _ in range(instances)]
-        producer = make_producer(settings.kafka_client, settings.bootstrap)
-        producer.connect([topics.faces])
-        stop = stop_flag()
-        try:
-            stats = run_detector_instances(consumers, producer, loaded, factor, sink, run_id, topics,
-                                           lambda: stop[0], keying=keying, on_ready=lambda: report(READY),
-                                           batching=batching, curves=curves, on_cpu=compute == "cpu")
-        finally:
-            for client in (*consumers, producer):
-                client.close()
-    finally:
-        sink.close()
-        metrics.close()
+    with stage_process(settings, "emulator", "emulate-detectors", reads=[topics.frames], writes=[topics.faces],
+                       group=group, consumers=instances) as process:
+        stats = run_detector_instances(process.consumers, process.producer, loaded, factor, process.sink, run_id,
+                                       topics, process.stop, keying=keying, on_ready=process.ready,
+                                       batching=batching, curves=curves, on_cpu=compute == "cpu")
     return _report_produced("emulate-detectors", stats)
 
 
@@ -193,63 +161,27 @@ def emulate_detectors_command(instances: int, factor: float, profile: str, run_i
 def emulate_consumers_command(instances: int, factor: float, profile: str, run_id: str, topic_prefix: str,
                               accelerator: tuple[str, ...], compute: str, settings: StageSettings, group: str,
                               batching: BatchPolicy, results_linger_ms: float, skip_other_runs: bool) -> int:
-    from aitax.common.children import READY, SUMMARY, report
     from aitax.emulation.workers import run_consumer_instances
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
+    from aitax.pipeline.stage_process import CONSUMER_CLOSE_S, finish, stage_process
 
     loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
-    sink, metrics = open_telemetry(settings, "emulator", f"emulate-consumers-{os.getpid()}")
-    try:
-        # As identify: its topics (existing, its ACLs granted) before the idempotent producer (a refused producer
-        # id is fatal to it), after the metrics server (a fresh release's topics Job waits for every pod's).
-        require_brokers(settings.bootstrap, topics=[topics.faces, topics.identities])
-        consumers = [make_consumer(settings.kafka_client, settings.bootstrap, group, [topics.faces])
-                     for _ in range(instances)]
-        # One producer shared by the instances.
-        producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
-                                 idempotent=True)
-        producer.connect([topics.identities])
-        stop = stop_flag()
-        try:
-            # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
-            stats = run_consumer_instances(consumers, producer, loaded, factor, sink, topics, lambda: stop[0],
-                                           batching=batching, on_ready=lambda: report(READY),
-                                           only_run=run_id if skip_other_runs else None, curves=curves,
-                                           on_cpu=compute == "cpu")
-        finally:
-            producer.close()  # the identities first: what the group commits must be durable
-            stuck = close_within(consumers, CONSUMER_CLOSE_S)
-    finally:
-        sink.close()
-        metrics.close()
+    # One producer shared by the instances, idempotent: an identity is never published twice.
+    with stage_process(settings, "emulator", "emulate-consumers", reads=[topics.faces], writes=[topics.identities],
+                       group=group, consumers=instances, idempotent=True, linger_ms=results_linger_ms) as process:
+        # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
+        stats = run_consumer_instances(process.consumers, process.producer, loaded, factor, process.sink, topics,
+                                       process.stop, batching=batching, on_ready=process.ready,
+                                       only_run=run_id if skip_other_runs else None, curves=curves,
+                                       on_cpu=compute == "cpu")
     summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}
-    report(SUMMARY, **summary)
-    print(f"emulate-consumers: {json.dumps(summary)}", flush=True)
-    if stuck:
+    finish("emulate-consumers", summary, json.dumps(summary))
+    if process.stuck:
         # Its offsets are committed; the coordinator drops the member after its session timeout. Waiting longer
         # would only get this process killed and its run's summary lost.
-        print(f"emulate-consumers: {stuck} consumer(s) did not leave group {group} within "
+        print(f"emulate-consumers: {process.stuck} consumer(s) did not leave group {group} within "
               f"{CONSUMER_CLOSE_S:g} s; exiting without them", flush=True)
         os._exit(0)
     return 0
-
-
-CONSUMER_CLOSE_S = 20.0  # leaving the group; librdkafka holds a LeaveGroup behind a pending JoinGroup
-
-
-def close_within(clients: list, timeout_s: float) -> int:
-    """Close the clients side by side; return how many had not closed after `timeout_s`."""
-    import threading
-
-    threads = [threading.Thread(target=client.close, name="close", daemon=True) for client in clients]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return sum(thread.is_alive() for thread in threads)
 
 
 def _stage_setup(settings: StageSettings, factor: float, profile: str, accelerator: Iterable[str],

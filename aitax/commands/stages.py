@@ -3,7 +3,6 @@ three-stage ingest and detect, and Object Detection's detect-objects), then iden
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,13 +108,11 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
                   camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
                   resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
                   tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
-    from aitax.common.children import READY, SUMMARY, report
     from aitax.pipeline.frames import open_video
-    from aitax.pipeline.runtime import new_run_id, open_telemetry
+    from aitax.pipeline.runtime import new_run_id
     from aitax.pipeline.schema import FACES_TOPIC
+    from aitax.pipeline.stage_process import finish, stage_process
     from aitax.pipeline.tracking import SendPolicy, StreamTracks, TrackLanes
-    from aitax.pipeline.transport import make_producer
-    from aitax.pipeline.transport.admin import require_brokers
 
     if not tracks and send != "every":
         raise UserError(f"--send {send}: sampling a track's faces needs --tracks")
@@ -131,7 +128,6 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
     find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
     from aitax.pipeline.ingest_detect import Checkpoint, run_ingest_detect
 
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
     run_id, start_frame, checkpoint = run_id or new_run_id(), 0, None
     if resume and not checkpoint_file:
         raise UserError("--resume needs --checkpoint FILE")
@@ -141,28 +137,24 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
             start_frame, run_id = saved
             print(f"{stream_id}: resuming run {run_id} at frame {start_frame}", flush=True)
         checkpoint = Checkpoint(checkpoint_file, video, stream_id, run_id)
-    sink, metrics = open_telemetry(settings, "ingest-detect", f"ingest-detect-{stream_id}-{os.getpid()}")
-    try:
-        # After the metrics server is up: in a fresh release the topics Job runs once every pod is ready.
-        require_brokers(settings.bootstrap, topics=[FACES_TOPIC])
-        partitions = producer.connect([FACES_TOPIC])[FACES_TOPIC]
-        lanes = TrackLanes(partitions) if keying == "track" else None  # a track's faces on a partition of its own
-        stats = run_ingest_detect(source or video, stream_id, find_faces, producer, sink, run_id, size=size,
-                                  pace=pace, loop=loop, max_frames=max_frames, queue_size=queue_size, metrics=metrics,
-                                  checkpoint=checkpoint, start_frame=start_frame, keying=keying,
+    with stage_process(settings, "ingest-detect", f"ingest-detect-{stream_id}", writes=[FACES_TOPIC]) as process:
+        # a track's faces on a partition of its own
+        lanes = TrackLanes(process.partitions[FACES_TOPIC]) if keying == "track" else None
+        stats = run_ingest_detect(source or video, stream_id, find_faces, process.producer, process.sink, run_id,
+                                  size=size, pace=pace, loop=loop, max_frames=max_frames, queue_size=queue_size,
+                                  metrics=process.metrics, checkpoint=checkpoint, start_frame=start_frame,
+                                  keying=keying,
                                   tracks=StreamTracks(SendPolicy.parse(send), lanes) if tracks else None,
-                                  on_first_frame=lambda: report(READY))  # a run's clock starts with the frames
-    finally:
-        sink.close()
-        metrics.close()
-    report(SUMMARY, frames=stats.frames, faces=stats.faces, thumbnails=stats.thumbnails,
-           acknowledged=stats.acknowledged, bytes=stats.bytes_sent, failed=len(stats.failed))
-    print(f"{stream_id}: {stats.frames} frames, {stats.faces} faces ({stats.thumbnails} with their thumbnail), "
-          f"{stats.acknowledged} acknowledged, {len(stats.failed)} failed, "
-          f"{stats.bytes_sent / max(1, stats.thumbnails):.0f} bytes per thumbnail")
-    if stats.failed or stats.acknowledged != stats.records:
-        raise UserError(f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}")
-    return 0
+                                  on_first_frame=process.ready)  # a run's clock starts with the frames
+    undelivered = stats.failed or stats.acknowledged != stats.records
+    return finish(stream_id, {"frames": stats.frames, "faces": stats.faces, "thumbnails": stats.thumbnails,
+                              "acknowledged": stats.acknowledged, "bytes": stats.bytes_sent,
+                              "failed": len(stats.failed)},
+                  f"{stats.frames} frames, {stats.faces} faces ({stats.thumbnails} with their thumbnail), "
+                  f"{stats.acknowledged} acknowledged, {len(stats.failed)} failed, "
+                  f"{stats.bytes_sent / max(1, stats.thumbnails):.0f} bytes per thumbnail",
+                  f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}"
+                  if undelivered else None)
 
 
 def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, encoding: str, jpeg_quality: int,
@@ -195,42 +187,32 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
            size: tuple[int, int], frame_quality: int, keying: str, settings: StageSettings) -> int:
     import itertools
 
-    from aitax.common.children import READY, SUMMARY, report
     from aitax.pipeline.frames import open_video, read_frames
     from aitax.pipeline.ingest_detect import identity_of_process
-    from aitax.pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from aitax.pipeline.runtime import new_run_id
     from aitax.pipeline.schema import FRAMES_TOPIC
+    from aitax.pipeline.stage_process import finish, stage_process
     from aitax.pipeline.three_stage import ingest_loop, jpeg_frames
-    from aitax.pipeline.transport import make_producer
     from aitax.pipeline.transport.admin import require_brokers
 
     if not 1 <= frame_quality <= 100:
         raise UserError(f"--frame-quality {frame_quality}: must be 1-100")
     open_video(video).release()
     require_brokers(settings.bootstrap)
-    stop = stop_flag()
-    producer = make_producer(settings.kafka_client, settings.bootstrap)
-    sink, metrics = open_telemetry(settings, "ingest", f"ingest-{stream_id}-{os.getpid()}")
-    try:
-        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC])
-        producer.connect([FRAMES_TOPIC])
-        report(READY)  # a run's clock starts with the frames
+    with stage_process(settings, "ingest", f"ingest-{stream_id}", writes=[FRAMES_TOPIC]) as process:
+        process.ready()  # a run's clock starts with the frames
         frames = read_frames(video, stream_id, size, pace=pace, loop=loop, max_frames=max_frames)
         # On SIGINT/SIGTERM: the frame being read is not sent; every frame sent is flushed.
-        stats = ingest_loop(itertools.takewhile(lambda _: not stop[0], frames), producer, sink,
-                            run_id or new_run_id(), identity_of_process(), encode=jpeg_frames(frame_quality),
-                            keying=keying)
-    finally:
-        producer.close()
-        sink.close()
-        metrics.close()
-    report(SUMMARY, frames=stats.frames, acknowledged=stats.acknowledged, bytes=stats.bytes_sent,
-           failed=len(stats.failed))
-    print(f"{stream_id}: {stats.frames} frames sent, {stats.acknowledged} acknowledged, "
-          f"{stats.bytes_sent / max(1, stats.frames):.0f} bytes per frame")
-    if stats.failed or stats.acknowledged != stats.frames:
-        raise UserError(f"{len(stats.failed)} frame(s) not acknowledged by the brokers: {stats.failed[:1]}")
-    return 0
+        stats = ingest_loop(itertools.takewhile(lambda _: not process.stop(), frames), process.producer,
+                            process.sink, run_id or new_run_id(), identity_of_process(),
+                            encode=jpeg_frames(frame_quality), keying=keying)
+    undelivered = stats.failed or stats.acknowledged != stats.frames
+    return finish(stream_id, {"frames": stats.frames, "acknowledged": stats.acknowledged, "bytes": stats.bytes_sent,
+                              "failed": len(stats.failed)},
+                  f"{stats.frames} frames sent, {stats.acknowledged} acknowledged, "
+                  f"{stats.bytes_sent / max(1, stats.frames):.0f} bytes per frame",
+                  f"{len(stats.failed)} frame(s) not acknowledged by the brokers: {stats.failed[:1]}"
+                  if undelivered else None)
 
 
 @click.command(short_help="three-stage detection: frames topic -> faces topic",
@@ -279,52 +261,34 @@ def detect_objects(group: str, run_id: str | None, min_score: float, threads: in
 
 
 def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batching: BatchPolicy, find, publication,
-                   process: str, out_topic: str, found: str) -> int:
+                   process_name: str, out_topic: str, found: str) -> int:
     """Detection apart from ingestion (three stages, Object Detection): the `frames` topic in consumer `group`,
     `find` on each frame, the `publication`'s records on `out_topic`, until signalled; then its summary (what it
     `found`: faces or objects). Every record must be acknowledged."""
-    from aitax.common.children import READY, SUMMARY, report
     from aitax.pipeline.ingest_detect import detect_loop
-    from aitax.pipeline.runtime import new_run_id, open_telemetry, stop_flag
+    from aitax.pipeline.runtime import new_run_id
     from aitax.pipeline.schema import DETECTIONS_TOPIC, FRAMES_TOPIC
+    from aitax.pipeline.stage_process import finish, stage_process
     from aitax.pipeline.three_stage import ReceivedFrames, frames_from_topic
-    from aitax.pipeline.transport import make_consumer, make_producer
-    from aitax.pipeline.transport.admin import require_brokers
 
-    stop = stop_flag()
-    sink, metrics = open_telemetry(settings, "detect", f"{process}-{os.getpid()}")
     received = ReceivedFrames()
-    try:
-        # After the metrics server is up (in a fresh release the topics Job runs once every pod is ready): its
-        # topics, seen once they exist and its ACLs are granted; before the idempotent producer, which librdkafka
-        # gives up on for good when its producer id is refused.
-        require_brokers(settings.bootstrap, topics=[FRAMES_TOPIC, out_topic])
-        consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FRAMES_TOPIC])
-        # detections are results: never published twice
-        producer = make_producer(settings.kafka_client, settings.bootstrap, idempotent=out_topic == DETECTIONS_TOPIC)
-        producer.connect([out_topic])
-        try:
-            # `aitax run` starts ingestion once every detect process has its partitions.
-            # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
-            frames = frames_from_topic(consumer, producer, lambda: stop[0], on_ready=lambda: report(READY),
-                                       received=received, run_id=run_id, batching=batching)
-            stats = detect_loop(frames, find, producer, sink, run_id or new_run_id(), publication=publication,
-                                ingest_events=False)
-        finally:
-            consumer.close()
-            producer.close()
-    finally:
-        sink.close()
-        metrics.close()
-    report(SUMMARY, frames=stats.frames, **{found: stats.faces}, acknowledged=stats.acknowledged,
-           bytes=stats.bytes_sent, failed=len(stats.failed), dead_letters=received.dead_letters,
-           other_runs=received.other_runs)
-    print(f"{process}: {stats.frames} frames, {stats.faces} {found}, {stats.acknowledged} acknowledged, "
-          f"{received.dead_letters} dead letters, {received.other_runs} frames of other runs skipped")
-    if stats.failed or stats.acknowledged != stats.records:
-        raise UserError(f"{len(stats.failed)} {out_topic} record(s) not acknowledged by the brokers: "
-                        f"{stats.failed[:1]}")
-    return 0
+    # detections are results: never published twice
+    with stage_process(settings, "detect", process_name, reads=[FRAMES_TOPIC], writes=[out_topic], group=group,
+                       idempotent=out_topic == DETECTIONS_TOPIC) as process:
+        # `aitax run` starts ingestion once every detect process has its partitions.
+        # With a run id (`aitax run`, the chart's runId), only that run's frames; without, each frame's own run.
+        frames = frames_from_topic(process.consumers[0], process.producer, process.stop, on_ready=process.ready,
+                                   received=received, run_id=run_id, batching=batching)
+        stats = detect_loop(frames, find, process.producer, process.sink, run_id or new_run_id(),
+                            publication=publication, ingest_events=False)
+    undelivered = stats.failed or stats.acknowledged != stats.records
+    return finish(process_name, {"frames": stats.frames, found: stats.faces, "acknowledged": stats.acknowledged,
+                                 "bytes": stats.bytes_sent, "failed": len(stats.failed),
+                                 "dead_letters": received.dead_letters, "other_runs": received.other_runs},
+                  f"{stats.frames} frames, {stats.faces} {found}, {stats.acknowledged} acknowledged, "
+                  f"{received.dead_letters} dead letters, {received.other_runs} frames of other runs skipped",
+                  f"{len(stats.failed)} {out_topic} record(s) not acknowledged by the brokers: {stats.failed[:1]}"
+                  if undelivered else None)
 
 
 @click.command(short_help="the identify container: faces topic -> identities topic",
@@ -349,11 +313,9 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
 @stage_options
 def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolicy, results_linger_ms: float,
              threads: int, precision: str, runtime: str, evidence: str, settings: StageSettings) -> int:
-    from aitax.common.children import READY, report
     from aitax.pipeline.assets import FACENET_H5_SHA256
     from aitax.pipeline.gallery import load_gallery
-    from aitax.pipeline.runtime import open_telemetry, stop_flag
-    from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.pipeline.stage_process import finish, stage_process
     from aitax.pipeline.transport.admin import require_brokers
 
     enrolled = load_gallery(gallery, expected_model_sha256=FACENET_H5_SHA256)
@@ -366,31 +328,16 @@ def identify(gallery: Path, group: str, run_id: str | None, batching: BatchPolic
                             runtime=runtime)
     embedder.warm(batching.max_batch)  # before it joins its group: ready means at speed
     print(f"identify: FaceNet in {embedder.precision} through {embedder.runtime}, warmed", flush=True)
-    stop = stop_flag()
-    sink, metrics = open_telemetry(settings, "identify", f"identify-{os.getpid()}")
-    try:
-        # After the metrics server is up (in a fresh release the topics Job runs once every pod is ready): its
-        # topics, which it sees only once they exist and its ACLs are granted. The results producer is idempotent,
-        # and librdkafka gives up for good on a producer id it was refused.
-        require_brokers(settings.bootstrap, topics=[FACES_TOPIC, IDENTITIES_TOPIC])
-        consumer = make_consumer(settings.kafka_client, settings.bootstrap, group, [FACES_TOPIC])
-        producer = make_producer(settings.kafka_client, settings.bootstrap, linger_ms=results_linger_ms,
-                                 idempotent=True)
-        producer.connect([IDENTITIES_TOPIC])
-        try:
-            # `aitax run` starts the producers once every identify process has its partitions.
-            stats = identify_loop(consumer, producer, FaceNetIdentifier(embedder, enrolled, evidence), sink,
-                                  lambda: stop[0],
-                                  batching=batching, metrics=metrics, on_ready=lambda: report(READY), run_id=run_id)
-        finally:
-            consumer.close()
-            producer.close()
-    finally:
-        sink.close()
-        metrics.close()
-    print(f"identify: {stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "
-          f"{stats.other_runs} faces of other runs skipped, {stats.dead_letters} dead letters")
-    return 0
+    # The results producer is idempotent: an identity is never published twice.
+    with stage_process(settings, "identify", "identify", reads=[FACES_TOPIC], writes=[IDENTITIES_TOPIC], group=group,
+                       idempotent=True, linger_ms=results_linger_ms) as process:
+        # `aitax run` starts the producers once every identify process has its partitions.
+        stats = identify_loop(process.consumers[0], process.producer, FaceNetIdentifier(embedder, enrolled, evidence),
+                              process.sink, process.stop, batching=batching, metrics=process.metrics,
+                              on_ready=process.ready, run_id=run_id)
+    return finish("identify", {"faces": stats.faces, "duplicates": stats.duplicates},
+                  f"{stats.faces} faces in {stats.batches} batches, {stats.duplicates} duplicates skipped, "
+                  f"{stats.other_runs} faces of other runs skipped, {stats.dead_letters} dead letters")
 
 
 def _assets():

@@ -352,7 +352,7 @@ def test_consumers_that_cannot_close_in_time_are_counted_not_waited_for() -> Non
     import threading
     import time
 
-    from aitax.commands.emulated_stages import close_within
+    from aitax.pipeline.stage_process import close_within
 
     release = threading.Event()
     closed: list[str] = []
