@@ -146,15 +146,13 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
                                   keying=keying,
                                   tracks=StreamTracks(SendPolicy.parse(send), lanes) if tracks else None,
                                   on_first_frame=process.ready)  # a run's clock starts with the frames
-    undelivered = stats.failed or stats.acknowledged != stats.records
     return finish(stream_id, {"frames": stats.frames, "faces": stats.faces, "thumbnails": stats.thumbnails,
                               "acknowledged": stats.acknowledged, "bytes": stats.bytes_sent,
                               "failed": len(stats.failed)},
                   f"{stats.frames} frames, {stats.faces} faces ({stats.thumbnails} with their thumbnail), "
                   f"{stats.acknowledged} acknowledged, {len(stats.failed)} failed, "
                   f"{stats.bytes_sent / max(1, stats.thumbnails):.0f} bytes per thumbnail",
-                  f"{len(stats.failed)} face(s) not acknowledged by the brokers: {stats.failed[:1]}"
-                  if undelivered else None)
+                  stats.failed, stats.records - stats.acknowledged, "face record(s)")
 
 
 def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, encoding: str, jpeg_quality: int,
@@ -206,13 +204,11 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
         stats = ingest_loop(itertools.takewhile(lambda _: not process.stop(), frames), process.producer,
                             process.sink, run_id or new_run_id(), identity_of_process(),
                             encode=jpeg_frames(frame_quality), keying=keying)
-    undelivered = stats.failed or stats.acknowledged != stats.frames
     return finish(stream_id, {"frames": stats.frames, "acknowledged": stats.acknowledged, "bytes": stats.bytes_sent,
                               "failed": len(stats.failed)},
                   f"{stats.frames} frames sent, {stats.acknowledged} acknowledged, "
                   f"{stats.bytes_sent / max(1, stats.frames):.0f} bytes per frame",
-                  f"{len(stats.failed)} frame(s) not acknowledged by the brokers: {stats.failed[:1]}"
-                  if undelivered else None)
+                  stats.failed, stats.frames - stats.acknowledged, "frame(s)")
 
 
 @click.command(short_help="three-stage detection: frames topic -> faces topic",
@@ -281,14 +277,12 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
                                    received=received, run_id=run_id, batching=batching)
         stats = detect_loop(frames, find, process.producer, process.sink, run_id or new_run_id(),
                             publication=publication, ingest_events=False)
-    undelivered = stats.failed or stats.acknowledged != stats.records
     return finish(process_name, {"frames": stats.frames, found: stats.faces, "acknowledged": stats.acknowledged,
                                  "bytes": stats.bytes_sent, "failed": len(stats.failed),
                                  "dead_letters": received.dead_letters, "other_runs": received.other_runs},
                   f"{stats.frames} frames, {stats.faces} {found}, {stats.acknowledged} acknowledged, "
                   f"{received.dead_letters} dead letters, {received.other_runs} frames of other runs skipped",
-                  f"{len(stats.failed)} {out_topic} record(s) not acknowledged by the brokers: {stats.failed[:1]}"
-                  if undelivered else None)
+                  stats.failed, stats.records - stats.acknowledged, f"{out_topic} record(s)")
 
 
 @click.command(short_help="the identify container: faces topic -> identities topic",

@@ -4,7 +4,7 @@
                        group="identify", idempotent=True) as process:
         stats = identify_loop(process.consumers[0], process.producer, ..., process.sink, process.stop,
                               on_ready=process.ready)
-    return finish("identify", {"faces": stats.faces}, f"identify: {stats.faces} faces")
+    return finish("identify", {"faces": stats.faces}, f"{stats.faces} faces")
 
 In this order, which the stages' correctness rests on: the signal handlers and the telemetry (events and the
 /metrics server); then the stage's topics, seen only once they exist and its ACLs are granted (after the metrics
@@ -13,8 +13,8 @@ librdkafka gives up for good on an idempotent producer whose id was refused; the
 producer connects to what it writes (metadata and TLS done: its first record costs what the others do). The loop
 reports READY when it can serve at speed (`StageProcess.ready`). On the way out: the producer closes first, every
 record it holds made durable (what a group commits must be), then the consumers leave their group side by side
-within CONSUMER_CLOSE_S, then the telemetry. `finish` reports the SUMMARY, prints it and fails on what the stage
-could not deliver.
+within CONSUMER_CLOSE_S, then the telemetry. `finish` reports the SUMMARY, prints it and fails on what the brokers
+did not take.
 """
 
 from __future__ import annotations
@@ -97,11 +97,13 @@ def close_within(clients: Sequence[Consumer], timeout_s: float) -> int:
     return sum(thread.is_alive() for thread in threads)
 
 
-def finish(command: str, summary: dict[str, int], printed: str, undelivered: str | None = None) -> int:
-    """The stage's SUMMARY to its driver, and the line it prints; a UserError when records were `undelivered`
-    (what the brokers did not acknowledge: the run must not pass)."""
+def finish(command: str, summary: dict[str, int], printed: str, failed: Sequence[str] = (), unacknowledged: int = 0,
+           what: str = "record(s)") -> int:
+    """The stage's SUMMARY to its driver, and the line it prints; a UserError when records `failed` or went
+    `unacknowledged` (what the brokers did not take: the run must not pass)."""
     report(SUMMARY, **summary)
     print(f"{command}: {printed}", flush=True)
-    if undelivered:
-        raise UserError(undelivered)
+    if failed or unacknowledged:
+        count = max(len(failed), unacknowledged)
+        raise UserError(f"{count} {what} not acknowledged by the brokers: {list(failed)[:1]}")
     return 0

@@ -77,8 +77,8 @@ def test_finish_reports_the_summary_and_fails_on_what_was_not_delivered(tmp_path
     status = tmp_path / "status"
     monkeypatch.setenv(children.STATUS_FILE_ENV, str(status))
     assert harness.finish("cam-1", {"frames": 3, "acknowledged": 3}, "3 frames") == 0
-    with pytest.raises(UserError, match="1 face"):
-        harness.finish("cam-1", {"frames": 1, "acknowledged": 0}, "1 frame", "1 face(s) not acknowledged")
+    with pytest.raises(UserError, match=r"^1 frame\(s\) not acknowledged by the brokers: \[\]$"):
+        harness.finish("cam-1", {"frames": 1, "acknowledged": 0}, "1 frame", [], 1, "frame(s)")
     lines = [json.loads(line) for line in status.read_text().splitlines()]
     assert lines == [{"state": "summary", "frames": 3, "acknowledged": 3},
                      {"state": "summary", "frames": 1, "acknowledged": 0}]
