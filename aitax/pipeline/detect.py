@@ -230,7 +230,7 @@ class FaceDetector:
                hints: Sequence[tuple[int, int, int, int]] = ()) -> list[Detection]:
         """The frame's faces. `hints` (x, y, width, height): where faces followed from earlier frames are expected
         (a tracker's predictions). Each is shown to RNet and ONet beside PNet's proposals, whatever PNet made of it
-        (PNet, which sees the whole frame at 12 px, misses a clear face that a frame earlier it found), and is kept
+        (PNet, which sees the whole frame at 12 px, misses a clear face that a frame earlier it found), and is exempt
         from RNet's threshold: only ONet judges it, at `follow_threshold`. A face so found is `hinted`: it may
         continue a track, never start one (ByteTrack's rule for its low-score detections)."""
         watch = watch if watch is not None else Stopwatch()
