@@ -250,10 +250,15 @@ def is_loaded(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
         bool(ctr("images", "ls", "-q", f"name=={_qualified(reference)}").stdout.strip())
 
 
+# containerd 1.6 collects garbage while an import runs: a layer it found already unpacked can be collected before the
+# next layer is unpacked on it (containerd#3787). Importing again unpacks that layer afresh from the archive.
+COLLECTED_PARENT = "does not exist: not found"
+IMPORT_ATTEMPTS = 3
+
+
 def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, references: list[str],
               log: Callable[[str], None] = print) -> list[str]:
-    """Import each image into containerd's k8s.io namespace unless it is loaded already. The archive streams from
-    buildah into containerd: an archive file would hold one more copy of a multi-gigabyte image on disk."""
+    """Import each image into containerd's k8s.io namespace unless it is loaded already."""
     stamps.mkdir(parents=True, exist_ok=True)
     loaded = []
     for reference in references:
@@ -262,27 +267,40 @@ def load_into(ctr: Callable[..., subprocess.CompletedProcess], stamps: Path, ref
         current = image_id(reference)
         if current is None:
             raise UserError(f"image {reference} is not built: run `aitax images build`")
-        with tempfile.TemporaryFile() as push_errors:
-            push = subprocess.Popen(_buildah_argv("push", "-q", reference,
-                                                  f"docker-archive:/dev/stdout:{_qualified(reference)}"),
-                                    stdout=subprocess.PIPE, stderr=push_errors)
-            try:
-                imported = ctr("images", "import", "-", check=False, stdin=push.stdout)
-            finally:
-                push.stdout.close()
-                pushed = push.wait()
-            push_errors.seek(0)
-            pushing = push_errors.read().decode(errors="replace").strip()
-        if pushed != 0 or imported.returncode != 0:
-            # When the import fails, buildah's error is only the broken pipe it left: containerd's says why.
-            detail = imported.stderr.strip() if imported.returncode != 0 else pushing
+        for attempt in range(1, IMPORT_ATTEMPTS + 1):
+            failure = _import(ctr, reference)
+            if not failure or COLLECTED_PARENT not in failure or attempt == IMPORT_ATTEMPTS:
+                break
+            log(f"{reference}: containerd collected a layer during the import (containerd#3787): importing again")
+        if failure:
             free_gib = shutil.disk_usage(stamps).free / 2**30
-            raise UserError(f"loading {reference} into containerd failed (buildah push exit {pushed}, ctr import exit "
-                            f"{imported.returncode}; {free_gib:.1f} GiB free at {stamps}): {detail[-300:]}")
+            raise UserError(f"loading {reference} into containerd failed ({free_gib:.1f} GiB free at {stamps}): "
+                            f"{failure}")
         _stamp(stamps, reference).write_text(current)
         loaded.append(reference)
         log(f"loaded {reference} into the cluster's containerd")
     return loaded
+
+
+def _import(ctr: Callable[..., subprocess.CompletedProcess], reference: str) -> str:
+    """One import, the archive streamed from buildah into containerd (an archive file would hold one more copy of a
+    multi-gigabyte image on disk); what went wrong, or nothing."""
+    with tempfile.TemporaryFile() as push_errors:
+        push = subprocess.Popen(_buildah_argv("push", "-q", reference,
+                                              f"docker-archive:/dev/stdout:{_qualified(reference)}"),
+                                stdout=subprocess.PIPE, stderr=push_errors)
+        try:
+            imported = ctr("images", "import", "-", check=False, stdin=push.stdout)
+        finally:
+            push.stdout.close()
+            pushed = push.wait()
+        push_errors.seek(0)
+        pushing = push_errors.read().decode(errors="replace").strip()
+    if pushed == 0 and imported.returncode == 0:
+        return ""
+    # When the import fails, buildah's error is only the broken pipe it left: containerd's says why.
+    detail = imported.stderr.strip() if imported.returncode != 0 else pushing
+    return f"buildah push exit {pushed}, ctr import exit {imported.returncode}: {detail[-300:]}"
 
 
 def _stamp(stamps: Path, reference: str) -> Path:

@@ -6,6 +6,7 @@ real cluster's fixture loads the real images."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,49 @@ def test_a_store_kept_by_another_containerd_is_not_used(tmp_path: Path, monkeypa
     cluster = Recording(tmp_path / "second-clone")
     cluster.load_images(["kafka"], log=lambda _: None)
     assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "kafka")]
+
+
+class FakeCtr:
+    """containerd's `ctr` at its edge: each import answers with the next of `answers` (exit code, stderr)."""
+
+    def __init__(self, answers: list[tuple[int, str]]) -> None:
+        self.answers = answers
+        self.imports = 0
+
+    def __call__(self, *args: str, check: bool = True, stdin=None) -> subprocess.CompletedProcess:
+        if args[:2] == ("images", "import"):
+            stdin.read()
+            code, stderr = self.answers[self.imports]
+            self.imports += 1
+            return subprocess.CompletedProcess(args, code, "", stderr)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+
+COLLECTED = ('ctr: failed to prepare extraction snapshot "extract-1 sha256:89eb": parent snapshot sha256:a39b does '
+             'not exist: not found')
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image buildah holds, its archive a few bytes."""
+    monkeypatch.setattr(images, "image_id", lambda reference: "built-id")
+    monkeypatch.setattr(images, "_buildah_argv", lambda *args: ["printf", "archive"])
+
+
+def test_an_import_whose_parent_layer_containerd_collected_meanwhile_is_made_again(tmp_path: Path, built) -> None:
+    ctr = FakeCtr([(1, COLLECTED), (0, "")])
+    said: list[str] = []
+    assert images.load_into(ctr, tmp_path / "stamps", ["aitax/pipeline:0.1.0"], log=said.append) == \
+        ["aitax/pipeline:0.1.0"]
+    assert ctr.imports == 2 and "containerd#3787" in said[0]
+
+
+def test_an_import_that_fails_otherwise_or_keeps_failing_stops_with_containerds_reason(tmp_path: Path, built) -> None:
+    ctr = FakeCtr([(1, "ctr: no space left on device")])
+    with pytest.raises(UserError, match=r"aitax/kafka:0\.1\.0.*no space left on device"):
+        images.load_into(ctr, tmp_path / "stamps", ["aitax/kafka:0.1.0"], log=lambda _: None)
+    assert ctr.imports == 1
+    ctr = FakeCtr([(1, COLLECTED)] * images.IMPORT_ATTEMPTS)
+    with pytest.raises(UserError, match="parent snapshot"):
+        images.load_into(ctr, tmp_path / "stamps", ["aitax/kafka:0.1.0"], log=lambda _: None)
+    assert ctr.imports == images.IMPORT_ATTEMPTS and not list((tmp_path / "stamps").iterdir())
