@@ -165,7 +165,7 @@ class TrackedRun:
         from aitax.telemetry.timing import Stopwatch
 
         self.frames += 1
-        records = self.publication.records(Detected(frame, found, f"bench-{self.seed}", 0, 0))
+        records = self.publication.publish(Detected(frame, found, f"bench-{self.seed}", 0, 0)).records
         faces = [decode_face(record.value, record.headers) for record in records]
         if not faces:
             return

@@ -92,6 +92,14 @@ class Detected:
     detected_ns: int
 
 
+class Published(NamedTuple):
+    """A frame's records, and how many faces (or objects) they report the frame to hold: the publication decides
+    what is reported (a hinted face that continues no track is not), so every count downstream agrees with it."""
+
+    records: list[Record]
+    found: int
+
+
 class Publication(Protocol):
     """What the detect loop sends for a frame, to which topic, and which event field counts what was found."""
 
@@ -101,7 +109,7 @@ class Publication(Protocol):
 
     def hints(self, frame: Frame) -> Sequence[Box]: ...
 
-    def records(self, detected: Detected) -> list[Record]: ...
+    def publish(self, detected: Detected) -> Published: ...
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,7 @@ class FaceRecords:
         """Where the stream's tracks expect their faces (none without tracks: the paper's detection, unchanged)."""
         return self.tracks.hints(frame.stream_id, frame.index) if self.tracks is not None else ()
 
-    def records(self, detected: Detected) -> list[Record]:
+    def publish(self, detected: Detected) -> Published:
         frame, found = detected.frame, detected.found
         if self.tracks is None:
             followed = [Sent(face.track_id, True) for face in found]
@@ -144,7 +152,7 @@ class FaceRecords:
                 if stamps is not None:
                     records.append(self._record(detected, index, MISSED_FACE_INDEX - sent.track_id, 0, box, 0.0,
                                                 stamps, sent.track_id, None, TRACKED))
-        return records
+        return Published(records, len(found))
 
     def _record(self, detected: Detected, frame_index: int, face_index: int, faces_in_frame: int,
                 box: tuple[int, int, int, int], confidence: float, stamps: tuple[int, int, int], track_id: int,
@@ -326,8 +334,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         detected_ns = time.time_ns()
         payload = 0
         with watch.time("kafka"):
-            records = publication.records(Detected(frame, found, frame.run_id or run_id, detect_start_ns,
-                                                   detected_ns))
+            records, found_count = publication.publish(Detected(frame, found, frame.run_id or run_id,
+                                                                detect_start_ns, detected_ns))
             stats.frame_sent(frame.stream_id, frame.index, len(records))
             for record in records:
                 producer.send(topic, record.value, key=record.key, headers=record.headers, partition=record.partition,
@@ -336,7 +344,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
             producer.poll(0)
         substeps = watch.with_other((time.perf_counter() - started) * 1000 + logging_ms)
         stats.frames += 1
-        stats.faces += len(found)
+        stats.faces += found_count
         stats.records += len(records)
         stats.thumbnails += sum(1 for record in records if record.value)
         stats.bytes_sent += payload
@@ -358,7 +366,7 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
                                                             - ingest_ms), 3)}, **common))
         sink.emit(Event(stage="detect", wall_start_ns=detect_start_ns, wall_end_ns=detected_ns,
                         compute_time_ms=compute_ms, data_size_bytes=payload, substeps_ms=substeps,
-                        **{publication.count_field: len(found)}, **common))
+                        **{publication.count_field: found_count}, **common))
         logging_ms = (time.perf_counter() - logging_started) * 1000
     producer.flush(300)
     producer.poll(0)

@@ -24,7 +24,7 @@ import numpy as np
 from aitax.common.errors import UserError
 from aitax.pipeline.assets import ensure_centernet
 from aitax.pipeline.detect import suppress
-from aitax.pipeline.ingest_detect import Detected, Record
+from aitax.pipeline.ingest_detect import Detected, Published, Record
 from aitax.pipeline.schema import DetectedObject, DetectionsMessage, Topics, decode_detections, encode_detections
 from aitax.pipeline.stream import Frame
 from aitax.telemetry.timing import Stopwatch
@@ -173,14 +173,14 @@ class ObjectRecords:
     def hints(self, frame: Frame) -> tuple[()]:
         return ()  # objects are not followed across frames
 
-    def records(self, detected: Detected) -> list[Record]:
+    def publish(self, detected: Detected) -> Published:
         frame = detected.frame
         key, value = encode_detections(DetectionsMessage(
             run_id=detected.run_id, stream_id=frame.stream_id, frame_index=frame.index,
             objects=tuple(detected.found), scheduled_ns=frame.scheduled_ns, captured_ns=frame.captured_ns,
             ingested_ns=frame.ingested_ns, appended_ns=frame.appended_ns, requested_ns=frame.requested_ns,
             fetched_ns=frame.fetched_ns, detect_start_ns=detected.detect_start_ns, detected_ns=detected.detected_ns))
-        return [Record(key, value, {})]
+        return Published([Record(key, value, {})], len(detected.found))
 
 
 @dataclass(frozen=True)

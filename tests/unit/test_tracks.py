@@ -233,7 +233,7 @@ def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> 
 
     def frame(index: int, *found: FoundFace) -> list[FaceMessage]:
         shown = Frame("s", index, np.zeros((540, 960, 3), np.uint8), 0, 0, 0.0, 0.0, 0)
-        return [decode_face(r.value, r.headers) for r in records.records(Detected(shown, found, "run", 0, 0))]
+        return [decode_face(r.value, r.headers) for r in records.publish(Detected(shown, found, "run", 0, 0)).records]
 
     assert records.hints(Frame("s", 0, np.zeros((1, 1, 3), np.uint8), 0, 0, 0.0, 0.0, 0)) == []
     assert len(frame(0, FoundFace((100, 100, 40, 40), 0.99, b"png", "png"))) == 1
@@ -241,6 +241,32 @@ def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> 
     sent = frame(1, FoundFace((102, 100, 40, 40), 0.6, b"png", "png", hinted=True),
                  FoundFace((500, 100, 40, 40), 0.6, b"png", "png", hinted=True))
     assert [(m.meta.box, m.meta.faces_in_frame) for m in sent] == [((102, 100, 40, 40), 1)]
+
+
+def test_the_detect_loop_counts_only_the_faces_its_publication_reports() -> None:
+    """A hinted face the tracks do not take is not sent, nor counted in the loop's figures or the detect event
+    (Prometheus and the report's load over time read that event)."""
+    from aitax.pipeline.ingest_detect import DetectStats, FaceRecords, FoundFace, detect_loop
+    from aitax.pipeline.stream import Frame
+    from tests.fakes import FakeProducer
+    from tests.recording import RecordingSink
+
+    shown = {0: [FoundFace((100, 100, 40, 40), 0.99, b"png", "png")],
+             1: [FoundFace((102, 100, 40, 40), 0.99, b"png", "png"),
+                 FoundFace((600, 300, 40, 40), 0.6, b"png", "png", hinted=True)]}  # where no track is
+    frames = [Frame("s", index, np.zeros((540, 960, 3), np.uint8), 0, 0, 0.0, 0.0, 0) for index in (0, 1)]
+    hints: list = []
+
+    def find_faces(rgb, watch, **inputs) -> list[FoundFace]:
+        hints.append(list(inputs.get("hints", ())))
+        return shown[len(hints) - 1]
+
+    producer, sink = FakeProducer(), RecordingSink()
+    stats = detect_loop(frames, find_faces, producer, sink, "run", stats=DetectStats(),
+                        publication=FaceRecords(tracks=StreamTracks()))
+    assert hints == [[], [(100, 100, 40, 40)]]
+    assert producer.sent == stats.records == 2 and stats.faces == 2
+    assert [event.face_count for event in sink.events if event.stage == "detect"] == [1, 1]
 
 
 def test_an_emulated_profile_with_a_thumbnail_share_sends_that_share_and_identifies_only_those(tmp_path) -> None:
@@ -297,8 +323,8 @@ def test_a_track_keyed_face_goes_to_its_tracks_partition_and_an_untracked_one_by
 
     frame = Frame("cam-1", 0, np.zeros((4, 4, 3), np.uint8), 1, 2, 0.0, 0.0, 0)
     found = [FoundFace((0, 0, 40, 40), 0.99, b"png", "png"), FoundFace((200, 0, 40, 40), 0.99, b"png", "png")]
-    dealt = FaceRecords("track", StreamTracks(lanes=TrackLanes(12))).records(Detected(frame, found, "r", 3, 4))
+    dealt = FaceRecords("track", StreamTracks(lanes=TrackLanes(12))).publish(Detected(frame, found, "r", 3, 4)).records
     assert (dealt[1].partition - dealt[0].partition) % 12 == 1
-    hashed = FaceRecords("face", StreamTracks(lanes=TrackLanes(12))).records(Detected(frame, found, "r", 3, 4))
-    untracked = FaceRecords("track").records(Detected(frame, found, "r", 3, 4))
+    hashed = FaceRecords("face", StreamTracks(lanes=TrackLanes(12))).publish(Detected(frame, found, "r", 3, 4)).records
+    untracked = FaceRecords("track").publish(Detected(frame, found, "r", 3, 4)).records
     assert [record.partition for record in hashed + untracked] == [None] * 4
