@@ -187,7 +187,7 @@ class _ScheduleRecorder:
 def own_costs(config, seconds: float) -> None:
     """CPU per face of the emulator's producer and identify paths, in this process, on the real brokers."""
     from aitax.emulation.profile import paper_profile
-    from aitax.emulation.workers import run_consumer_instances, run_producer_instances
+    from aitax.emulation.workers import EmulatedCompute, run_consumer_instances, run_producer_instances
     from aitax.pipeline.schema import Topics
     from aitax.pipeline.transport import make_consumer, make_producer
     from aitax.stack import kafka
@@ -199,8 +199,8 @@ def own_costs(config, seconds: float) -> None:
     try:
         producer = make_producer("confluent-kafka", config.bootstrap_servers)
         cpu, deadline = time.process_time(), time.monotonic() + seconds
-        stats = run_producer_instances(4, "own", paper_profile(), NO_SLEEP, producer, NullSink(), "bench", topics,
-                                       lambda: time.monotonic() >= deadline)
+        stats = run_producer_instances(4, "own", EmulatedCompute(paper_profile(), NO_SLEEP), producer, NullSink(),
+                                       "bench", topics, lambda: time.monotonic() >= deadline)
         producer.close()
         produced = sum(s.acknowledged for s in stats)
         producer_us = (time.process_time() - cpu) / produced * 1e6
@@ -210,7 +210,7 @@ def own_costs(config, seconds: float) -> None:
                                 idempotent=True)
         cpu, started = time.process_time(), time.monotonic()
         identify_stats: list = []
-        run_consumer_instances(consumers, results, paper_profile(), NO_SLEEP, NullSink(), topics,
+        run_consumer_instances(consumers, results, EmulatedCompute(paper_profile(), NO_SLEEP), NullSink(), topics,
                                lambda: sum(s.faces for s in identify_stats) >= produced
                                or time.monotonic() - started > 120, stats_out=identify_stats)
         identified = sum(s.faces for s in identify_stats)
@@ -233,7 +233,7 @@ def _delete_all(config, topics) -> None:
 def instances_per_process(config, seconds: float) -> None:
     """Emulated ingest/detect instances at 1x (10 FPS each) in one process: CPU per instance and schedule p99."""
     from aitax.emulation.profile import paper_profile
-    from aitax.emulation.workers import run_producer_instances
+    from aitax.emulation.workers import EmulatedCompute, run_producer_instances
     from aitax.pipeline.schema import Topics
     from aitax.pipeline.transport import make_producer
     from aitax.stack import kafka
@@ -248,8 +248,9 @@ def instances_per_process(config, seconds: float) -> None:
         try:
             recorder = _ScheduleRecorder(make_producer("confluent-kafka", config.bootstrap_servers))
             cpu, deadline = time.process_time(), time.monotonic() + seconds
-            stats = run_producer_instances(instances, "sched", paper_profile(), 1.0, recorder, NullSink(), "bench",
-                                           topics, lambda deadline=deadline: time.monotonic() >= deadline)
+            stats = run_producer_instances(instances, "sched", EmulatedCompute(paper_profile(), 1.0), recorder,
+                                           NullSink(), "bench", topics,
+                                           lambda deadline=deadline: time.monotonic() >= deadline)
             cpu_ms = (time.process_time() - cpu) * 1000
             recorder.producer.close()
         finally:

@@ -98,18 +98,18 @@ def emulate_producers_command(instances: int, factor: float, profile: str, run_i
         raise UserError(f"--in-flight {in_flight}: at least 1 frame per stream")
     if in_flight is not None and stages == 3:
         raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
+    emulated, topics = _stage_setup(settings, factor, profile, accelerator, compute, topic_prefix)
     # A closed loop learns of completed frames from the identities, in a group of its own that commits nothing.
     with stage_process(settings, "emulator", "emulate-producers", reads=[topics.identities] if in_flight else [],
                        writes=[topics.faces if stages == 2 else topics.frames],
                        group=f"closed-loop-{run_id}-{stream_prefix}" if in_flight else None) as process:
         process.ready()  # a run's clock starts with the frames
         deadline = time.monotonic() + duration if duration else float("inf")
-        stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", loaded, factor, process.producer,
+        stats = run_producer_instances(instances, f"{run_id}-{stream_prefix}", emulated, process.producer,
                                        process.sink, run_id, topics,
                                        lambda: process.stop() or time.monotonic() >= deadline, keying=keying,
                                        in_flight=in_flight, identities=process.consumers[0] if in_flight else None,
-                                       stages=stages, curves=curves, on_cpu=compute == "cpu")
+                                       stages=stages)
     return _report_produced("emulate-producers", stats)
 
 
@@ -139,12 +139,12 @@ def emulate_detectors_command(instances: int, factor: float, profile: str, run_i
     from aitax.emulation.workers import run_detector_instances
     from aitax.pipeline.stage_process import stage_process
 
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
+    emulated, topics = _stage_setup(settings, factor, profile, accelerator, compute, topic_prefix)
     with stage_process(settings, "emulator", "emulate-detectors", reads=[topics.frames], writes=[topics.faces],
                        group=group, consumers=instances) as process:
-        stats = run_detector_instances(process.consumers, process.producer, loaded, factor, process.sink, run_id,
+        stats = run_detector_instances(process.consumers, process.producer, emulated, process.sink, run_id,
                                        topics, process.stop, keying=keying, on_ready=process.ready,
-                                       batching=batching, curves=curves, on_cpu=compute == "cpu")
+                                       batching=batching)
     return _report_produced("emulate-detectors", stats)
 
 
@@ -164,15 +164,14 @@ def emulate_consumers_command(instances: int, factor: float, profile: str, run_i
     from aitax.emulation.workers import run_consumer_instances
     from aitax.pipeline.stage_process import CONSUMER_CLOSE_S, finish, stage_process
 
-    loaded, topics, curves = _stage_setup(settings, factor, profile, accelerator, topic_prefix)
+    emulated, topics = _stage_setup(settings, factor, profile, accelerator, compute, topic_prefix)
     # One producer shared by the instances, idempotent: an identity is never published twice.
     with stage_process(settings, "emulator", "emulate-consumers", reads=[topics.faces], writes=[topics.identities],
                        group=group, consumers=instances, idempotent=True, linger_ms=results_linger_ms) as process:
         # The sweep starts its producers once every instance has partitions: group formation is not broker wait.
-        stats = run_consumer_instances(process.consumers, process.producer, loaded, factor, process.sink, topics,
+        stats = run_consumer_instances(process.consumers, process.producer, emulated, process.sink, topics,
                                        process.stop, batching=batching, on_ready=process.ready,
-                                       only_run=run_id if skip_other_runs else None, curves=curves,
-                                       on_cpu=compute == "cpu")
+                                       only_run=run_id if skip_other_runs else None)
     summary = {"faces": sum(s.faces for s in stats), "duplicates": sum(s.duplicates for s in stats)}
     finish("emulate-consumers", summary, json.dumps(summary))
     if process.stuck:
@@ -184,17 +183,16 @@ def emulate_consumers_command(instances: int, factor: float, profile: str, run_i
     return 0
 
 
-def _stage_setup(settings: StageSettings, factor: float, profile: str, accelerator: Iterable[str],
+def _stage_setup(settings: StageSettings, factor: float, profile: str, accelerator: Iterable[str], compute: str,
                  topic_prefix: str):
-    """What the emulated stage processes check and resolve before starting: (profile, topics, the device curves by
-    stage)."""
+    """What the emulated stage processes check and resolve before starting: (the emulated compute, topics)."""
     from aitax.emulation.profile import load_profile
+    from aitax.emulation.workers import EmulatedCompute
     from aitax.pipeline.schema import DEFAULT_TOPICS, Topics
     from aitax.pipeline.transport.admin import require_brokers
 
     if factor <= 0:
         raise UserError(f"--factor {factor}: must be > 0")
-    loaded = load_profile(profile)
-    curves = accelerator_curves(accelerator)
+    emulated = EmulatedCompute(load_profile(profile), factor, accelerator_curves(accelerator), compute == "cpu")
     require_brokers(settings.bootstrap)
-    return loaded, Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS, curves
+    return emulated, Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS

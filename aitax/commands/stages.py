@@ -126,7 +126,7 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
 
         check_access(source)  # refused credentials: one line, before the detector loads
     find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
-    from aitax.pipeline.ingest_detect import Checkpoint, run_ingest_detect
+    from aitax.pipeline.ingest_detect import Checkpoint, FaceRecords, StreamReading, run_ingest_detect
 
     run_id, start_frame, checkpoint = run_id or new_run_id(), 0, None
     if resume and not checkpoint_file:
@@ -140,11 +140,10 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
     with stage_process(settings, "ingest-detect", f"ingest-detect-{stream_id}", writes=[FACES_TOPIC]) as process:
         # a track's faces on a partition of its own
         lanes = TrackLanes(process.partitions[FACES_TOPIC]) if keying == "track" else None
-        stats = run_ingest_detect(source or video, stream_id, find_faces, process.producer, process.sink, run_id,
-                                  size=size, pace=pace, loop=loop, max_frames=max_frames, queue_size=queue_size,
-                                  metrics=process.metrics, checkpoint=checkpoint, start_frame=start_frame,
-                                  keying=keying,
-                                  tracks=StreamTracks(SendPolicy.parse(send), lanes) if tracks else None,
+        reading = StreamReading(source or video, stream_id, size, pace, loop, max_frames, start_frame, queue_size)
+        publication = FaceRecords(keying, StreamTracks(SendPolicy.parse(send), lanes) if tracks else None)
+        stats = run_ingest_detect(reading, find_faces, process.producer, process.sink, run_id, publication,
+                                  metrics=process.metrics, checkpoint=checkpoint,
                                   on_first_frame=process.ready)  # a run's clock starts with the frames
     return finish(stream_id, {"frames": stats.frames, "faces": stats.faces, "thumbnails": stats.thumbnails,
                               "acknowledged": stats.acknowledged, "bytes": stats.bytes_sent,

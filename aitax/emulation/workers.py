@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -148,6 +148,29 @@ class EmulatedIdentifier:
         return [Match("emulated", 1.0, "emulated") for _ in faces]
 
 
+@dataclass(frozen=True)
+class EmulatedCompute:
+    """What the emulator swaps in for the stages' compute, and nothing else: the profile's times divided by `factor`
+    (or a device's batch `curves`, by stage), slept or spent on this host's CPU (`on_cpu`), each instance drawing
+    from a random stream of its own, named from `seed`."""
+
+    profile: Profile
+    factor: float
+    curves: Mapping[str, BatchCurve] = field(default_factory=dict)
+    on_cpu: bool = False
+    seed: int = 0
+
+    def rng(self, name: str) -> random.Random:
+        return random.Random(f"{self.seed}-{name}")
+
+    def face_finder(self, name: str, in_order: bool = True) -> EmulatedFaceFinder:
+        return EmulatedFaceFinder(self.profile, self.factor, self.rng(name), self.curves.get("detect"), self.on_cpu,
+                                  in_order)
+
+    def identifier(self, name: str) -> EmulatedIdentifier:
+        return EmulatedIdentifier(self.profile, self.factor, self.rng(name), self.curves.get("identify"), self.on_cpu)
+
+
 class FramesInFlight:
     """One stream's closed-loop window: at most `limit` frames between ingest and their last identity."""
 
@@ -212,13 +235,13 @@ def close_the_loop(consumer: Consumer, run_id: str, windows: Mapping[str, Frames
                 window.identified(identity.frame_index, identity.face_index)
 
 
-def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random.Random, frames: queue.Queue,
-                    should_stop: Callable[[], bool], window: FramesInFlight | None = None,
-                    on_cpu: bool = False) -> None:
+def emulated_ingest(stream_id: str, compute: EmulatedCompute, rng: random.Random, frames: queue.Queue,
+                    should_stop: Callable[[], bool], window: FramesInFlight | None = None) -> None:
     """The ingest side of one instance: a frame every 1/(fps x factor) seconds, each after a sleep for its
     ingestion. The paper's streams were compute-bound at about 10 FPS: an accelerated pipeline takes frames
     `factor` times as fast (its Fig. 10 throughput grows with the factor). With a `window`, a frame whenever
     the window has a free slot instead."""
+    profile, factor = compute.profile, compute.factor
     slots = schedule(profile.fps * factor) if window is None else window.admissions(should_stop)
     try:
         for index, scheduled_ns in slots:
@@ -226,7 +249,7 @@ def emulated_ingest(stream_id: str, profile: Profile, factor: float, rng: random
                 break
             captured_ns = time.time_ns()
             ingest_ms = profile.compute_ms["ingest"].sample(rng) / factor
-            emulated_compute(ingest_ms / 1000, on_cpu)
+            emulated_compute(ingest_ms / 1000, compute.on_cpu)
             frame = Frame(stream_id, index, _TINY_FRAME, captured_ns, time.time_ns(), ingest_ms, 0.0, scheduled_ns)
             hand_off(frames, frame, should_stop)  # blocks when detection falls behind, as the real queue does
     finally:
@@ -238,16 +261,13 @@ def _drain(frames: queue.Queue) -> Iterator[Frame]:
         yield frame
 
 
-def run_producer_instances(instances: int, stream_prefix: str, profile: Profile, factor: float, producer: Producer,
+def run_producer_instances(instances: int, stream_prefix: str, compute: EmulatedCompute, producer: Producer,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
-                           keying: str = DEFAULT_KEYING, seed: int = 0, in_flight: int | None = None,
-                           identities: Consumer | None = None, stages: int = 2,
-                           curves: Mapping[str, BatchCurve] | None = None,
-                           on_cpu: bool = False) -> list[DetectStats | IngestStats]:
+                           keying: str = DEFAULT_KEYING, in_flight: int | None = None,
+                           identities: Consumer | None = None, stages: int = 2) -> list[DetectStats | IngestStats]:
     """Run `instances` emulated ingest/detect instances (`stages` 3: ingest instances publishing frames) until
     `should_stop()`, then drain and flush. With `in_flight`, each runs a closed loop whose completions `identities`
-    (a consumer of the run's identities) reports. `curves` (by stage): a device's detect time instead of the
-    profile's. `on_cpu`: the profile's compute takes this host's CPU time instead of sleeping."""
+    (a consumer of the run's identities) reports."""
     if in_flight is not None and identities is None:
         raise ValueError("a closed loop needs a consumer of the identities")
     if in_flight is not None and stages == 3:
@@ -259,23 +279,21 @@ def run_producer_instances(instances: int, stream_prefix: str, profile: Profile,
     instances_done = threading.Event()
     threads = []
     for i, stream_id in enumerate(stream_ids):
-        rng = random.Random(f"{seed}-{stream_prefix}-{i}")
         frames: queue.Queue = queue.Queue(maxsize=8)
         threads.append(threading.Thread(target=emulated_ingest, name=f"ingest-{stream_id}", daemon=True,
-                                        args=(stream_id, profile, factor, rng, frames, should_stop,
-                                              windows.get(stream_id), on_cpu)))
+                                        args=(stream_id, compute, compute.rng(f"{stream_prefix}-{i}"), frames,
+                                              should_stop, windows.get(stream_id))))
         if stages == 3:  # the frames go to Kafka; emulated detect instances elsewhere read them
             threads.append(threading.Thread(
                 target=ingest_loop, name=f"publish-{stream_id}", daemon=True,
                 args=(_drain(frames), producer, sink, run_id, identity_of_process(), topics,
-                      SyntheticFrames(frame_jpeg_bytes(), random.Random(f"{seed}-{stream_id}-f")), factor,
+                      SyntheticFrames(frame_jpeg_bytes(), compute.rng(f"{stream_id}-f")), compute.factor,
                       stats[i])))
             continue
         threads.append(threading.Thread(
             target=detect_loop, name=f"detect-{stream_id}", daemon=True,
-            args=(_drain(frames), EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-{stream_id}-d"),
-                                                     (curves or {}).get("detect"), on_cpu),
-                  producer, sink, run_id, factor, stats[i], topics, FaceRecords(keying))))
+            args=(_drain(frames), compute.face_finder(f"{stream_id}-d"), producer, sink, run_id, compute.factor,
+                  stats[i], topics, FaceRecords(keying))))
     loop = (threading.Thread(target=close_the_loop, name="closed-loop", daemon=True,
                              args=(identities, run_id, windows, instances_done.is_set))
             if windows and identities is not None else None)
@@ -303,24 +321,19 @@ def _countdown(instances: int, on_ready: Callable[[], None] | None) -> Callable[
     return instance_ready
 
 
-def run_detector_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
+def run_detector_instances(consumers: list[Consumer], producer: Producer, compute: EmulatedCompute,
                            sink: EventSink, run_id: str, topics: Topics, should_stop: Callable[[], bool],
-                           keying: str = DEFAULT_KEYING, seed: int = 0,
-                           on_ready: Callable[[], None] | None = None,
-                           batching: BatchPolicy = FRAME_BATCHING,
-                           curves: Mapping[str, BatchCurve] | None = None,
-                           on_cpu: bool = False) -> list[DetectStats]:
+                           keying: str = DEFAULT_KEYING, on_ready: Callable[[], None] | None = None,
+                           batching: BatchPolicy = FRAME_BATCHING) -> list[DetectStats]:
     """The three-stage design's detection, emulated: one instance per consumer of the `frames` topic, each the real
-    `frames_from_topic` into the real `detect_loop` with detection's compute as a sleep, until stopped."""
+    `frames_from_topic` into the real `detect_loop` with detection's compute emulated, until stopped."""
     stats = [DetectStats() for _ in consumers]
     instance_ready = _countdown(len(consumers), on_ready)
     threads = [threading.Thread(
         target=detect_loop, name=f"detect-{i}", daemon=True,
         args=(frames_from_topic(consumer, producer, should_stop, topics, on_ready=instance_ready, batching=batching),
-              EmulatedFaceFinder(profile, factor, random.Random(f"{seed}-detect-{i}"), (curves or {}).get("detect"),
-                                 on_cpu, in_order=False),
-              producer, sink, run_id,
-              factor, stats[i], topics, FaceRecords(keying)), kwargs={"ingest_events": False})
+              compute.face_finder(f"detect-{i}", in_order=False), producer, sink, run_id, compute.factor, stats[i],
+              topics, FaceRecords(keying)), kwargs={"ingest_events": False})
         for i, consumer in enumerate(consumers)]
     _start_and_join(threads)
     return stats
@@ -333,22 +346,18 @@ def _start_and_join(threads: list[threading.Thread]) -> None:
         thread.join()
 
 
-def run_consumer_instances(consumers: list[Consumer], producer: Producer, profile: Profile, factor: float,
+def run_consumer_instances(consumers: list[Consumer], producer: Producer, compute: EmulatedCompute,
                            sink: EventSink, topics: Topics, should_stop: Callable[[], bool],
-                           batching: BatchPolicy = PER_FACE, seed: int = 0,
-                           stats_out: list[IdentifyStats] | None = None,
+                           batching: BatchPolicy = PER_FACE, stats_out: list[IdentifyStats] | None = None,
                            on_ready: Callable[[], None] | None = None,
-                           only_run: str | None = None,
-                           curves: Mapping[str, BatchCurve] | None = None,
-                           on_cpu: bool = False) -> list[IdentifyStats]:
+                           only_run: str | None = None) -> list[IdentifyStats]:
     """One emulated identify instance per consumer, each in its own thread, sharing one results producer,
     until stopped. Each forms its batches with the real identify's dynamic batcher.
 
     A maximum batch of 1 identifies one face at a time, as the paper's identify did (its 131.5 ms is per face); a
-    larger batch makes every face wait for the batch's summed time. `stats_out` sees the counts while they run;
-    `on_ready` is called once every instance has partitions; with `only_run`, other runs' faces are skipped; with
-    an identify curve in `curves`, a batch sleeps the device's time for its size; `on_cpu`, the profile's time is
-    this host's CPU time instead of a sleep."""
+    larger batch makes every face wait for the batch's summed time (a device curve's: its time for the batch's
+    size). `stats_out` sees the counts while they run; `on_ready` is called once every instance has partitions;
+    with `only_run`, other runs' faces are skipped."""
     stats = [IdentifyStats() for _ in consumers]
     if stats_out is not None:
         stats_out.extend(stats)
@@ -356,9 +365,8 @@ def run_consumer_instances(consumers: list[Consumer], producer: Producer, profil
 
     threads = [threading.Thread(
         target=identify_loop, name=f"identify-{i}", daemon=True,
-        args=(consumer, producer, EmulatedIdentifier(profile, factor, random.Random(f"{seed}-identify-{i}"),
-                                                     (curves or {}).get("identify"), on_cpu), sink,
-              should_stop, batching, factor, stats[i], topics),
+        args=(consumer, producer, compute.identifier(f"identify-{i}"), sink, should_stop, batching, compute.factor,
+              stats[i], topics),
         kwargs={"on_ready": instance_ready, "run_id": only_run})
         for i, consumer in enumerate(consumers)]
     _start_and_join(threads)

@@ -388,11 +388,25 @@ def _video_size(source: str) -> tuple[int, int]:
         capture.release()
 
 
+@dataclass(frozen=True)
+class StreamReading:
+    """Ingest's half of ingest-detect: which stream, and how its frames are read (a file at `pace`, looped or
+    from `start_frame`, or a camera) into a queue of `queue_size` frames of `size`."""
+
+    source: str | CameraSource
+    stream_id: str
+    size: tuple[int, int] = (960, 540)
+    pace: str = "native"
+    loop: bool = False
+    max_frames: int | None = None
+    start_frame: int = 0
+    queue_size: int = 8
+
+
 # -- the two processes ---------------------------------------------------------------------------------------
 
-def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int, int], pace: str, loop: bool,
-                    max_frames: int | None, start_frame: int, frames: multiprocessing.Queue,
-                    stop: multiprocessing.Event, health: SharedHealth | None, slots: tuple[str, ...]) -> None:
+def _ingest_process(reading: StreamReading, frames: multiprocessing.Queue, stop: multiprocessing.Event,
+                    health: SharedHealth | None, slots: tuple[str, ...]) -> None:
     """Process 1: decode + resize into the bounded queue. A file's frames wait when detection falls behind (the
     paper's back-pressure); a camera's do not: frames that find no room are dropped, and counted, the newest kept."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop, and drains
@@ -403,13 +417,14 @@ def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int,
         return stop.is_set() or os.getppid() != parent
 
     try:
-        if isinstance(source, CameraSource):
+        if isinstance(reading.source, CameraSource):
             from aitax.pipeline.camera import NewestFrame, camera_frames
 
             assert health is not None
             newest = NewestFrame(frames, health)
             try:
-                for frame in camera_frames(source, stream_id, size, health, stopping, max_frames):
+                for frame in camera_frames(reading.source, reading.stream_id, reading.size, health, stopping,
+                                           reading.max_frames):
                     newest.offer(frame)
             except UserError as error:  # credentials refused since the start: the stream ends, and says why
                 print(f"aitax: {error}", file=sys.stderr, flush=True)
@@ -418,8 +433,9 @@ def _ingest_process(source: str | CameraSource, stream_id: str, size: tuple[int,
             from aitax.pipeline.frames import read_frames
 
             ring = SlotQueue(frames, FrameSlots.attach(slots)) if slots else frames
-            for frame in read_frames(source, stream_id, size, pace=pace, loop=loop, max_frames=max_frames,
-                                     start_frame=start_frame):
+            for frame in read_frames(reading.source, reading.stream_id, reading.size, pace=reading.pace,
+                                     loop=reading.loop, max_frames=reading.max_frames,
+                                     start_frame=reading.start_frame):
                 if not hand_off(ring, frame, stopping):
                     break
     finally:
@@ -487,12 +503,9 @@ def frames_from_queue(frames: multiprocessing.Queue, ingest: multiprocessing.Pro
         camera.tick(final=True)
 
 
-def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: FindFaces, producer: Producer,
-                      sink: EventSink, run_id: str, size: tuple[int, int] = (960, 540), pace: str = "native",
-                      loop: bool = False, max_frames: int | None = None, queue_size: int = 8,
-                      acceleration_factor: float = 1.0, topics: Topics = DEFAULT_TOPICS,
-                      metrics: StageMetrics | None = None, checkpoint: Checkpoint | None = None,
-                      start_frame: int = 0, keying: str = DEFAULT_KEYING, tracks: StreamTracks | None = None,
+def run_ingest_detect(reading: StreamReading, find_faces: FindFaces, producer: Producer, sink: EventSink,
+                      run_id: str, publication: Publication | None = None, metrics: StageMetrics | None = None,
+                      checkpoint: Checkpoint | None = None,
                       on_first_frame: Callable[[], None] | None = None) -> DetectStats:
     """Start ingestion as a child process and run detection here until the stream ends or SIGINT/SIGTERM.
     `on_first_frame` is called as the first frame reaches detection (the stream is flowing). A camera's stream
@@ -501,29 +514,25 @@ def run_ingest_detect(source: str | CameraSource, stream_id: str, find_faces: Fi
     On a stop signal, ingestion stops reading, detection finishes the frames already queued and flushes
     the producer: no frame that was ingested is dropped."""
     context = multiprocessing.get_context("spawn")  # no fork: TensorFlow's threads do not survive it
-    health, camera = None, None
-    if isinstance(source, CameraSource):
+    health, camera, slots = None, None, None
+    if isinstance(reading.source, CameraSource):
         from aitax.pipeline.camera import check_access
 
-        check_access(source)  # credentials refused: one line, now (an unreachable camera is waited for)
+        check_access(reading.source)  # credentials refused: one line, now (an unreachable camera is waited for)
         health = SharedHealth(context)
-        camera = CameraReporter(stream_id, run_id, health, sink)
-    slots = None
-    if not isinstance(source, CameraSource):
-        slots = FrameSlots.create(queue_size, frame_bytes(size, _video_size(source)))
-    frames: multiprocessing.Queue = context.Queue(maxsize=queue_size)
+        camera = CameraReporter(reading.stream_id, run_id, health, sink)
+    else:
+        slots = FrameSlots.create(reading.queue_size, frame_bytes(reading.size, _video_size(reading.source)))
+    frames: multiprocessing.Queue = context.Queue(maxsize=reading.queue_size)
     stop = context.Event()
-    ingest = context.Process(target=_ingest_process, name=f"ingest-{stream_id}",
-                             args=(source, stream_id, size, pace, loop, max_frames, start_frame, frames, stop,
-                                   health, slots.names if slots else ()), daemon=True)
+    ingest = context.Process(target=_ingest_process, name=f"ingest-{reading.stream_id}",
+                             args=(reading, frames, stop, health, slots.names if slots else ()), daemon=True)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     ingest.start()
     try:
         stats = detect_loop(frames_from_queue(frames, ingest, metrics, on_first_frame, camera, slots), find_faces,
-                            producer,
-                            sink, run_id,
-                            acceleration_factor, DetectStats(first_frame=start_frame), topics,
-                            publication=FaceRecords(keying, tracks), checkpoint=checkpoint)
+                            producer, sink, run_id, stats=DetectStats(first_frame=reading.start_frame),
+                            publication=publication, checkpoint=checkpoint)
         if metrics is not None:
             metrics.delivery_failures.inc(len(stats.failed))
         return stats
