@@ -47,6 +47,29 @@ FACTORS = Parsed("F,F,...", _parse_factors)
 DURATION = Parsed("TIME", _parse_duration_ms)
 DEFAULT_FACTORS = "1,2,4,8,16,32"
 
+def _workload_file(context: click.Context, value: str) -> str:
+    """The application `--workload` names; a workload file's options become the command's defaults (the eager
+    option is read first), so a flag given overrides the file."""
+    from aitax.emulation.sweep_files import workload_options
+
+    if value in APPLICATIONS:
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise UserError(f"--workload {value}: neither an application ({', '.join(APPLICATIONS)}) nor a workload file")
+    given = workload_options(path)
+    context.default_map = {**(context.default_map or {}), **given}
+    return given.get("workload", "face-recognition")
+
+
+def _driver_file(context: click.Context, value: Path | None) -> None:
+    """A driver file's options as the command's defaults, as for `--workload`'s file."""
+    from aitax.emulation.sweep_files import driver_options
+
+    if value is not None:
+        context.default_map = {**(context.default_map or {}), **driver_options(value)}
+
+
 def register(root: click.Group) -> None:
     """Add this module's commands, in the order `aitax --help` lists them."""
     for command in (emulate_command, emulate_scaling_command, faults_command):
@@ -61,9 +84,15 @@ _sweep_load = options(
     click.option("--warmup", type=float, default=15.0,
                  help="seconds of unmeasured 1x load first, so cold brokers do not skew 1x (default 15; 0: none); on a "
                       "testbed the brokers run it out of their CPU slices"),
-    click.option("--workload", type=click.Choice(tuple(APPLICATIONS)), default="face-recognition",
+    click.option("--workload", default="face-recognition", metavar="APPLICATION|FILE", is_eager=True,
+                 callback=lambda context, _, value: _workload_file(context, value),
                  help="face-recognition (default), or object-detection: the paper's second application (Sec. 6): "
-                      "every frame through Kafka at 30 FPS x factor to a 687 ms R-CNN"),
+                      "every frame through Kafka at 30 FPS x factor to a 687 ms R-CNN; or a workload file (its "
+                      "application and load, e.g. benchmarks/workloads/*.yaml; flags given override it)"),
+    click.option("--driver", type=FILE, is_eager=True, expose_value=False,
+                 callback=lambda context, _, value: _driver_file(context, value),
+                 help="a driver file: the Kafka client, keying, batcher delay, results linger and largest batch "
+                      "(e.g. benchmarks/drivers/*.yaml; flags given override it)"),
     click.option("--producers", type=int,
                  help="emulated ingest/detect instances (default 4; object-detection: 1 stream)"),
     click.option("--consumers", type=int,

@@ -40,6 +40,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from aitax.cluster.links import LinkShape, parse_rate
 from aitax.common.errors import UserError
+from aitax.common.model_files import read_yaml
 from aitax.telemetry.quantiles import DEFAULT_QUANTILES, quantile_key, window_for
 from aitax.telemetry.results import Workload
 
@@ -308,20 +309,8 @@ class ExperimentSpec:
 
 def load_spec(path: Path | str) -> ExperimentSpec:
     """Read and validate a spec file; paths in it are relative to the file's folder."""
-    import yaml
-
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SpecError(f"{path}: cannot read the experiment spec ({error.strerror or error})") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}: not valid YAML{where}: {getattr(error, 'problem', error)}") from None
-    return parse_spec(document, source=str(path), base_dir=path.parent)
+    return parse_spec(read_yaml(path, "experiment spec", SpecError), source=str(path), base_dir=path.parent)
 
 
 def parse_spec(document: Any, source: str = "<spec>", base_dir: Path | None = None) -> ExperimentSpec:

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aitax.common.errors import UserError
+from aitax.common.model_files import read_model
 from aitax.stack.config import MAX_BROKERS, MIN_BROKERS, Testbed
 
 BROKERS_SHARE_OF_MACHINE = 0.5  # of this machine's cores, at most, for the brokers' slices under `scale: auto`
@@ -79,15 +79,4 @@ class Design(_Strict):
 
 def load_design(path: Path) -> Design:
     """The design in `path`; a missing file or a bad field is one line naming both."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise UserError(f"{path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise UserError(f"{path}: not YAML ({str(error).splitlines()[0]})") from error
-    try:
-        return Design.model_validate(raw)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(top)"
-        raise UserError(f"{path}: {field}: {first['msg']} (got {first.get('input')!r})") from error
+    return read_model(path, Design, "design")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from aitax.common.errors import UserError, invalid
+from aitax.common.errors import UserError
+from aitax.common.model_files import read_model
 from aitax.tco.topology import TOPOLOGIES
 
 CATALOG_DIR = Path(__file__).parent / "catalogs"
@@ -111,15 +111,7 @@ def resolve_catalog_path(name_or_path: str) -> Path:
 
 def load_catalog(name_or_path: str) -> Catalog:
     path = resolve_catalog_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise UserError(f"{path}: cannot read catalog: {str(error).splitlines()[0]}") from error
-    try:
-        catalog = CatalogFile.model_validate(raw)
-    except ValidationError as error:
-        raise invalid(error, path.name) from None
-    return _catalog(path, catalog)
+    return _catalog(path, read_model(path, CatalogFile, "catalog"))
 
 
 def _not_bool_or_text(value: Any) -> Any:

@@ -76,6 +76,25 @@ def test_bad_input_is_refused_before_anything_starts(stack: StackConfig) -> None
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_the_shipped_workload_and_driver_files_run_and_their_results_record_them(stack: StackConfig,
+                                                                                   tmp_path: Path) -> None:
+    """OpenMessaging Benchmark's shape: a workload file and a driver file, a flag (the duration) over the file."""
+    from aitax.telemetry.results import read_results
+
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "aitax.cli", "emulate",
+                             "--workload", "benchmarks/workloads/face-recognition-paper.yaml",
+                             "--driver", "benchmarks/drivers/kafka-batched.yaml", "--factors", "1", "--duration", "8",
+                             "--warmup", "0", "--drain", "5", "--out", str(out)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = read_results(out, SweepResult).runs
+    workload, driver = run.workload, run.driver
+    assert (workload.producers, workload.consumers, workload.producer_processes, workload.duration_s) == (4, 8, 2, 8)
+    assert (driver.max_batch, driver.max_queue_delay_ms, driver.kafka_client) == (32, 10.0, "confluent-kafka")
+    assert run.identified_faces > 0
+
+
 def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
     # 2 streams keeping 2 frames each (the paper profile: one face per frame) at 4x.
     spec = replace(_spec(producers=2, consumers=3), in_flight=(2,))

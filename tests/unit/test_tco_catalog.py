@@ -136,7 +136,7 @@ def test_unreadable_yaml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("items: [unclosed\n", encoding="utf-8")
 
-    with pytest.raises(UserError, match=r"broken.yaml: cannot read catalog"):
+    with pytest.raises(UserError, match=r"broken.yaml: not valid YAML at line 2"):
         load_catalog(str(path))
 
 
