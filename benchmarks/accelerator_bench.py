@@ -36,7 +36,7 @@ def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, s
     from aitax.load.engine import run_load
     from aitax.load.local import LocalLoad
     from aitax.pipeline.runtime import new_run_id
-    from aitax.telemetry.results import Driver, Workload
+    from aitax.runs.results import Driver, Workload
 
     run_id = new_run_id()
     workload = Workload(mode="real", producers=streams, consumers=consumers, duration_s=seconds, video=str(video),
@@ -49,7 +49,7 @@ def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, s
 
 def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int, consumers: int, seconds: float):
     from aitax.emulation.sweep import SweepSpec, run_sweep
-    from aitax.telemetry.results import Driver
+    from aitax.runs.results import Driver
 
     # OS processes as the real run has them, as far as one count serves both sides: the GIL of one process holding
     # every stream would slow the emulated producers where the real ones are processes of their own
@@ -102,7 +102,7 @@ def main() -> int:
     from aitax.emulation.curves import load_curve
     from aitax.emulation.profile import derive_profile
     from aitax.stack.stack import running_config, use_local_identity
-    from aitax.telemetry.report_sources import load_events
+    from aitax.telemetry.event_sources import load_events
 
     for path in (args.video, args.gallery):
         if not path.is_file():

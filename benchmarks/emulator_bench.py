@@ -190,8 +190,8 @@ def own_costs(config, seconds: float) -> None:
     from aitax.emulation.workers import EmulatedCompute, run_consumer_instances, run_producer_instances
     from aitax.pipeline.schema import Topics
     from aitax.pipeline.transport import make_consumer, make_producer
+    from aitax.runs.results import Driver
     from aitax.stack import kafka
-    from aitax.telemetry.results import Driver
     from aitax.telemetry.sinks import NullSink
 
     topics = Topics.with_prefix(f"bench-own-{time.time_ns()}-")

@@ -43,8 +43,8 @@ def local_side(seconds: float, settle_s: float) -> dict:
     from aitax.pipeline.evaluate import DEMO_WARMUP_S, evaluate_run
     from aitax.pipeline.inputs import demo_inputs
     from aitax.pipeline.runtime import new_run_id
+    from aitax.runs.results import Driver, Workload
     from aitax.stack.stack import resolve_bootstrap, use_local_identity
-    from aitax.telemetry.results import Driver, Workload
 
     aitax = str(Path(sys.executable).parent / "aitax")
     subprocess.run([aitax, "stack", "up"], check=True)

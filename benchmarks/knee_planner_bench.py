@@ -64,6 +64,7 @@ def main() -> int:
 
 def print_table(fed: Path, measured: dict[Path, Path]) -> None:
     """The README's table: each design's predicted knees beside its measured one."""
+    from aitax.runs.results import SweepResult, read_results
     from aitax.stack.design import load_design
     from aitax.tco.knee import (
         face_costs,
@@ -75,7 +76,6 @@ def print_table(fed: Path, measured: dict[Path, Path]) -> None:
         read_sweep,
         within_one_step,
     )
-    from aitax.telemetry.results import SweepResult, read_results
 
     costs = face_costs(read_sweep(fed))
     print(f"\nfed: {fed} (per face, read at {costs.read_at})\n")

@@ -54,7 +54,7 @@ def row(label: str, result) -> str:
 def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
     from aitax.load.engine import REAL_DRAIN_S, run_local_pipeline
     from aitax.pipeline.inputs import demo_inputs
-    from aitax.telemetry.results import Driver, Workload
+    from aitax.runs.results import Driver, Workload
 
     gallery, video = demo_inputs()
     points = [(f"real {n} stream(s), delay {delay:g} ms", n, Driver(max_queue_delay_ms=delay))
@@ -76,7 +76,7 @@ def emulated_points(args, config) -> list[tuple[str, object]]:
     from aitax.common.errors import UserError
     from aitax.emulation.profile import load_profile
     from aitax.emulation.sweep import SweepSpec, run_sweep
-    from aitax.telemetry.results import Driver
+    from aitax.runs.results import Driver
 
     settings = [(f"delay {delay:g} ms", Driver(max_queue_delay_ms=delay)) for delay in args.delays]
     if args.before:

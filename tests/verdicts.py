@@ -3,7 +3,7 @@ run's halves, which a shared machine's noise can fail, and is a benchmark's matt
 
 from __future__ import annotations
 
-from aitax.telemetry.results import Verdict
+from aitax.runs.results import Verdict
 
 
 def assert_held(verdict: Verdict, *names: str) -> None:

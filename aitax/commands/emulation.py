@@ -24,7 +24,7 @@ from aitax.commands.options import (
 )
 from aitax.common.errors import UserError
 from aitax.emulation.curves import BASELINE_CURVE
-from aitax.telemetry.applications import APPLICATIONS
+from aitax.runs.applications import APPLICATIONS
 
 
 def _parse_factors(text: str) -> list[float]:
@@ -248,8 +248,8 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
                             out: Path | None, latency_bound: float | None, quantile: float) -> int:
     from aitax.emulation.profile import load_profile
     from aitax.emulation.sweep import SweepSpec, run_scaling
+    from aitax.runs.results import write_results
     from aitax.stack.stack import running_config
-    from aitax.telemetry.results import write_results
 
     running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
     limits = {"brokers": (3, 8), "drives": (1, 4), "face-size": (0.01, 1)}[dimension]
@@ -284,7 +284,7 @@ def faults_command(scenarios: str, factor: float, release: str, namespace: str, 
                    json_out: Path | None) -> int:
     from aitax.common.paths import aitax_home
     from aitax.emulation.faults import SCENARIOS, print_table, run_disk_full, run_scenario
-    from aitax.telemetry.results import FaultResults, write_results
+    from aitax.runs.results import FaultResults, write_results
 
     every = [*SCENARIOS, "broker-disk-full"]
     names = every if scenarios == "all" else scenarios.split(",")

@@ -181,7 +181,7 @@ def batching(max_batch: int, what: str) -> Decorator:
 
 
 def results_linger(command: F) -> F:
-    from aitax.telemetry.results import Driver
+    from aitax.runs.results import Driver
 
     default = Driver.model_fields["results_linger_ms"].default
     return click.option("--results-linger-ms", type=float, default=default, metavar="MS", show_default=True,
@@ -200,7 +200,7 @@ def driver(timing: dict[str, float], **settings: Any):
     from pydantic import ValidationError
 
     from aitax.common.errors import invalid
-    from aitax.telemetry.results import Driver
+    from aitax.runs.results import Driver
 
     try:
         return Driver(**timing, **settings)

@@ -21,7 +21,7 @@ from aitax.commands.options import (
 from aitax.commands.stages import PACE
 from aitax.common.errors import UserError, invalid
 from aitax.pipeline.inputs import compose_video, enroll_gallery
-from aitax.telemetry.applications import APPLICATIONS
+from aitax.runs.applications import APPLICATIONS
 
 
 def register(root: click.Group) -> None:
@@ -98,8 +98,8 @@ def compare_stages(video: Path, gallery: Path, producers: int, consumers: int, d
                    plot: Path | None) -> int:
     from aitax.load.compare import format_comparison, plot_comparison
     from aitax.load.engine import run_local_pipeline
+    from aitax.runs.results import Driver
     from aitax.stack.stack import resolve_bootstrap
-    from aitax.telemetry.results import Driver
 
     bootstrap = resolve_bootstrap(None)
     runs = [run_local_pipeline(_real_workload(video, gallery, producers, consumers, duration, "native", ramp_up,
@@ -120,7 +120,7 @@ def _real_workload(video: Path | None, gallery: Path | None, producers: int, con
     from pydantic import ValidationError
 
     from aitax.load.engine import REAL_DRAIN_S
-    from aitax.telemetry.results import Workload
+    from aitax.runs.results import Workload
 
     try:
         return Workload(mode="real", producers=producers, consumers=consumers, duration_s=duration_s,

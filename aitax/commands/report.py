@@ -24,11 +24,11 @@ from aitax.common.errors import UserError
 @click.option("--plots", type=click.Path(file_okay=False, path_type=Path), help="write fig6.png .. fig9.png here")
 def report(run_id: str, events: str | None, es: str | None, html: Path | None, json_out: Path | None,
            plots: Path | None) -> int:
+    from aitax.reporting.report import build_report
+    from aitax.reporting.report_render import format_text, render_figures, render_html, write_plots
     from aitax.stack.stack import local_elasticsearch_url
     from aitax.telemetry.elastic_access import usable_url
-    from aitax.telemetry.report import build_report
-    from aitax.telemetry.report_render import format_text, render_figures, render_html, write_plots
-    from aitax.telemetry.report_sources import load_events
+    from aitax.telemetry.event_sources import load_events
 
     if events and es:
         raise UserError("--events and --es: give one source of events, not both")

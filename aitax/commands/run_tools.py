@@ -132,7 +132,7 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
 def profile_command(run_id: str, events: str | None, out: Path) -> int:
     from aitax.emulation.profile import derive_profile
     from aitax.stack.stack import local_elasticsearch_url
-    from aitax.telemetry.report_sources import load_events
+    from aitax.telemetry.event_sources import load_events
 
     source = events or local_elasticsearch_url("--events")
     profile = derive_profile(load_events(run_id, source).documents, run_id)

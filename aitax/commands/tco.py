@@ -223,9 +223,9 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
               help="thumbnails this many times the size of the fed sweep's (Fig. 15c: 0.5, 0.25), as `aitax emulate "
                    "--face-scale` sends them")
 def knee_command(fed: Path, design: Path, compare: Path | None, face_scale: float) -> int:
+    from aitax.runs.results import SweepResult, read_results
     from aitax.stack.design import load_design
     from aitax.tco.knee import face_costs, point_seconds, predict, read_sweep, with_thumbnails
-    from aitax.telemetry.results import SweepResult, read_results
 
     sweep = read_sweep(fed)
     declared = load_design(design)

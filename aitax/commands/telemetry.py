@@ -11,7 +11,7 @@ import click
 from aitax.commands.options import group
 from aitax.commands.report import report
 from aitax.common.errors import UserError
-from aitax.telemetry.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
+from aitax.reporting.kibana import API_KEY_ENV, DEFAULT_GRAFANA, DEFAULT_NDJSON
 
 
 def register(root: click.Group) -> None:
@@ -40,10 +40,10 @@ def dashboard(run_id: str | None, events: str | None, prometheus: str | None, ru
               host: str, port: int | None, tls_dir: Path | None) -> int:
     from aitax.common import children
     from aitax.common.paths import aitax_home
+    from aitax.reporting.dashboard import DashboardServer, ViewerLogin, make_app
+    from aitax.reporting.live_sources import LiveSources
     from aitax.stack.config import StackConfig
     from aitax.stack.stack import current_config
-    from aitax.telemetry.dashboard import DashboardServer, ViewerLogin, make_app
-    from aitax.telemetry.live_sources import LiveSources
 
     config = current_config()
     if events is None:
@@ -111,7 +111,7 @@ kibana = group("kibana", "ship the aitax dashboard to Kibana",
 @click.option("--file", "ndjson", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_NDJSON,
               help="saved objects NDJSON (default: the shipped dashboard)")
 def kibana_import(url: str, space: str | None, ndjson: Path) -> int:
-    from aitax.telemetry.kibana import DASHBOARD_ID, import_saved_objects, kibana_base
+    from aitax.reporting.kibana import DASHBOARD_ID, import_saved_objects, kibana_base
 
     imported = import_saved_objects(url, ndjson, space=space)
     dashboard = f"{kibana_base(url, space)}/app/dashboards#/view/{DASHBOARD_ID}"
@@ -127,7 +127,7 @@ def _check_command(owner: str, default: Path, short_help: str, help: str) -> cli
     @click.option("--file", "path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=default,
                   show_default=True, help="the file to check")
     def check(path: Path) -> int:
-        from aitax.telemetry.dashboard_schemas import check_file
+        from aitax.reporting.dashboard_schemas import check_file
 
         errors, passed = check_file(path, owner)
         for error in errors:
@@ -141,7 +141,7 @@ def _check_command(owner: str, default: Path, short_help: str, help: str) -> cli
 kibana.add_command(_check_command(
     "kibana", DEFAULT_NDJSON, "check saved objects against what Kibana 8.19's import enforces",
     "Each object's shape, attributes, migration versions, references and dashboard panels against the rules Kibana "
-    "8.19's saved-objects import applies (aitax/telemetry/dashboard_schemas.py names the Kibana source of each)."))
+    "8.19's saved-objects import applies (aitax/reporting/dashboard_schemas.py names the Kibana source of each)."))
 grafana = group("grafana", "the Grafana dashboard file")
 grafana.add_command(_check_command(
     "grafana", DEFAULT_GRAFANA, "check a dashboard against Grafana's published schema",

@@ -24,11 +24,11 @@ from aitax.emulation.sweep import SweepSpec, delete_topics, emulated_load
 from aitax.load.engine import run_load
 from aitax.load.local import LocalLoad
 from aitax.pipeline.schema import Topics
+from aitax.runs.results import FaultResult, RunResult, judge_fault
 from aitax.stack import elasticsearch as es_component
 from aitax.stack import kafka
 from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
-from aitax.telemetry.results import FaultResult, RunResult, judge_fault
 
 
 @dataclass

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from aitax.common.paper import NETWORK_SHARE_AT_8X, STORAGE_WRITE_SHARE
-from aitax.telemetry.applications import FACE_RECOGNITION, application
+from aitax.runs.applications import FACE_RECOGNITION, application
+from aitax.runs.results import FactorRuns, RunResult, SweepResult, format_spread
 from aitax.telemetry.latency import BREAKDOWN
 from aitax.telemetry.quantiles import min_samples, quantile_key
-from aitax.telemetry.results import FactorRuns, RunResult, SweepResult, format_spread
 
 
 def print_table(sweep: SweepResult) -> None:
@@ -233,7 +233,7 @@ def write_html(sweep: SweepResult, figures: list[Path], path: Path) -> Path:
     """One self-contained page: the table as printed, then every plot."""
     import html
 
-    from aitax.telemetry.report_render import html_figure, html_page
+    from aitax.reporting.report_render import html_figure, html_page
 
     images = "".join(html_figure(figure.stem.replace("_", " "), figure.read_bytes()) for figure in figures)
     body = f"<pre>{html.escape(chr(10).join(format_table(sweep)))}</pre>\n<h2>Figures</h2>\n{images}"

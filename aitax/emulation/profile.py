@@ -35,7 +35,7 @@ from pydantic import (
 
 from aitax.common.errors import UserError, invalid
 from aitax.common.paper import OBJECT_DETECTION, PAPER, STREAM_FPS, THUMBNAIL_BYTES, VIDEO_FACES_PER_FRAME
-from aitax.telemetry.applications import application
+from aitax.runs.applications import application
 
 PROFILE_VERSION = 1
 STAGE_NAMES = ("ingest", "detect", "identify")
@@ -193,7 +193,7 @@ class ProfileFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
-    application: str = "face-recognition"  # telemetry.applications
+    application: str = "face-recognition"  # runs.applications
     fps: float = Field(STREAM_FPS, gt=0)  # frames per second per stream
     compute_ms: dict[Literal["ingest", "detect", "identify"], QuantilePoints]
     thumbnail_bytes: QuantilePoints

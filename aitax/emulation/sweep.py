@@ -24,11 +24,7 @@ from aitax.emulation.profile import Profile
 from aitax.load.engine import run_load
 from aitax.load.local import LocalLoad
 from aitax.pipeline.schema import DEFAULT_KEYING, Topics
-from aitax.stack import cpu_slices, kafka
-from aitax.stack.config import StackConfig
-from aitax.telemetry.latency import batch_size_p50
-from aitax.telemetry.quantiles import DEFAULT_QUANTILES, window_for
-from aitax.telemetry.results import (
+from aitax.runs.results import (
     Driver,
     Resources,
     RunResult,
@@ -38,6 +34,10 @@ from aitax.telemetry.results import (
     Workload,
     write_results,
 )
+from aitax.stack import cpu_slices, kafka
+from aitax.stack.config import StackConfig
+from aitax.telemetry.latency import batch_size_p50
+from aitax.telemetry.quantiles import DEFAULT_QUANTILES, window_for
 
 DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, not for an unstable one's
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from aitax.common.errors import UserError
 from aitax.common.model_files import read_yaml, validate_model
-from aitax.telemetry.results import Driver, Workload
+from aitax.runs.results import Driver, Workload
 
 # emulate's option -> the Workload field a workload file gives it by, and how the option takes the value
 WORKLOAD_OPTIONS: Mapping[str, tuple[str, Callable[[Any], Any]]] = {

@@ -29,7 +29,7 @@ from aitax.experiment.kubernetes_api import (
 )
 from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback
 from aitax.pipeline.transport.security import READER_MOUNT, TLS_ENV
-from aitax.telemetry.results import Driver, Workload
+from aitax.runs.results import Driver, Workload
 
 PRODUCERS_GONE_S = 120.0  # the pods' grace period (60 s) and some
 POLL_S = 2.0  # each poll is an exec into a pod that starts a Python process

@@ -31,7 +31,7 @@ from aitax.experiment.kubernetes_api import KubernetesCluster, Scaled
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec, PhaseLinks
 from aitax.load.engine import REAL_DRAIN_S, print_result, run_load
 from aitax.pipeline.transport.readback import Collected
-from aitax.telemetry.results import RunResult, Workload
+from aitax.runs.results import RunResult, Workload
 
 if TYPE_CHECKING:
     from aitax.cluster.node import RealCluster

@@ -15,7 +15,7 @@ from aitax.common.errors import UserError
 from aitax.common.paths import aitax_home
 from aitax.experiment.spec import CONSUMER_STAGE, KAFKA, PRODUCER_STAGE, ExperimentSpec
 from aitax.load.engine import REAL_DRAIN_S
-from aitax.telemetry.results import RunResult
+from aitax.runs.results import RunResult
 
 
 class LocalBackend:
@@ -69,8 +69,8 @@ class LocalBackend:
         from aitax.emulation.profile import load_profile
         from aitax.load.engine import local_stack_for, print_result, run_load, run_local_pipeline
         from aitax.load.local import LocalLoad
+        from aitax.runs.results import Driver, Workload
         from aitax.stack.stack import default_events
-        from aitax.telemetry.results import Driver, Workload
 
         phase, mode = self.spec.phases[index], self.spec.mode
         producers, consumers = phase.replicas[PRODUCER_STAGE[mode]], phase.replicas[CONSUMER_STAGE[mode]]

@@ -28,7 +28,7 @@ from aitax.cluster.node import NODE_PREFIX, Node, RealCluster
 from aitax.common.daemons import poll_until
 from aitax.common.errors import UserError
 from aitax.emulation.faults import DRAIN_S as FAULT_DRAIN_S
-from aitax.telemetry.results import FaultResult, judge_fault
+from aitax.runs.results import FaultResult, judge_fault
 
 SCENARIO = "node-failure"
 RECOVERY_TIMEOUT_S = 300.0

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 from aitax.common.errors import UserError
+from aitax.runs.results import StageSummary
 from aitax.telemetry.elastic_access import http_options, redacted, refusal, usable_url
 from aitax.telemetry.events import INDEX_PREFIX
-from aitax.telemetry.results import StageSummary
 
 PERCENTILES = (50.0, 90.0, 99.0)
 

@@ -13,7 +13,7 @@ from aitax.common.errors import UserError
 from aitax.common.paper import HIGHEST_STABLE_FACTOR
 from aitax.experiment.results import check_elasticsearch, stage_summaries
 from aitax.experiment.spec import KAFKA, MIN_KAFKA_REPLICAS, ExperimentSpec
-from aitax.telemetry.results import (
+from aitax.runs.results import (
     BoundSearchResult,
     ExperimentResult,
     FactorRuns,

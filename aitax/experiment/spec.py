@@ -41,8 +41,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from aitax.cluster.links import LinkShape, parse_rate
 from aitax.common.errors import UserError
 from aitax.common.model_files import read_yaml
+from aitax.runs.results import Workload
 from aitax.telemetry.quantiles import DEFAULT_QUANTILES, quantile_key, window_for
-from aitax.telemetry.results import Workload
 
 MODES = ("real", "emulated")
 KAFKA = "kafka"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitax.runs.results import RunResult
 from aitax.telemetry.latency import broker_wait_ms
-from aitax.telemetry.results import RunResult
 
 MB = 1e6
 

@@ -17,10 +17,10 @@ from typing import Protocol
 from aitax.common.errors import UserError
 from aitax.load.local import LocalLoad
 from aitax.load.resources import Sampler, Usage, resources
+from aitax.runs.applications import application
+from aitax.runs.results import RESULT_FILE, Driver, RunResult, Startup, Workload, judge, write_results
 from aitax.stack.config import StackConfig
-from aitax.telemetry.applications import application
 from aitax.telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
-from aitax.telemetry.results import RESULT_FILE, Driver, RunResult, Startup, Workload, judge, write_results
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
 DISRUPTION_JOIN_S = 120.0

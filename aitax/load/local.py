@@ -1,4 +1,4 @@
-"""A run's stage processes on this machine: the real stages its application describes (`telemetry.applications`:
+"""A run's stage processes on this machine: the real stages its application describes (`runs.applications`:
 Face Recognition's `ingest-detect` and `identify`, or `ingest` and `detect` apart in three stages; Object Detection's
 `ingest` and `detect-objects`) or the emulated ones (`emulate-consumers`, `emulate-producers`), the way Deployments
 run them on a cluster.
@@ -17,8 +17,8 @@ from aitax.common import children
 from aitax.common.daemons import poll_until
 from aitax.common.errors import UserError
 from aitax.pipeline.schema import DEFAULT_TOPICS, Topics
-from aitax.telemetry.applications import Stage, application
-from aitax.telemetry.results import Driver, Workload
+from aitax.runs.applications import Stage, application
+from aitax.runs.results import Driver, Workload
 
 READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
 PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
@@ -47,7 +47,7 @@ class LocalLoad:
         self.shares_topics = not topic_prefix
         self.group = f"{group}-{run_id}" if self.shares_topics else group
         # an emulated three-stage run's detect instances: a group of its own beside its topics (a real run's detect
-        # processes use their stage's group, telemetry.applications)
+        # processes use their stage's group, runs.applications)
         self.detect_group = f"detect-{group}"  # each group starts with its principal's name (stack.security)
         self.topics = Topics.with_prefix(topic_prefix) if topic_prefix else DEFAULT_TOPICS
         common = ["--bootstrap", bootstrap, "--events", events, "--kafka-client", driver.kafka_client]
@@ -114,9 +114,9 @@ class LocalLoad:
             if w.video is not None:
                 open_video(w.video).release()
             for camera in w.cameras:  # refused credentials: one line before any process starts
-                from aitax.pipeline.camera import check_access, source_of
+                from aitax.pipeline.camera import check_access
 
-                check_access(source_of(camera))
+                check_access(camera.source())
             if needs_gallery:
                 load_gallery(Path(self.workload.gallery))
         require_brokers(self.bootstrap)
@@ -270,13 +270,10 @@ class LocalLoad:
     def identities(self) -> tuple[list, int]:
         """The run's results (first of each unit) and the duplicates published, decoded as the application says:
         identities, or Object Detection's frames as their detections answered them."""
-        import importlib
-
         from aitax.pipeline.transport.readback import read_identities
 
         decoder = self.application.decoder if self.real else None
         if decoder is None:
             return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)
-        module, name = decoder.split(":")
         return read_identities(self.bootstrap, self.run_id, topic=getattr(self.topics, self.application.results),
-                               decode=getattr(importlib.import_module(module), name))
+                               decode=decoder)

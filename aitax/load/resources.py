@@ -24,10 +24,10 @@ import psutil
 
 from aitax.common.block_devices import BlockDevice, DeviceCounters, DeviceUsage, counters, device_of
 from aitax.common.block_devices import usage_between as device_usage_between
+from aitax.runs.results import Resources, StorageDevice
 from aitax.stack import calibration, cpu_slices, kafka
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import LatencySummary
-from aitax.telemetry.results import Resources, StorageDevice
 
 OTHER_PROCESSES_SHOWN_CORES = 0.1
 SATURATION = 0.85  # a resource busier than this is saturated (the paper saw storage give out near 67%)

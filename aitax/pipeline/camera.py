@@ -22,16 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from aitax.common.errors import UserError
 from aitax.pipeline.stream import BoundedQueue, Frame, hand_off
 from aitax.telemetry.camera_health import CameraHealth
-
-if TYPE_CHECKING:
-    from aitax.telemetry.results import Camera
 
 TRANSPORTS = ("tcp", "udp")
 LIVE_SCHEMES = ("rtsp", "rtsps")
@@ -92,16 +88,6 @@ class CameraSource:
         parts = urlsplit(self.url)
         secret = f"{quote(self.user, safe='')}:{quote(self.password or '', safe='')}@"
         return urlunsplit((parts.scheme, secret + parts.netloc, parts.path, parts.query, ""))
-
-
-def source_of(camera: Camera) -> CameraSource:
-    """A workload's camera (telemetry.results.Camera) as ingestion reads it, its password read from its file."""
-    try:
-        password = Path(camera.password_file).read_text().strip() if camera.password_file else None
-    except OSError as error:
-        raise UserError(f"camera {camera.url}: password_file {camera.password_file}: {error.strerror}") from None
-    return CameraSource.parse(camera.url, camera.user, password, transport=camera.transport,
-                              declared_fps=camera.declared_fps, stall_s=camera.stall_s)
 
 
 def is_live(source: str) -> bool:

@@ -287,7 +287,7 @@ def evaluate_run(video: Path, run_id: str, bootstrap: str, events: str | Path | 
     release's start-up, its backlog from before identify was ready, left out), for `window_s` when given."""
     from aitax.common.paths import aitax_home
     from aitax.pipeline.transport.readback import read_identities
-    from aitax.telemetry.report_sources import load_events
+    from aitax.telemetry.event_sources import load_events
 
     truth = load_truth(video)
     identities, duplicates = read_identities(bootstrap, run_id)

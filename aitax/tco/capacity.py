@@ -23,7 +23,7 @@ adding brokers "more efficient": 32x needed 4x the drives but 8/3 the brokers. S
 0.556 of a drive on its own broker node. With these, the model matches 10 of the 11 Fig. 15 rows (39 of 40
 reported cells); `compare_fig15` names the one it misses (3 drives at 24x).
 
-`aitax emulate` writes a `SweepResult` (telemetry.results, versioned); `load_emulation_results` reads it and
+`aitax emulate` writes a `SweepResult` (runs.results, versioned); `load_emulation_results` reads it and
 `calibrate_from_emulation` replaces the paper's 1x rate and u with measured ones.
 """
 
@@ -39,7 +39,7 @@ from aitax.tco.catalog import Catalog, build_parameters
 from aitax.telemetry.quantiles import quantile_key
 
 if TYPE_CHECKING:  # the results model loads pydantic and numpy: only `--from-emulation` needs it
-    from aitax.telemetry.results import FactorRuns, RunResult, SweepResult
+    from aitax.runs.results import FactorRuns, RunResult, SweepResult
 
 # Factors of the paper's Fig. 15 runs (Sec. 7.1 starts at 8x, "the speedup that sent latency to infinity").
 FIG15_FACTORS = (8, 12, 16, 24, 32)
@@ -264,7 +264,7 @@ def _explain_cell(row: Fig15Row, cell: Fig15Cell, parameters: CapacityParameters
 
 @dataclass(frozen=True)
 class EmulationResults:
-    """A sweep's results (`telemetry.results.SweepResult`, as `aitax emulate` writes them), checked for what the
+    """A sweep's results (`runs.results.SweepResult`, as `aitax emulate` writes them), checked for what the
     planner needs: every run's brokers' disk writes sampled. Repeats of a factor count by their median."""
 
     path: Path
@@ -280,7 +280,7 @@ class EmulationResults:
 
 
 def load_emulation_results(path: Path) -> EmulationResults:
-    from aitax.telemetry.results import SweepResult, read_results
+    from aitax.runs.results import SweepResult, read_results
 
     sweep = read_results(path, SweepResult)
     if not sweep.runs:

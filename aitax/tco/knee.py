@@ -40,8 +40,8 @@ from pathlib import Path
 
 from aitax.common.errors import UserError
 from aitax.load.resources import SATURATION
+from aitax.runs.results import RunResult, SweepResult, read_results
 from aitax.stack.config import Testbed
-from aitax.telemetry.results import RunResult, SweepResult, read_results
 
 BITS_PER_BYTE = 8
 STORAGE = "broker storage"

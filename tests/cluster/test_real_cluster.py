@@ -399,7 +399,7 @@ def test_an_emulated_experiment_measures_each_phase_on_the_pods(cluster: RealClu
     probes, 1x and 4x, are the phases compared) and a closed loop, as local experiments run them."""
     from aitax.emulation.profile import load_profile
     from aitax.experiment.runner import run_experiment
-    from aitax.telemetry.results import ExperimentResult, read_results
+    from aitax.runs.results import ExperimentResult, read_results
 
     # 2 streams of the paper's profile offer 10 faces/s each at 1x; the release's emulated identify has an H200's
     # curve (about 2 ms a batch, the previous test): 6 instances carry 4x with room to spare. 30 s phases: the new

@@ -21,11 +21,11 @@ import requests
 
 from aitax.pipeline.camera import STALL_SHARE, CameraSource
 from aitax.pipeline.camera_sim import CameraSpec, SimulatedCamera
+from aitax.reporting.report import build_report
+from aitax.runs.results import RunResult, read_results
 from aitax.stack.config import StackConfig
 from aitax.telemetry.camera_health import CameraHealth
-from aitax.telemetry.report import build_report
-from aitax.telemetry.report_sources import load_events
-from aitax.telemetry.results import RunResult, read_results
+from aitax.telemetry.event_sources import load_events
 from tests.relay import Relay
 
 pytestmark = pytest.mark.integration
@@ -242,6 +242,6 @@ def test_eight_cameras_at_once_over_udp_one_slower_than_it_declares(stack: Stack
 
 
 def _report_text(run: CameraRun) -> str:
-    from aitax.telemetry.report_render import camera_line
+    from aitax.reporting.report_render import camera_line
 
     return "\n".join(camera_line(stream_id, health) for stream_id, health in run.cameras.items())

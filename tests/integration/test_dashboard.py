@@ -13,14 +13,14 @@ import pytest
 import requests
 
 from aitax.common import children
+from aitax.reporting.dashboard import GRAPHS, ViewerLogin
+from aitax.reporting.live import BATCH_SERIES
+from aitax.reporting.report import Report
+from aitax.reporting.report_render import latency_rows
+from aitax.runs.results import RunResult, read_results
 from aitax.stack import security
 from aitax.stack.config import StackConfig
-from aitax.telemetry.dashboard import GRAPHS, ViewerLogin
 from aitax.telemetry.latency import batch_size_p50, broker_wait_ms
-from aitax.telemetry.live import BATCH_SERIES
-from aitax.telemetry.report import Report
-from aitax.telemetry.report_render import latency_rows
-from aitax.telemetry.results import RunResult, read_results
 from tests.browser import chromium
 from tests.integration.conftest import AITAX
 

@@ -13,9 +13,9 @@ import pytest
 from aitax.emulation.profile import paper_profile
 from aitax.emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
 from aitax.load.engine import run_load
+from aitax.runs.results import SweepResult
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import BREAKDOWN
-from aitax.telemetry.results import SweepResult
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration
@@ -79,7 +79,7 @@ def test_bad_input_is_refused_before_anything_starts(stack: StackConfig) -> None
 def test_the_shipped_workload_and_driver_files_run_and_their_results_record_them(stack: StackConfig,
                                                                                    tmp_path: Path) -> None:
     """OpenMessaging Benchmark's shape: a workload file and a driver file, a flag (the duration) over the file."""
-    from aitax.telemetry.results import read_results
+    from aitax.runs.results import read_results
 
     out = tmp_path / "results.json"
     result = subprocess.run([sys.executable, "-m", "aitax.cli", "emulate",

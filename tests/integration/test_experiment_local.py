@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from aitax.runs.results import THROUGHPUT_FLOOR, RunResult
 from aitax.stack.config import StackConfig
-from aitax.telemetry.results import THROUGHPUT_FLOOR, RunResult
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration

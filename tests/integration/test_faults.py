@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from aitax.emulation.faults import run_scenario
+from aitax.runs.results import FaultResult
 from aitax.stack import kafka
 from aitax.stack.config import StackConfig
-from aitax.telemetry.results import FaultResult
 
 pytestmark = pytest.mark.integration
 KEPT = {"acknowledged faces kept": True, "no acknowledged face lost": True, "stage processes ran": True}

@@ -13,9 +13,9 @@ import requests
 from aitax.pipeline.evaluate import evaluate_run
 from aitax.pipeline.gallery import load_gallery
 from aitax.pipeline.synth_video import load_truth
+from aitax.runs.results import RunResult, read_results
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import broker_wait_ms
-from aitax.telemetry.results import RunResult, read_results
 from tests.verdicts import assert_held
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ import pytest
 from elasticsearch import helpers
 
 from aitax.common.errors import UserError
+from aitax.reporting.report import build_report
 from aitax.stack.config import StackConfig
 from aitax.telemetry.elastic_access import client as elasticsearch_client
+from aitax.telemetry.event_sources import load_events
 from aitax.telemetry.events import INDEX_PREFIX
-from aitax.telemetry.report import build_report
-from aitax.telemetry.report_sources import load_events
 from tests.unit.test_report import synthetic_documents, write_jsonl
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aitax.pipeline.schema import IdentityMessage
-from aitax.telemetry.results import (
+from aitax.runs.results import (
     Condition,
     Driver,
     Resources,

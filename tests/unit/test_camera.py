@@ -21,12 +21,12 @@ from aitax.pipeline.camera import (
     check_access,
 )
 from aitax.pipeline.stream import Frame
+from aitax.reporting.report import build_report
+from aitax.reporting.report_render import camera_line
+from aitax.runs.results import Camera, Workload
 from aitax.telemetry.camera_health import CameraHealth
 from aitax.telemetry.events import INDEX_MAPPING, Event
 from aitax.telemetry.metrics import StageMetrics
-from aitax.telemetry.report import build_report
-from aitax.telemetry.report_render import camera_line
-from aitax.telemetry.results import Camera, Workload
 
 
 def test_credentials_leave_the_url_and_only_the_user_is_ever_shown() -> None:
@@ -66,14 +66,12 @@ def test_a_results_file_never_holds_a_cameras_password() -> None:
 
 
 def test_a_workloads_camera_reads_its_password_from_its_file(tmp_path) -> None:
-    from aitax.pipeline.camera import source_of
-
     secret = tmp_path / "password"
     secret.write_text("s3cret\n")
-    source = source_of(Camera(url="rtsp://cam/x", user="ops", password_file=str(secret), transport="udp"))
+    source = Camera(url="rtsp://cam/x", user="ops", password_file=str(secret), transport="udp").source()
     assert (source.user, source.password, source.transport) == ("ops", "s3cret", "udp")
     with pytest.raises(UserError, match=r"^camera rtsp://cam/x: password_file .*/nothing: No such file"):
-        source_of(Camera(url="rtsp://cam/x", user="ops", password_file=str(tmp_path / "nothing")))
+        Camera(url="rtsp://cam/x", user="ops", password_file=str(tmp_path / "nothing")).source()
 
 
 class ScriptedCamera:

@@ -154,7 +154,7 @@ class OnePhase:
     """A load that acknowledges and identifies nothing, at once: only how the engine takes resources is looked at."""
 
     def __init__(self) -> None:
-        from aitax.telemetry.results import Driver, Workload
+        from aitax.runs.results import Driver, Workload
 
         self.workload = Workload(mode="emulated", producers=1, consumers=1, duration_s=0.05, drain_s=0)
         self.driver, self.run_id = Driver(), "phase-1"

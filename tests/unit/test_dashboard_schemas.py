@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from aitax.cli import main
-from aitax.telemetry.dashboard_schemas import check_grafana, check_kibana
-from aitax.telemetry.kibana import DEFAULT_GRAFANA, DEFAULT_NDJSON, read_saved_objects
+from aitax.reporting.dashboard_schemas import check_grafana, check_kibana
+from aitax.reporting.kibana import DEFAULT_GRAFANA, DEFAULT_NDJSON, read_saved_objects
 
 
 @pytest.fixture(scope="module")

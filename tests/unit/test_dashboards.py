@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 
 from aitax.common.errors import UserError
-from aitax.telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
-from aitax.telemetry.kibana import (
+from aitax.reporting.kibana import (
     DEFAULT_NDJSON,
     import_saved_objects,
     read_saved_objects,
     referenced_fields,
     runtime_fields,
 )
+from aitax.telemetry.events import INDEX_MAPPING, INDEX_PREFIX, STAGES
 
-GRAFANA_JSON = Path(__file__).parents[2] / "aitax" / "telemetry" / "dashboards" / "grafana.json"
+GRAFANA_JSON = Path(__file__).parents[2] / "aitax" / "reporting" / "dashboards" / "grafana.json"
 DATA_VIEW_ID = "aitax-dataview"
 # The metrics every stage process serves (aitax/telemetry/metrics.py), and the series a histogram expands to.
 METRIC_NAMES = {

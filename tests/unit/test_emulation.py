@@ -46,7 +46,7 @@ def test_paper_profiles() -> None:
 def test_object_detection_sends_every_frame_whole_to_a_687_ms_detector() -> None:
     """The paper's second application on the same loops (Sec. 6): one payload per frame, frame-sized, 30 FPS,
     no AI before Kafka, the R-CNN's time where identify's is; one stream needs about 21 detection instances."""
-    from aitax.telemetry.applications import APPLICATIONS
+    from aitax.runs.applications import APPLICATIONS
 
     profile = load_profile("object-detection")
     assert profile.faces_per_frame == {1: 1.0} and profile.fps == 30.0
@@ -307,9 +307,9 @@ def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_r
 def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(monkeypatch, tmp_path: Path) -> None:
     from aitax.emulation import sweep as sweep_module
     from aitax.emulation.plots import format_table
+    from aitax.runs.results import SweepResult, read_results
     from aitax.stack.config import StackConfig
     from aitax.tco.knee import measured_knee
-    from aitax.telemetry.results import SweepResult, read_results
     from tests.unit.results_builders import emulated_run
 
     def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
@@ -331,9 +331,9 @@ def test_brokers_that_cannot_serve_the_warm_up_end_the_sweep_before_its_first_fa
                                                                                     tmp_path: Path) -> None:
     from aitax.emulation import sweep as sweep_module
     from aitax.emulation.plots import format_table, write_plots
+    from aitax.runs.results import SweepResult, read_results
     from aitax.stack.config import StackConfig
     from aitax.tco.knee import measured_knee
-    from aitax.telemetry.results import SweepResult, read_results
 
     def run_factor(spec, config, factor, run_id, workdir, repeat=1, in_flight=None):
         raise sweep_module.PointNotStartedError("1x not started, the brokers did not set it up: timed out")

@@ -10,7 +10,7 @@ import yaml
 from aitax.common.errors import UserError
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from aitax.telemetry.results import ExperimentResult, read_results
+from aitax.runs.results import ExperimentResult, read_results
 from tests.unit.results_builders import emulated_run
 
 SPEC = """

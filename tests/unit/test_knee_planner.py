@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from aitax.runs.results import Resources, SweepResult
 from aitax.stack.config import Testbed
 from aitax.tco.knee import (
     PageCache,
@@ -18,7 +19,6 @@ from aitax.tco.knee import (
     with_thumbnails,
     within_one_step,
 )
-from aitax.telemetry.results import Resources, SweepResult
 from tests.unit.results_builders import emulated_run
 
 FED = Testbed(design="fed", scale=100, broker_cpu_cores=0.5, client_cpu_cores=0.5, drive_bytes_per_s=10e6,
@@ -102,7 +102,7 @@ def test_a_prediction_counts_when_it_lands_within_one_factor_step() -> None:
 def test_plan_knee_prints_the_prediction_beside_the_measured_knee(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from aitax.cli import main
-    from aitax.telemetry.results import write_results
+    from aitax.runs.results import write_results
 
     fed = write_results(_sweep([_run(1, 20), _run(2, 40)]), tmp_path / "fed.json")
     design = tmp_path / "d.yaml"

@@ -6,11 +6,11 @@ import base64
 
 import pytest
 
-from aitax.telemetry.dashboard import ViewerLogin
+from aitax.reporting.dashboard import ViewerLogin
+from aitax.reporting.live import BATCH_SERIES, build_view
+from aitax.reporting.report import build_report
+from aitax.runs.results import Condition, Resources, Verdict
 from aitax.telemetry.latency import LatencySummary, tail_of
-from aitax.telemetry.live import BATCH_SERIES, build_view
-from aitax.telemetry.report import build_report
-from aitax.telemetry.results import Condition, Resources, Verdict
 from tests.unit.results_builders import emulated_run
 from tests.unit.test_report import RUN, synthetic_events
 
@@ -79,9 +79,9 @@ def test_once_ended_the_headline_and_verdict_are_the_run_results(report) -> None
 def test_a_live_cameras_health_is_beside_its_stream_in_the_view_and_on_the_page(report) -> None:
     from dataclasses import replace
 
+    from aitax.reporting.dashboard import _cameras
+    from aitax.reporting.report import CameraReport
     from aitax.telemetry.camera_health import CameraHealth
-    from aitax.telemetry.dashboard import _cameras
-    from aitax.telemetry.report import CameraReport
 
     health = CameraHealth(received=40, dropped=4, detected=36, reconnects=2, longest_gap_s=3.25, measured_fps=9.5,
                           declared_fps=10.0, connected=True)
@@ -109,7 +109,7 @@ def test_the_viewer_login_admits_only_its_own_password() -> None:
 
 
 def test_a_url_shown_on_the_page_carries_no_password() -> None:
-    from aitax.telemetry.live_sources import redacted
+    from aitax.reporting.live_sources import redacted
 
     assert redacted("https://writer:s3cret@es.example:9200/") == "https://es.example:9200/"
     assert redacted("https://es.example:9200") == "https://es.example:9200"

@@ -34,10 +34,10 @@ import pytest
 from aitax.cli import main
 from aitax.commands.report import report as report_command
 from aitax.common.errors import UserError
+from aitax.reporting.report import PAPER, Report, amdahl_speedup, build_report
+from aitax.reporting.report_render import format_text, render_figures, render_html
+from aitax.telemetry.event_sources import load_events
 from aitax.telemetry.events import Event
-from aitax.telemetry.report import PAPER, Report, amdahl_speedup, build_report
-from aitax.telemetry.report_render import format_text, render_figures, render_html
-from aitax.telemetry.report_sources import load_events
 
 RUN = "synthetic"
 T0_NS = 1_700_000_000_000_000_000

@@ -10,9 +10,7 @@ import pytest
 
 from aitax.common.errors import UserError
 from aitax.pipeline.schema import IdentityMessage
-from aitax.telemetry.latency import Tail, summarize, tail_of
-from aitax.telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key
-from aitax.telemetry.results import (
+from aitax.runs.results import (
     Driver,
     Resources,
     RunResult,
@@ -22,6 +20,8 @@ from aitax.telemetry.results import (
     read_results,
     write_results,
 )
+from aitax.telemetry.latency import Tail, summarize, tail_of
+from aitax.telemetry.quantiles import min_samples, parse_duration_ms, parse_quantiles, quantile_key
 from tests.unit.results_builders import identity as _identity
 
 
@@ -307,7 +307,7 @@ def test_a_failed_stage_process_is_a_condition_of_the_run_not_an_exception() -> 
 
 
 def test_a_fault_is_judged_by_named_conditions_and_reads_back(tmp_path: Path) -> None:
-    from aitax.telemetry.results import FaultResult, FaultResults, judge_fault
+    from aitax.runs.results import FaultResult, FaultResults, judge_fault
 
     def failed(**counts) -> list[str]:
         base = {"acknowledged": 100, "in_topic": 100, "lost": 0, "isr_restored": True, "process_failures": []}

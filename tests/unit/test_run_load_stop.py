@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from aitax.telemetry.results import Workload
+from aitax.runs.results import Workload
 from tests.unit.test_cluster_resources import OnePhase
 
 

@@ -13,11 +13,11 @@ from cryptography import x509
 
 from aitax.common.errors import UserError
 from aitax.pipeline.transport.security import TLS_ENV, KafkaTls
+from aitax.runs.applications import APPLICATIONS
 from aitax.stack import security
 from aitax.stack import stack as local_stack
 from aitax.stack.config import StackConfig
 from aitax.stack.pki import ensure_identities
-from aitax.telemetry.applications import APPLICATIONS
 from aitax.telemetry.elastic_access import CREDENTIALS_ENV
 from tests.command_line import find
 

@@ -117,7 +117,7 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* The workload's application as aitax/telemetry/applications.py describes it (files/applications.json, which a test
+{{/* The workload's application as aitax/runs/applications.py describes it (files/applications.json, which a test
 keeps equal to it), as JSON: its stages' commands, whether it splits into three, where its results go. */}}
 {{- define "aitax.application" -}}
 {{- $apps := .Files.Get "files/applications.json" | fromJson }}

@@ -2,7 +2,7 @@
 batcher's series from Prometheus, and, once the run has ended, its RunResult.
 
 `build_view` is a pure function of those three; the sources sit at the edges (`report_sources.load_events`,
-`PrometheusRange`, `find_result`) and the Dash app (`telemetry.dashboard`) only draws the view. Headline numbers
+`PrometheusRange`, `find_result`) and the Dash app (`reporting.dashboard`) only draws the view. Headline numbers
 come from the RunResult when there is one, so the dashboard and `aitax run`'s summary never disagree; while the run
 goes on they come from its events, and say so.
 """
@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aitax.reporting.report import BREAKDOWN_STAGES, Report, StreamThroughput
+from aitax.runs.results import Condition, RunResult
 from aitax.telemetry.camera_health import CameraHealth
 from aitax.telemetry.latency import batch_size_p50, broker_wait_ms
-from aitax.telemetry.report import BREAKDOWN_STAGES, Report, StreamThroughput
-from aitax.telemetry.results import Condition, RunResult
 
 # A rate needs two samples in its window: six of the local Prometheus's 5 s scrapes, two of the chart's
 # Pod/ServiceMonitor's 15 s ones.
@@ -168,7 +168,7 @@ def build_view(run_id: str | None, report: Report | None, metrics: dict[str, dic
 
 def find_result(runs_dirs: list[Path], run_id: str) -> RunResult | None:
     """The run's RunResult, once `aitax run` or the demo has written it beside the run's events."""
-    from aitax.telemetry.results import RESULT_FILE, read_results
+    from aitax.runs.results import RESULT_FILE, read_results
 
     for runs_dir in runs_dirs:
         path = runs_dir / run_id / RESULT_FILE

@@ -8,7 +8,9 @@ Adding one is a new `Application` in `APPLICATIONS` and the stage commands it na
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aitax.common.paper import BROKER_WAIT_SHARE
 from aitax.common.paper import OBJECT_DETECTION as PAPER_OD
@@ -52,8 +54,8 @@ class Application:
     producer: Stage  # one per stream
     consumer: Stage  # the workload's `consumers` of them
     results: str  # the Topics field the consumer publishes its results to, read back per run
-    # "module:function" decoding a results record into a Timestamped (pipeline.transport.readback); None: identities
-    decoder: str | None
+    # decodes a results record (and its append time) for pipeline.transport.readback; None: identities
+    decoder: Callable[[bytes, int], Any] | None
     # three stages (the paper's Fig. 3a): the producer and the stage split out of it, one of each per stream
     split: tuple[Stage, Stage] | None
     needs_gallery: bool
@@ -79,6 +81,14 @@ class Application:
 
 
 INGEST = Stage("ingest")
+
+
+def _frame_timeline(value: bytes, appended_ms: int = 0) -> Any:
+    """A `detections` record on the results' timeline (`pipeline.objects.frame_timeline`, imported when a run's
+    results are read: describing the applications loads no model code)."""
+    from aitax.pipeline.objects import frame_timeline
+
+    return frame_timeline(value, appended_ms)
 
 FACE_RECOGNITION = Application(
     name="face-recognition",
@@ -106,7 +116,7 @@ OBJECT_DETECTION = Application(
     producer=INGEST,
     consumer=Stage("detect-objects", reads="frames", group="detect-objects", args=BATCHING),
     results="detections",
-    decoder="aitax.pipeline.objects:frame_timeline",
+    decoder=_frame_timeline,
     split=None,
     needs_gallery=False,
     # One 30 FPS stream needs 30 x 0.687 = 21 detection instances busy at any factor (at Nx the frames come N times

@@ -7,10 +7,10 @@ import html
 import io
 from pathlib import Path
 
+from aitax.reporting.report import AI_SPEEDUPS, BREAKDOWN_STAGES, Report
 from aitax.telemetry.camera_health import CameraHealth
 from aitax.telemetry.events import AI_SUBSTEPS
 from aitax.telemetry.latency import BROKER_WAIT
-from aitax.telemetry.report import AI_SPEEDUPS, BREAKDOWN_STAGES, Report
 
 FIGURES = ("fig6", "fig7", "fig8", "fig9")
 FIGURE_TITLES = {

@@ -1,4 +1,4 @@
-"""`aitax dashboard`: the live dashboard, a Dash app (Plotly's) that draws `telemetry.live.DashboardView`.
+"""`aitax dashboard`: the live dashboard, a Dash app (Plotly's) that draws `reporting.live.DashboardView`.
 
 Dash, because the view is built in Python from the same code as the report and the RunResult (no second
 implementation in JavaScript), its charts are plotly.js (what the field's notebooks and reports use), and it serves
@@ -19,8 +19,8 @@ from dash import Dash, Input, Output, dcc, html
 from flask import Response, request
 
 from aitax.common.errors import UserError
-from aitax.telemetry.live import DashboardView, Series
-from aitax.telemetry.live_sources import LiveSources
+from aitax.reporting.live import DashboardView, Series
+from aitax.reporting.live_sources import LiveSources
 
 REFRESH_MS = 2000
 REALM = "aitax dashboard"

@@ -219,7 +219,7 @@ def _dashboard_panels(dashboard: dict[str, Any], where: str) -> list[str]:
 def check_file(path: Path, owner: str) -> tuple[list[str], str]:
     """A dashboard file checked against its owner's definitions ("grafana" or "kibana"): its errors, and what passed
     when there are none. An unreadable file is a UserError."""
-    from aitax.telemetry.kibana import read_saved_objects
+    from aitax.reporting.kibana import read_saved_objects
 
     try:
         if owner == "kibana":

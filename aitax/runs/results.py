@@ -19,7 +19,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aitax.common.errors import UserError, invalid
-from aitax.telemetry.applications import application
+from aitax.runs.applications import application
 from aitax.telemetry.latency import LatencySummary, Tail
 from aitax.telemetry.quantiles import DEFAULT_QUANTILES, min_samples, quantile_key
 
@@ -59,6 +59,17 @@ class Camera(_Model):
             raise ValueError("holds a password: give user and password_file instead (results are saved)")
         return url
 
+    def source(self):
+        """The camera as ingestion reads it (`pipeline.camera.CameraSource`), its password read from its file."""
+        from aitax.pipeline.camera import CameraSource
+
+        try:
+            password = Path(self.password_file).read_text().strip() if self.password_file else None
+        except OSError as error:
+            raise UserError(f"camera {self.url}: password_file {self.password_file}: {error.strerror}") from None
+        return CameraSource.parse(self.url, self.user, password, transport=self.transport,
+                                  declared_fps=self.declared_fps, stall_s=self.stall_s)
+
     def arguments(self) -> list[str]:
         """The ingest-detect options that read this camera."""
         return ["--video", self.url, "--transport", self.transport, "--declared-fps", f"{self.declared_fps:g}",
@@ -92,7 +103,7 @@ class Workload(_Model):
     # real: 2, ingest-detect containers (frames pass in-process); 3, separate ingest and detect processes, one of
     # each per producer, frames through the `frames` topic (the paper's Fig. 3a)
     stages: Literal[2, 3] = 2
-    # telemetry.applications: face-recognition, or object-detection (the paper's Sec. 6), whose results' "faces"
+    # runs.applications: face-recognition, or object-detection (the paper's Sec. 6), whose results' "faces"
     # are frames, each answered by one detections record (its detection where identification stands)
     application: str = "face-recognition"
     drain_s: float = Field(15.0, ge=0)  # after the load, how long consumers may take to finish the backlog

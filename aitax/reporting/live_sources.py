@@ -1,6 +1,6 @@
 """Where the live dashboard's data comes from: the events (Elasticsearch or a JSONL folder), Prometheus's HTTP API,
 and the RunResult files beside the runs' events. Each refresh reads them afresh and hands them to
-`telemetry.live.build_view`."""
+`reporting.live.build_view`."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import requests
 
 from aitax.common.errors import UserError
+from aitax.reporting.live import QUERIES, STEP_S, DashboardView, build_view, find_result
+from aitax.reporting.report import NS_PER_S, build_report
 from aitax.telemetry.elastic_access import redacted
+from aitax.telemetry.event_sources import load_events
 from aitax.telemetry.events import INDEX_PREFIX
-from aitax.telemetry.live import QUERIES, STEP_S, DashboardView, build_view, find_result
-from aitax.telemetry.report import NS_PER_S, build_report
-from aitax.telemetry.report_sources import load_events
 
 Points = dict[str, list[tuple[float, float]]]  # series label -> (unix s, value)
 

@@ -1,6 +1,6 @@
 """Kibana saved objects: import the shipped dashboard, and list the event fields it reads.
 
-The dashboard lives in `aitax/telemetry/dashboards/kibana.ndjson` (data view, Lens visualizations, dashboard), the
+The dashboard lives in `aitax/reporting/dashboards/kibana.ndjson` (data view, Lens visualizations, dashboard), the
 format Kibana's `_export` writes. `referenced_fields` lets tests hold it to `telemetry.events.INDEX_MAPPING`,
 since Kibana itself cannot run here.
 """
