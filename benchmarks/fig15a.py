@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from aitax.cluster import images
+    from aitax.cluster.control_plane import tool
     from aitax.cluster.demo import helm, reinstall
-    from aitax.cluster.k8s import tool
     from aitax.cluster.node import Node, RealCluster
     from aitax.common.errors import UserError
     from aitax.common.paths import aitax_home

@@ -16,7 +16,7 @@ import time
 from requests.adapters import HTTPAdapter
 
 from aitax.cluster import images
-from aitax.cluster.k8s import tool
+from aitax.cluster.control_plane import tool
 from aitax.cluster.node import RealCluster
 from aitax.common.errors import UserError
 from aitax.common.paths import PROJECT_ROOT

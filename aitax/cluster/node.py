@@ -34,7 +34,7 @@ from typing import IO
 import psutil
 
 from aitax.cluster import images, links
-from aitax.cluster.k8s import SERVICE_CIDR, LocalControlPlane, tool
+from aitax.cluster.control_plane import SERVICE_CIDR, LocalControlPlane, tool
 from aitax.common.daemons import ManagedProcess, poll_until, port_is_open, wait_until
 from aitax.common.errors import UserError
 from aitax.common.paths import aitax_home

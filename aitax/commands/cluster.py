@@ -245,7 +245,7 @@ images_group = group(
 @click.option("--no-load", is_flag=True, help="do not import them into the cluster")
 def images_build(names: tuple[str, ...], no_load: bool) -> int:
     from aitax.cluster import images
-    from aitax.cluster.k8s import tool
+    from aitax.cluster.control_plane import tool
 
     started = time.monotonic()
     images.build_all(list(names) or None, tool("pause"))

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from aitax.cluster import images
+from aitax.cluster.control_plane import tool
 from aitax.cluster.demo import helm as cluster_helm
 from aitax.cluster.demo import install
-from aitax.cluster.k8s import tool
 from aitax.cluster.node import RealCluster
 from aitax.common.paths import aitax_home
 

@@ -92,7 +92,7 @@ def validate_custom_resource(doc: dict) -> None:
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator:
-    from aitax.cluster.k8s import LocalControlPlane
+    from aitax.cluster.control_plane import LocalControlPlane
 
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl"):
         tool_path(name)

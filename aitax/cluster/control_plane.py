@@ -1,6 +1,6 @@
-"""A real Kubernetes control plane on 127.0.0.1 for tests: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok simulating 3 nodes (pods do not run, but every API object, controller, scheduler
-decision, PVC binding and rollout is real).
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
+The chart's tests run it with kwok simulating 3 nodes (pods do not run, but every API object, controller,
+scheduler decision, PVC binding and rollout is real); `aitax cluster` (`node.py`) runs it for its real nodes.
 
 Binaries come from scripts/install-k8s-tools.sh (.aitax/tools/bin); state, certificates, logs and PID files live
 under $AITAX_HOME/k8s. Ports are offsets from AITAX_PORT_BASE (default 19000) like the local stack's:
