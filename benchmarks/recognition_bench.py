@@ -85,7 +85,8 @@ def main() -> int:
 
     # per frame (untracked faces), per track sending every face, per track sending a sample
     modes = {"per frame": None, "per track, every face": "every", f"per track, {args.sample}": args.sample}
-    by_mode = {mode: TrackedRun(mode, send, gallery, identifier.embedder) for mode, send in modes.items()}
+    by_mode = {mode: TrackedRun(mode, send, gallery, identifier.embedder, finders[args.track_size].look)
+               for mode, send in modes.items()}
     pooled = {size: Evaluation(f"min face {size}") for size in sizes}
     detect_ms: dict[int, list[float]] = {size: [] for size in sizes}
     identify_ms: list[float] = []
@@ -138,11 +139,11 @@ class TrackedRun:
     """One way of naming the detections of the comparison's smallest face: its tracks (none: per frame), its own
     identify compute (its own track evidence), and what it answered."""
 
-    def __init__(self, mode: str, send: str | None, gallery, embedder) -> None:
+    def __init__(self, mode: str, send: str | None, gallery, embedder, look) -> None:
         from aitax.pipeline.evaluate import Evaluation
         from aitax.pipeline.identify import FaceNetIdentifier
 
-        self.mode, self.send = mode, send
+        self.mode, self.send, self.look = mode, send, look
         self.identifier = FaceNetIdentifier(embedder, gallery, evidence="frame" if send is None else "track")
         self.as_answered, self.by_track = Evaluation(mode), Evaluation(mode)
         self.faces = self.thumbnails = self.frames = 0
@@ -150,22 +151,27 @@ class TrackedRun:
         self.seed = 0
 
     def start_video(self) -> None:
-        from aitax.pipeline.ingest_detect import FaceRecords
+        from aitax.pipeline.ingest_detect import EarlierFrames, FaceRecords
         from aitax.pipeline.tracking import SendPolicy, StreamTracks
 
         self.seed += 1  # each video its own run: tracks never carry across videos
         self.publication = FaceRecords(tracks=None if self.send is None else StreamTracks(SendPolicy.parse(self.send)))
+        # the detect loop's: a face that starts its track is looked for in the frames before
+        self.earlier = EarlierFrames(self.look) if self.publication.looks_back() else None
         self.identities: list = []
 
     def frame(self, frame, found: list) -> None:
         """The frame's faces as the detect loop publishes them (`FaceRecords`: tracks, the send policy, the faces
-        missed in earlier frames and reported late), read back and identified."""
+        missed in earlier frames or found there looking back, reported late), read back and identified."""
         from aitax.pipeline.ingest_detect import Detected
         from aitax.pipeline.schema import IdentityMessage, decode_face
         from aitax.telemetry.timing import Stopwatch
 
         self.frames += 1
-        records = self.publication.publish(Detected(frame, found, f"bench-{self.seed}", 0, 0)).records
+        records = self.publication.publish(Detected(frame, found, f"bench-{self.seed}", 0, 0, self.earlier,
+                                                    Stopwatch())).records
+        if self.earlier is not None:
+            self.earlier.keep(frame)
         faces = [decode_face(record.value, record.headers) for record in records]
         if not faces:
             return

@@ -250,9 +250,25 @@ class FaceDetector:
                                   0.5, sort=False)
                          for (regression, probability), scale in zip(pnet_outputs, scales, strict=True)]
             boxes = _square(suppress(np.concatenate(per_scale), 0.7))
-            hinted = len(hints)
-            if hinted:
+            if len(hints):
                 boxes = np.concatenate([_square(_hint_rows(hints)), boxes])
+        return self._refined(frame, boxes, len(hints), watch)
+
+    def look(self, rgb: np.ndarray, hints: Sequence[tuple[int, int, int, int]],
+             watch: Stopwatch | None = None) -> list[Detection]:
+        """Faces at `hints` only, judged as `detect` judges a hint (RNet and ONet, at `follow_threshold`), without
+        PNet's look at the whole frame: where a face found later was in an earlier frame."""
+        watch = watch if watch is not None else Stopwatch()
+        if not len(hints):
+            return []
+        with watch.time("numpy"):
+            boxes = _square(_hint_rows(hints))
+        return self._refined(np.ascontiguousarray(rgb), boxes, len(hints), watch)
+
+    def _refined(self, frame: np.ndarray, boxes: np.ndarray, hinted: int, watch: Stopwatch) -> list[Detection]:
+        """RNet and ONet on the proposals `boxes`, the first `hinted` of them hints (exempt from RNet's threshold,
+        judged by ONet at `follow_threshold`): the frame's faces."""
+        height, width = frame.shape[:2]
         if len(boxes):  # RNet refines the proposals
             with watch.time("tf_support"):
                 rnet_input = patches(frame, boxes[:, 1:5], 24)

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,15 +82,51 @@ class Record(NamedTuple):
     partition: int | None = None  # None: the client's partitioner, by key
 
 
+# The frames a face first found now is looked for in, before it (`EarlierFrames`): as many as a track survives unseen
+LOOK_BACK_FRAMES = 10
+LOOK_IOU = 0.3  # a face found where a later one was looked for is it when it overlaps the box looked at this much
+
+
+class EarlierFrames:
+    """Each stream's last frames, kept so that a face found for the first time can be looked for where it was
+    before: MTCNN often finds a face confidently only a few frames after it came into view. `look(rgb, box, watch)`
+    finds the face at `box` in an earlier frame (the finder's `look`: RNet and ONet at the box, no PNet)."""
+
+    def __init__(self, look: Callable[[np.ndarray, Box, Stopwatch], Box | None],
+                 frames: int = LOOK_BACK_FRAMES) -> None:
+        self.look, self.frames = look, frames
+        self._streams: dict[str, deque[tuple[int, np.ndarray]]] = {}
+
+    def keep(self, frame: Frame) -> None:
+        kept = self._streams.setdefault(frame.stream_id, deque(maxlen=self.frames))
+        kept.append((frame.index, frame.rgb.copy()))  # a copy: the frame's shared-memory slot is reused
+
+    def trace(self, stream_id: str, box: Box, watch: Stopwatch,
+              stop: Callable[[int, Box], bool]) -> list[tuple[int, Box]]:
+        """Where the face at `box` (in the stream's frame after the last kept) was, newest frame first: each frame
+        looked at where the face was a frame later, until it is not found there or `stop(frame index, box)`."""
+        path: list[tuple[int, Box]] = []
+        for index, rgb in reversed(self._streams.get(stream_id, ())):
+            found = self.look(rgb, box, watch)
+            if found is None or stop(index, found):
+                break
+            path.append((index, found))
+            box = found
+        return path
+
+
 @dataclass(frozen=True)
 class Detected:
-    """One frame's detection, as a publication turns it into records."""
+    """One frame's detection, as a publication turns it into records. `earlier`: the stream's frames before it,
+    where the publication may look for a face it first found now (None: it cannot look back)."""
 
     frame: Frame
     found: Sequence[Any]  # FoundFace for faces, DetectedObject for objects
     run_id: str
     detect_start_ns: int
     detected_ns: int
+    earlier: EarlierFrames | None = None
+    watch: Stopwatch | None = None  # the frame's, which looking back times itself into
 
 
 class Published(NamedTuple):
@@ -108,6 +145,8 @@ class Publication(Protocol):
     def topic(self, topics: Topics) -> str: ...
 
     def hints(self, frame: Frame) -> Sequence[Box]: ...
+
+    def looks_back(self) -> bool: ...
 
     def publish(self, detected: Detected) -> Published: ...
 
@@ -129,6 +168,10 @@ class FaceRecords:
         """Where the stream's tracks expect their faces (none without tracks: the paper's detection, unchanged)."""
         return self.tracks.hints(frame.stream_id, frame.index) if self.tracks is not None else ()
 
+    def looks_back(self) -> bool:
+        """Whether a face that starts a track is looked for in the frames before (with tracks)."""
+        return self.tracks is not None
+
     def publish(self, detected: Detected) -> Published:
         frame, found = detected.frame, detected.found
         if self.tracks is None:
@@ -142,17 +185,36 @@ class FaceRecords:
             kept = [(face, sent) for face, sent in zip(found, followed, strict=True)
                     if not face.hinted or sent.track_id != UNTRACKED]
             found, followed = [face for face, _ in kept], [sent for _, sent in kept]
+            for face in found:
+                self.tracks.report(frame.stream_id, frame.index, face.box)
         records = [self._record(detected, frame.index, face_index, len(found), face.box, face.confidence,
                                 (frame.scheduled_ns, frame.captured_ns, frame.ingested_ns), sent.track_id,
                                 face.thumbnail if sent.thumbnail else None, face.encoding)
                    for face_index, (face, sent) in enumerate(zip(found, followed, strict=True))]
-        for sent in followed:  # the frames a face was missed in, reported late from its track
-            for index, box in sent.missed:
-                stamps = self.tracks.stamps(frame.stream_id, index) if self.tracks is not None else None
+        if self.tracks is not None:  # faces reported late, from their track: the gaps first, then looking back
+            late = [(sent, missed) for sent in followed for missed in sent.missed]
+            for _, (index, box) in late:
+                self.tracks.report(frame.stream_id, index, box)
+            for face, sent in zip(found, followed, strict=True):
+                for index, box in self._looked_back(detected, face.box, sent):
+                    self.tracks.report(frame.stream_id, index, box)
+                    late.append((sent, (index, box)))
+            for sent, (index, box) in late:
+                stamps = self.tracks.stamps(frame.stream_id, index)
                 if stamps is not None:
                     records.append(self._record(detected, index, MISSED_FACE_INDEX - sent.track_id, 0, box, 0.0,
                                                 stamps, sent.track_id, None, TRACKED))
         return Published(records, len(found))
+
+    def _looked_back(self, detected: Detected, box: Box, sent: Sent) -> list[tuple[int, Box]]:
+        """The frames before a face that starts its track where it was already, looked for where it was a frame
+        later; it stops at a face reported there (found in that frame, or late) that overlaps it."""
+        tracks = self.tracks
+        if not sent.started or detected.earlier is None or tracks is None:
+            return []
+        stream_id = detected.frame.stream_id
+        return detected.earlier.trace(stream_id, box, detected.watch or Stopwatch(),
+                                      lambda index, found: tracks.reported_near(stream_id, index, found))
 
     def _record(self, detected: Detected, frame_index: int, face_index: int, faces_in_frame: int,
                 box: tuple[int, int, int, int], confidence: float, stamps: tuple[int, int, int], track_id: int,
@@ -208,6 +270,13 @@ class MtcnnFaceFinder:
             faces.append(FoundFace(detection.box, detection.confidence, encoded.tobytes(), self.encoding,
                                    hinted=detection.hinted))
         return faces
+
+    def look(self, rgb: np.ndarray, box: Box, watch: Stopwatch) -> Box | None:
+        """The face at `box` in an earlier frame (`EarlierFrames`), judged as a hint is; None where there is none."""
+        from aitax.pipeline.crop import iou
+
+        best = max(self.detector.look(rgb, [box], watch), key=lambda found: iou(found.box, box), default=None)
+        return best.box if best is not None and iou(best.box, box) >= LOOK_IOU else None
 
 
 FrameKey = tuple[str, int]  # (stream id, frame index): a detect process reading `frames` sees several streams
@@ -315,6 +384,8 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
     stats = stats or DetectStats()
     publication = publication or FaceRecords()
     topic = publication.topic(topics)
+    look = getattr(find_faces, "look", None)  # a compute that can look at a box alone (MTCNN's RNet and ONet)
+    earlier = EarlierFrames(look) if look is not None and publication.looks_back() else None
     where = identity_of_process()
     logging_ms = 0.0  # the previous frame's event logging, reported with this frame (it cannot time itself)
     next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
@@ -333,9 +404,12 @@ def detect_loop(frames: Iterable[Frame], find_faces: FindFaces, producer: Produc
         compute_ms = (time.perf_counter() - started) * 1000
         detected_ns = time.time_ns()
         payload = 0
+        # Publishing follows the faces and may look back for a new one (the frame's sub-steps take that time)
+        records, found_count = publication.publish(Detected(frame, found, frame.run_id or run_id, detect_start_ns,
+                                                            detected_ns, earlier, watch))
+        if earlier is not None:
+            earlier.keep(frame)
         with watch.time("kafka"):
-            records, found_count = publication.publish(Detected(frame, found, frame.run_id or run_id,
-                                                                detect_start_ns, detected_ns))
             stats.frame_sent(frame.stream_id, frame.index, len(records))
             for record in records:
                 producer.send(topic, record.value, key=record.key, headers=record.headers, partition=record.partition,

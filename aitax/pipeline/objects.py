@@ -173,6 +173,9 @@ class ObjectRecords:
     def hints(self, frame: Frame) -> tuple[()]:
         return ()  # objects are not followed across frames
 
+    def looks_back(self) -> bool:
+        return False
+
     def publish(self, detected: Detected) -> Published:
         frame = detected.frame
         key, value = encode_detections(DetectionsMessage(

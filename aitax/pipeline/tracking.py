@@ -88,6 +88,7 @@ class Followed(NamedTuple):
     # The frames the detector missed the face in since the track's previous face, with its box drawn between the
     # two (only after a gap of at most FILL_MISSED_FRAMES, continued by overlap): the faces a tracker reports late
     missed: tuple[tuple[int, Box], ...] = ()
+    started: bool = False  # the face started its track
 
 
 @dataclass
@@ -141,13 +142,14 @@ class FaceTracker:
                     ids[column] = track.track_id
                     sure[column] = costs[row, column] <= 1 - SURE_IOU
         started = (column for column in range(len(detected)) if ids[column] == UNTRACKED and not hinted[column])
+        new = [False] * len(detected)
         for order, column in enumerate(itertools.islice(started, TRACKS_PER_FRAME)):
-            ids[column] = frame_index * TRACKS_PER_FRAME + order
+            ids[column], new[column] = frame_index * TRACKS_PER_FRAME + order, True
             self._tracks.append(_Track(ids[column], detected[column], np.zeros(4), frame_index, frame_index))
         for one, other in itertools.combinations(range(len(detected)), 2):
             if _overlap(detected[one], detected[other]) > 0:
                 sure[one] = sure[other] = False
-        return [Followed(*followed) for followed in zip(ids, sure, missed, strict=True)]
+        return [Followed(*followed) for followed in zip(ids, sure, missed, new, strict=True)]
 
 
 @dataclass
@@ -233,6 +235,7 @@ class StreamTracks:
     lanes: TrackLanes | None = None
     _trackers: dict[str, FaceTracker] = field(default_factory=dict)
     _stamps: dict[str, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
+    _reported: dict[str, dict[int, list[Box]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # SciPy loads now, with the stage, not in the first frame (0.65 s measured there, which every frame queued
@@ -241,14 +244,25 @@ class StreamTracks:
 
     def remember(self, stream_id: str, frame_index: int, stamps: tuple[int, int, int]) -> None:
         """A processed frame's (scheduled, captured, ingested) times: a face missed in it is reported with them."""
-        recent = self._stamps.setdefault(stream_id, {})
-        recent[frame_index] = stamps
+        recent, reported = self._stamps.setdefault(stream_id, {}), self._reported.setdefault(stream_id, {})
+        recent[frame_index], reported[frame_index] = stamps, []
         for old in [index for index in recent if index < frame_index - FILL_MISSED_FRAMES]:
-            del recent[old]
+            del recent[old], reported[old]
 
     def stamps(self, stream_id: str, frame_index: int) -> tuple[int, int, int] | None:
         """The times `remember` kept for the frame; None for a frame not processed (a camera's dropped frame)."""
         return self._stamps.get(stream_id, {}).get(frame_index)
+
+    def report(self, stream_id: str, frame_index: int, box: Box) -> None:
+        """A face reported in a remembered frame (found in it, or late)."""
+        self._reported.get(stream_id, {}).get(frame_index, []).append(box)
+
+    def reported_near(self, stream_id: str, frame_index: int, box: Box) -> bool:
+        """Whether a face reported in the frame overlaps `box` (or the frame is not remembered): a face found there
+        now would be one already reported."""
+        reported = self._reported.get(stream_id, {}).get(frame_index)
+        return reported is None or any(_overlap(np.array(box, float), np.array(other, float)) >= MIN_IOU
+                                       for other in reported)
 
     def hints(self, stream_id: str, frame_index: int) -> list[Box]:
         """Where the stream's live tracks expect their faces in the frame (`FaceTracker.predictions`)."""
@@ -259,7 +273,8 @@ class StreamTracks:
         """Per box: its track, whether its thumbnail is sent, and the frames its face was missed in. A `hinted` box
         that continues no track is UNTRACKED: not a face to report."""
         followed = self._trackers.setdefault(stream_id, FaceTracker()).follow(frame_index, boxes, hinted)
-        return [Sent(one.track_id, self.send.sends(stream_id, one.track_id, frame_index, box, one.sure), one.missed)
+        return [Sent(one.track_id, self.send.sends(stream_id, one.track_id, frame_index, box, one.sure), one.missed,
+                     one.started)
                 for one, box in zip(followed, boxes, strict=True)]
 
 
@@ -270,3 +285,4 @@ class Sent(NamedTuple):
     track_id: int
     thumbnail: bool
     missed: tuple[tuple[int, Box], ...] = ()
+    started: bool = False  # the face started its track: the frames before it are looked back at

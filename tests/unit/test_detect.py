@@ -154,6 +154,10 @@ def test_a_hint_finds_a_face_pnet_missed_and_no_face_where_there_is_none(assets)
     # Below a new face's confidence but above the follow threshold: a hinted face, for a track to continue only.
     strict = FaceDetector(min_face_size=20, thresholds=(1.0, 0.7, 1.0), follow_threshold=0.5)
     assert [d.hinted for d in strict.detect(rgb, hints=[face.box])] == [True]
+    # Looking at a box alone (an earlier frame, where a face found later was): the same judgement, no PNet.
+    looked = FaceDetector(min_face_size=20).look(rgb, [(x + w // 10, y - h // 10, w, h)])
+    assert len(looked) == 1 and iou(looked[0].box, face.box) >= 0.7
+    assert FaceDetector(min_face_size=20).look(rgb, [(0, 0, w // 3, h // 3)]) == []
 
 
 def test_boxes_agree_with_stock_mtcnn(assets) -> None:

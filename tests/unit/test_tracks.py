@@ -79,9 +79,9 @@ def test_a_bad_send_policy_is_named(text: str) -> None:
 
 def test_stream_tracks_give_each_stream_its_own_tracks() -> None:
     tracks = StreamTracks(SendPolicy.parse("sample:10"))
-    assert tracks.follow("a", 0, [(0, 0, 40, 40)]) == [(0, True, ())]
-    assert tracks.follow("b", 0, [(0, 0, 40, 40)]) == [(0, True, ())]
-    assert tracks.follow("a", 1, [(1, 0, 40, 40)]) == [(0, False, ())]
+    assert tracks.follow("a", 0, [(0, 0, 40, 40)]) == [(0, True, (), True)]  # a new track, its first face sent
+    assert tracks.follow("b", 0, [(0, 0, 40, 40)]) == [(0, True, (), True)]
+    assert tracks.follow("a", 1, [(1, 0, 40, 40)]) == [(0, False, (), False)]
 
 
 def _gallery() -> Gallery:
@@ -199,7 +199,8 @@ def test_time_to_a_tracks_first_name_runs_from_its_first_face_to_the_identity_th
 def test_faces_that_touch_or_tracks_found_only_by_nearness_send_their_thumbnail_under_a_sample() -> None:
     tracks = StreamTracks(SendPolicy.parse("sample:10"))
     tracks.follow("s", 0, [(100, 100, 40, 40), (300, 100, 40, 40)])
-    assert tracks.follow("s", 1, [(101, 100, 40, 40), (300, 100, 40, 40)]) == [(0, False, ()), (1, False, ())]
+    assert tracks.follow("s", 1, [(101, 100, 40, 40), (300, 100, 40, 40)]) == [(0, False, (), False),
+                                                                                (1, False, (), False)]
     crossing = tracks.follow("s", 2, [(102, 100, 40, 40), (135, 100, 40, 40)])  # the second jumped onto the first
     assert all(sent.thumbnail for sent in crossing)
 
@@ -241,6 +242,48 @@ def test_a_hinted_face_with_no_track_is_not_reported_and_a_followed_one_is() -> 
     sent = frame(1, FoundFace((102, 100, 40, 40), 0.6, b"png", "png", hinted=True),
                  FoundFace((500, 100, 40, 40), 0.6, b"png", "png", hinted=True))
     assert [(m.meta.box, m.meta.faces_in_frame) for m in sent] == [((102, 100, 40, 40), 1)]
+
+
+def test_a_face_that_starts_its_track_is_looked_for_in_the_frames_before_and_reported_there_late() -> None:
+    """MTCNN's first confident look at a face often comes frames after the face came into view: a new track's face is
+    looked for in the stream's earlier frames (the look faked here; `FaceDetector.look` is MTCNN's, tested with
+    the detector), each where it was a frame later, until it is not there or a face was reported there already."""
+    from aitax.pipeline.ingest_detect import Detected, EarlierFrames, FaceRecords, FoundFace
+    from aitax.pipeline.stream import Frame
+    from aitax.telemetry.timing import Stopwatch
+
+    there = {1: (96, 100, 40, 40), 2: (98, 100, 40, 40), 3: (99, 100, 40, 40)}  # frame 0: not yet in view
+    looked: list[tuple[int, tuple]] = []
+
+    def look(rgb: np.ndarray, box: tuple, watch: Stopwatch) -> tuple | None:
+        index = int(rgb[0, 0, 0])  # the test's frames carry their index in their first pixel
+        looked.append((index, box))
+        return there.get(index)
+
+    records, earlier = FaceRecords(tracks=StreamTracks()), EarlierFrames(look)
+    frames = [Frame("s", index, np.full((4, 4, 3), index, np.uint8), 0, 0, 0.0, 0.0, 0) for index in range(6)]
+    faces = {4: [FoundFace((100, 100, 40, 40), 0.99, b"png", "png")],
+             5: [FoundFace((102, 100, 40, 40), 0.99, b"png", "png"),
+                 FoundFace((300, 100, 40, 40), 0.99, b"png", "png")]}
+    sent = []
+    for frame in frames:
+        sent.append([decode_face(r.value, r.headers).meta for r in records.publish(
+            Detected(frame, faces.get(frame.index, []), "run", 0, 0, earlier, Stopwatch())).records])
+        earlier.keep(frame)
+    first, late = sent[4][0], sent[4][1:]
+    assert [(m.frame_index, m.box, m.track_id, m.encoding) for m in late] == \
+        [(3, there[3], first.track_id, TRACKED), (2, there[2], first.track_id, TRACKED),
+         (1, there[1], first.track_id, TRACKED)]
+    # each frame looked at where the face was a frame later, down to the frame it was not in
+    assert looked[:4] == [(3, (100, 100, 40, 40)), (2, there[3]), (1, there[2]), (0, there[1])]
+    # the second face of frame 5 starts a track too: frame 4 shows nothing there (the look says so)
+    assert len(sent[5]) == 2 and looked[4][0] == 4
+    looked.clear()
+    there[5] = (300, 100, 40, 40)  # a new track's face found where a face was reported already: not reported twice
+    frame = Frame("s", 6, np.full((4, 4, 3), 6, np.uint8), 0, 0, 0.0, 0.0, 0)
+    again = records.publish(Detected(frame, [FoundFace((600, 300, 40, 40), 0.99, b"png", "png")], "run", 0, 0,
+                                     earlier, Stopwatch())).records
+    assert len(again) == 1 and looked == [(5, (600, 300, 40, 40))]
 
 
 def test_the_detect_loop_counts_only_the_faces_its_publication_reports() -> None:
