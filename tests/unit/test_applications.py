@@ -38,6 +38,18 @@ def test_every_description_names_real_commands_topics_values_and_profiles(app: A
     assert app.emulated.profile in BUILT_IN
 
 
+def test_object_detections_decoder_reads_a_detections_record_as_the_results_timeline() -> None:
+    """The decoder imports its stage's code when called: it must reach a real function and read a real record."""
+    from aitax.pipeline.schema import DetectedObject, DetectionsMessage, encode_detections
+
+    _, value = encode_detections(DetectionsMessage(
+        run_id="r", stream_id="cam-1", frame_index=7, objects=(DetectedObject("person", 0.9, (1, 2, 3, 4)),),
+        scheduled_ns=1, captured_ns=2, ingested_ns=3, detect_start_ns=4, detected_ns=5))
+    timeline = applications.OBJECT_DETECTION.decoder(value, 0)
+    assert timeline.key == ("r", "cam-1", 7) and timeline.objects == 1
+    assert applications.FACE_RECOGNITION.decoder is None  # identities: the read-back's own decoder
+
+
 TOY = Application(
     name="toy", title="Toy", unit="frame", answered="counted", producer=Stage("ingest"),
     consumer=Stage("detect", reads="frames", group="toy-counters", args=("--keying", "{keying}")),
