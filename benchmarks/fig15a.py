@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from aitax.cluster import images
     from aitax.cluster.control_plane import tool
     from aitax.cluster.demo import helm, reinstall
-    from aitax.cluster.node import Node, RealCluster
+    from aitax.cluster.node import Node
+    from aitax.cluster.real_cluster import RealCluster
     from aitax.common.errors import UserError
     from aitax.common.paths import aitax_home
     from aitax.experiment.kubernetes_api import KubernetesCluster

@@ -68,7 +68,7 @@ def local_side(seconds: float, settle_s: float) -> dict:
 def cluster_side(seconds: float, nodes: int) -> dict:
     """`aitax cluster demo`, then the same scoring in an identify pod, as one JSON line."""
     from aitax.cluster.demo import evaluate_in_pod, run_demo
-    from aitax.cluster.node import RealCluster
+    from aitax.cluster.real_cluster import RealCluster
     from aitax.pipeline.evaluate import DEMO_WARMUP_S
 
     run_demo(seconds, nodes=nodes)

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from aitax.cluster.links import LinkShape, parse_rate
-    from aitax.cluster.node import RealCluster
+    from aitax.cluster.real_cluster import RealCluster
 
     cluster = RealCluster()
     if not cluster.is_running() or len(cluster.node_list) < 3:

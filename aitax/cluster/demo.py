@@ -17,7 +17,7 @@ from requests.adapters import HTTPAdapter
 
 from aitax.cluster import images
 from aitax.cluster.control_plane import tool
-from aitax.cluster.node import RealCluster
+from aitax.cluster.real_cluster import RealCluster
 from aitax.common.errors import UserError
 from aitax.common.paths import PROJECT_ROOT
 from aitax.pipeline.evaluate import DEMO_WARMUP_S

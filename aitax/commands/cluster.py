@@ -29,7 +29,7 @@ cluster_group = group(
 
 def _cluster(nodes: int = 0, link=None):
     from aitax.cluster.links import LinkShape
-    from aitax.cluster.node import RealCluster
+    from aitax.cluster.real_cluster import RealCluster
 
     return RealCluster(nodes=nodes, link=link or LinkShape())
 

@@ -299,7 +299,7 @@ def faults_command(scenarios: str, factor: float, release: str, namespace: str, 
         if name == "broker-disk-full":  # a Kafka-only stack of its own, on size-limited filesystems
             results.append(run_disk_full(aitax_home() / "faults"))
         elif name == "node-failure":  # on the cluster of this machine, not the local stack
-            from aitax.cluster.node import RealCluster
+            from aitax.cluster.real_cluster import RealCluster
             from aitax.experiment.node_failure import run_node_failure
 
             cluster = RealCluster()

@@ -34,7 +34,7 @@ from aitax.pipeline.transport.readback import Collected
 from aitax.runs.results import RunResult, Workload
 
 if TYPE_CHECKING:
-    from aitax.cluster.node import RealCluster
+    from aitax.cluster.real_cluster import RealCluster
 
 PROFILE_CONFIGMAP = "emulator-profile"  # the chart's ConfigMap when emulator.profileYaml is given
 PROFILE_KEY = "profile.yaml"
@@ -107,7 +107,7 @@ class KubernetesBackend:
 
     def _local_cluster(self) -> RealCluster:
         """`aitax cluster` on this machine, which a phase's `links:` shape: only there are the nodes' links ours."""
-        from aitax.cluster.node import RealCluster
+        from aitax.cluster.real_cluster import RealCluster
 
         local = RealCluster()
         if not local.is_running() or local.server.rstrip("/") != self.cluster.host.rstrip("/"):

@@ -24,7 +24,8 @@ import random
 import time
 from collections.abc import Callable
 
-from aitax.cluster.node import NODE_PREFIX, Node, RealCluster
+from aitax.cluster.node import NODE_PREFIX, Node
+from aitax.cluster.real_cluster import RealCluster
 from aitax.common.daemons import poll_until
 from aitax.common.errors import UserError
 from aitax.emulation.faults import DRAIN_S as FAULT_DRAIN_S

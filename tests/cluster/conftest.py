@@ -24,7 +24,7 @@ from aitax.cluster import images
 from aitax.cluster.control_plane import tool
 from aitax.cluster.demo import helm as cluster_helm
 from aitax.cluster.demo import install
-from aitax.cluster.node import RealCluster
+from aitax.cluster.real_cluster import RealCluster
 from aitax.common.paths import aitax_home
 
 NAMESPACE = "aitax-test"

@@ -20,7 +20,8 @@ import pytest
 
 from aitax.cluster import images
 from aitax.cluster.demo import CHART, CHART_RUN_ID, ServiceName, helm, identified_faces, release_identity
-from aitax.cluster.node import NODE_PREFIX, Node, RealCluster
+from aitax.cluster.node import NODE_PREFIX, Node
+from aitax.cluster.real_cluster import RealCluster
 from aitax.common.daemons import poll_until
 from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from aitax.cluster import images
-from aitax.cluster.node import IMAGE_STORES, Node, RealCluster
+from aitax.cluster.node import Node
+from aitax.cluster.node_images import IMAGE_STORES, NodeImages
 from aitax.common.errors import UserError
 
 CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
@@ -22,31 +23,31 @@ CONTENT, SNAPSHOTS, METADATA = IMAGE_STORES
 def machine_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The machine-wide caches in this test's folder, and a containerd of a known version."""
     monkeypatch.setenv("AITAX_IMAGES_HOME", str(tmp_path / "machine" / "images"))
-    monkeypatch.setattr("aitax.cluster.node._containerd_version", lambda: "containerd 1.6.20")
+    monkeypatch.setattr("aitax.cluster.node_images.containerd_version", lambda: "containerd 1.6.20")
     return images.node_images_home()
 
 
-class Recording(RealCluster):
-    """A 3-node cluster whose containerd is files on disk: an import writes a blob, an unpacked layer, a stamp and
-    a line in each database, as the real one does."""
+class Recording(NodeImages):
+    """The images of 3 nodes whose containerd is files on disk: an import writes a blob, an unpacked layer, a stamp
+    and a line in each database, as the real one does; containerd's stop, start and the wait for the nodes are
+    events."""
 
     def __init__(self, home: Path, running: set[int] = frozenset(), fail_on: str = "") -> None:
-        super().__init__(nodes=3)
-        object.__setattr__(self, "_test_home", home)
-        object.__setattr__(self, "events", [])
+        super().__init__(FakeRuntimes(home))
         object.__setattr__(self, "running", running)
         object.__setattr__(self, "fail_on", fail_on)
+        object.__setattr__(self, "node_list", [Node(i) for i in range(3)])
 
     @property
-    def home(self) -> Path:
-        return self._test_home
+    def events(self) -> list[tuple]:
+        return self.runtimes.events
 
-    def root(self, node: Node) -> Path:
-        return self.node_home(node) / "containerd" / "root"
+    def load_images(self, references: list[str], log) -> None:
+        self.load(self.node_list, references, log)
 
-    def _import_images(self, node: Node, references: list[str], log) -> None:
+    def import_into(self, node: Node, references: list[str], log) -> None:
         for reference in references:
-            if (self._stamps(node) / reference).exists():  # imported already, as `images.load_into` skips it
+            if (self.stamps(node) / reference).exists():  # imported already, as `images.load_into` skips it
                 continue
             self.events.append(("import", node.index, reference))
             if f"{node.index}:{reference}" == self.fail_on:
@@ -54,7 +55,7 @@ class Recording(RealCluster):
             root = self.root(node)
             for path, text in ((root / CONTENT / "blobs" / "sha256" / f"layer-of-{reference}", reference),
                                (root / SNAPSHOTS / "snapshots" / reference / "fs" / "bin", reference),
-                               (self._stamps(node) / reference, "id"),
+                               (self.stamps(node) / reference, "id"),
                                (root / CONTENT / "ingest" / "partial", "half")):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
@@ -62,16 +63,33 @@ class Recording(RealCluster):
                 database.parent.mkdir(parents=True, exist_ok=True)
                 database.write_text((database.read_text() if database.exists() else "") + reference)
 
-    def _holds(self, node: Node, references: list[str]) -> bool:
-        return all((self._stamps(node) / r).exists() for r in references)
+    def holds(self, node: Node, references: list[str]) -> bool:
+        return all((self.stamps(node) / r).exists() for r in references)
 
-    def _containers(self, node: Node) -> list[str]:
+    def containers(self, node: Node) -> list[str]:
         return ["a-pod"] if node.index in self.running else []
 
-    def _start_containerd(self, node: Node) -> None:
+
+class FakeRuntimes:
+    """The nodes' containerd and kubelets at the image store's edge (`NodeRuntimes`)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.events: list[tuple] = []
+
+    def ctr(self, node: Node, *args: str, check: bool = True, stdin=None) -> subprocess.CompletedProcess:
+        raise AssertionError(f"ctr {args} on {node.name}: the recording fakes every use of it")
+
+    def node_home(self, node: Node) -> Path:
+        return self.home / "nodes" / node.name
+
+    def stop_containerd(self, node: Node) -> None:
+        self.events.append(("stop containerd", node.index, ""))
+
+    def start_containerd(self, node: Node) -> None:
         self.events.append(("start containerd", node.index, ""))
 
-    def _wait_for_nodes(self, nodes: list[Node], what: str, process) -> None:
+    def wait_for_nodes(self, nodes: list[Node], what: str) -> None:
         self.events.append(("wait until ready", tuple(n.index for n in nodes), ""))
 
 
@@ -91,7 +109,7 @@ def test_a_new_clusters_nodes_take_a_copy_of_the_first_nodes_images(tmp_path: Pa
             assert (mine / database).read_text() == "kafkapipeline"
             assert (mine / database).stat().st_ino != (first / database).stat().st_ino  # each writes its own
         assert not (mine / CONTENT / "ingest").exists()
-        assert cluster._holds(follower, ["kafka", "pipeline"])
+        assert cluster.holds(follower, ["kafka", "pipeline"])
     # The copy's database is its own: a write to it leaves the first node's as it was.
     (cluster.root(Node(1)) / METADATA / "meta.db").write_text("changed")
     assert (first / METADATA / "meta.db").read_text() == "kafkapipeline"
@@ -137,7 +155,7 @@ def test_another_clones_new_cluster_imports_only_what_the_machines_store_lacks(t
     cluster.load_images(["kafka", "pipeline", "emulator"], log=lambda _: None)
     assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "emulator")]
     for node in cluster.node_list:
-        assert cluster._holds(node, ["kafka", "pipeline", "emulator"])
+        assert cluster.holds(node, ["kafka", "pipeline", "emulator"])
     # The first clone's cluster is untouched: its node's database is its own.
     first = Recording(tmp_path / "first-clone")
     assert (first.root(Node(0)) / METADATA / "meta.db").read_text() == "kafkapipeline"
@@ -145,7 +163,7 @@ def test_another_clones_new_cluster_imports_only_what_the_machines_store_lacks(t
 
 def test_a_store_kept_by_another_containerd_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Recording(tmp_path / "first-clone").load_images(["kafka"], log=lambda _: None)
-    monkeypatch.setattr("aitax.cluster.node._containerd_version", lambda: "containerd 2.1.0")
+    monkeypatch.setattr("aitax.cluster.node_images.containerd_version", lambda: "containerd 2.1.0")
     cluster = Recording(tmp_path / "second-clone")
     cluster.load_images(["kafka"], log=lambda _: None)
     assert [(i, r) for what, i, r in cluster.events if what == "import"] == [(0, "kafka")]

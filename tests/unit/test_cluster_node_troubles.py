@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from aitax.cluster.node import Node, RealCluster
+from aitax.cluster.node import Node
+from aitax.cluster.real_cluster import RealCluster
 from aitax.common.errors import UserError
 
 
@@ -59,7 +60,7 @@ def test_a_ready_node_still_tainted_not_ready_cannot_take_pods_yet() -> None:
 def test_waiting_for_nodes_that_never_recover_names_each_ones_trouble(monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = Listed([node("aitax-node-0"), node("aitax-node-1", pressure="disk",
                                                   taints=("node.kubernetes.io/disk-pressure",))])
-    monkeypatch.setattr("aitax.cluster.node.NODE_READY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("aitax.cluster.real_cluster.NODE_READY_TIMEOUT_S", 0.2)
     with pytest.raises(UserError) as raised:
         cluster._wait_for_nodes([Node(0), Node(1), Node(2)], "3 Ready node(s)", None)
     message = str(raised.value)
