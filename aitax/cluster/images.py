@@ -102,7 +102,7 @@ def images_home() -> Path:
 
 
 def node_images_home() -> Path:
-    """The machine's copy of a cluster node's image store (`RealCluster.load_images`), beside buildah's."""
+    """The machine's copy of a cluster node's image store (`node_images.NodeImages.load`), beside buildah's."""
     return images_home().with_name("node-images")
 
 

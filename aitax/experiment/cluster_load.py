@@ -30,6 +30,7 @@ from aitax.experiment.kubernetes_api import (
 from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback
 from aitax.pipeline.transport.security import READER_MOUNT, TLS_ENV
 from aitax.runs.results import Driver, Workload
+from aitax.telemetry.latency import Timeline
 
 PRODUCERS_GONE_S = 120.0  # the pods' grace period (60 s) and some
 POLL_S = 2.0  # each poll is an exec into a pod that starts a Python process
@@ -156,7 +157,7 @@ class ClusterLoad:
         readback = self._read_back()
         return readback.produced_faces, readback.face_bytes_mean
 
-    def identities(self) -> tuple[list, int]:
+    def identities(self) -> tuple[list[Timeline], int]:
         readback = self._read_back()
         return list(readback.timelines), readback.duplicates
 

@@ -20,7 +20,14 @@ from aitax.load.resources import Sampler, Usage, resources
 from aitax.runs.applications import application
 from aitax.runs.results import RESULT_FILE, Driver, RunResult, Startup, Workload, judge, write_results
 from aitax.stack.config import StackConfig
-from aitax.telemetry.latency import BROKER_WAIT, batch_size_p50, broker_wait_ms, dominant_wait, summarize
+from aitax.telemetry.latency import (
+    BROKER_WAIT,
+    Timeline,
+    batch_size_p50,
+    broker_wait_ms,
+    dominant_wait,
+    summarize,
+)
 
 REAL_DRAIN_S = 300.0  # a real run ends once every face produced is identified, or after this
 DISRUPTION_JOIN_S = 120.0
@@ -60,8 +67,8 @@ class Load(Protocol):
     def produced(self) -> tuple[int, float]:
         """Faces acknowledged to the producers, and their mean thumbnail bytes."""
 
-    def identities(self) -> tuple[Sequence, int]:
-        """The run's identities (first of each face: anything `Timestamped`), and the duplicates removed."""
+    def identities(self) -> tuple[Sequence[Timeline], int]:
+        """The run's results (first of each face or frame) on the results' timeline, and the duplicates removed."""
 
 
 class ResourceSampler(Protocol):

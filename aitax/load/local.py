@@ -19,6 +19,7 @@ from aitax.common.errors import UserError
 from aitax.pipeline.schema import DEFAULT_TOPICS, Topics
 from aitax.runs.applications import Stage, application
 from aitax.runs.results import Driver, Workload
+from aitax.telemetry.latency import Timeline
 
 READY_TIMEOUT_S = {"real": 180.0, "emulated": 60.0}  # real identify loads TensorFlow and FaceNet first
 PRODUCER_SLACK_S = 120.0  # emulated producers end by themselves after the duration; past this they are stopped
@@ -267,13 +268,15 @@ class LocalLoad:
         faces = sum(summary["acknowledged"] for summary in summaries)
         return faces, sum(summary["bytes"] for summary in summaries) / faces if faces else 0.0
 
-    def identities(self) -> tuple[list, int]:
-        """The run's results (first of each unit) and the duplicates published, decoded as the application says:
-        identities, or Object Detection's frames as their detections answered them."""
+    def identities(self) -> tuple[list[Timeline], int]:
+        """The run's results (first of each unit) on the results' timeline, and the duplicates published, decoded
+        as the application says: identities, or Object Detection's frames as their detections answered them."""
         from aitax.pipeline.transport.readback import read_identities
 
         decoder = self.application.decoder if self.real else None
         if decoder is None:
-            return read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)
-        return read_identities(self.bootstrap, self.run_id, topic=getattr(self.topics, self.application.results),
-                               decode=decoder)
+            results, duplicates = read_identities(self.bootstrap, self.run_id, topic=self.topics.identities)
+        else:
+            results, duplicates = read_identities(self.bootstrap, self.run_id, decode=decoder,
+                                                  topic=getattr(self.topics, self.application.results))
+        return [result.timeline for result in results], duplicates

@@ -27,6 +27,7 @@ from aitax.pipeline.detect import suppress
 from aitax.pipeline.ingest_detect import Detected, Published, Record
 from aitax.pipeline.schema import DetectedObject, DetectionsMessage, Topics, decode_detections, encode_detections
 from aitax.pipeline.stream import Frame
+from aitax.telemetry.latency import Timeline
 from aitax.telemetry.timing import Stopwatch
 
 INPUT_SIZE = 512  # the network's square input; frames are stretched to it and boxes scaled back
@@ -187,37 +188,29 @@ class ObjectRecords:
 
 
 @dataclass(frozen=True)
-class FrameTimeline:
-    """A frame's detections on the results' timeline, laid out as the emulator lays Object Detection out (the
-    paper's Fig. 13): ingestion, then the frame's wait in Kafka as broker wait, then detection where Face
-    Recognition's identification stands (there is no face detection: that span is empty)."""
+class FrameResult:
+    """A frame's detections, and the frame on the results' timeline."""
 
     run_id: str
     stream_id: str
     frame_index: int
     objects: int
-    scheduled_ns: int
-    captured_ns: int
-    ingested_ns: int
-    detect_start_ns: int  # = ingested_ns
-    detected_ns: int  # = ingested_ns
-    appended_ns: int  # the frame's wait in Kafka, by owner
-    requested_ns: int
-    fetched_ns: int
-    identify_start_ns: int  # object detection's start
-    identified_ns: int  # object detection's end
-    delivered_ns: int  # the brokers appended the frame's detections
-    batch_size: int = 1  # frames are detected one at a time
+    timeline: Timeline
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.run_id, self.stream_id, self.frame_index)
 
 
-def frame_timeline(value: bytes, appended_ms: int = 0) -> FrameTimeline:
-    """A `detections` record (appended at `appended_ms`) as a FrameTimeline (MalformedRecordError when it does not
-    decode)."""
+def frame_result(value: bytes, appended_ms: int = 0) -> FrameResult:
+    """A `detections` record (appended at `appended_ms`; MalformedRecordError when it does not decode), laid out as
+    the emulator lays Object Detection out (the paper's Fig. 13): ingestion, then the frame's wait in Kafka (by
+    owner) as broker wait, then detection where Face Recognition's identification stands. There is no face
+    detection: that span is empty. Frames are detected one at a time; the result is delivered when the brokers
+    appended the frame's detections."""
     m = decode_detections(value, appended_ms)
-    return FrameTimeline(m.run_id, m.stream_id, m.frame_index, len(m.objects), m.scheduled_ns, m.captured_ns,
-                         m.ingested_ns, m.ingested_ns, m.ingested_ns, m.appended_ns, m.requested_ns, m.fetched_ns,
-                         m.detect_start_ns, m.detected_ns, m.delivered_ns)
+    timeline = Timeline(scheduled_ns=m.scheduled_ns, captured_ns=m.captured_ns, ingested_ns=m.ingested_ns,
+                        detect_start_ns=m.ingested_ns, detected_ns=m.ingested_ns, appended_ns=m.appended_ns,
+                        requested_ns=m.requested_ns, fetched_ns=m.fetched_ns, identify_start_ns=m.detect_start_ns,
+                        identified_ns=m.detected_ns, delivered_ns=m.delivered_ns, batch_size=1)
+    return FrameResult(m.run_id, m.stream_id, m.frame_index, len(m.objects), timeline)

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
-from aitax.telemetry.latency import delivered_ns
+from aitax.telemetry.latency import Timeline, delivered_ns
 
 # 2: identities carry `candidate`, the enrolled identity a face resembled most even when it was not named.
 # Faces are unchanged since 1, and an identity of version 1 reads with no candidate: readers take both.
@@ -306,6 +306,10 @@ class IdentityMessage:
     @property
     def key(self) -> tuple[str, str, int, int]:
         return (self.run_id, self.stream_id, self.frame_index, self.face_index)
+
+    @property
+    def timeline(self) -> Timeline:
+        return Timeline.of(self)
 
     @classmethod
     def answering(cls, meta: FaceMeta, match: Match, *, appended_ns: int, requested_ns: int, fetched_ns: int,

@@ -83,12 +83,12 @@ class Application:
 INGEST = Stage("ingest")
 
 
-def _frame_timeline(value: bytes, appended_ms: int = 0) -> Any:
-    """A `detections` record on the results' timeline (`pipeline.objects.frame_timeline`, imported when a run's
-    results are read: describing the applications loads no model code)."""
-    from aitax.pipeline.objects import frame_timeline
+def _frame_result(value: bytes, appended_ms: int = 0) -> Any:
+    """A `detections` record with its frame on the results' timeline (`pipeline.objects.frame_result`, imported
+    when a run's results are read: describing the applications loads no model code)."""
+    from aitax.pipeline.objects import frame_result
 
-    return frame_timeline(value, appended_ms)
+    return frame_result(value, appended_ms)
 
 FACE_RECOGNITION = Application(
     name="face-recognition",
@@ -116,7 +116,7 @@ OBJECT_DETECTION = Application(
     producer=INGEST,
     consumer=Stage("detect-objects", reads="frames", group="detect-objects", args=BATCHING),
     results="detections",
-    decoder=_frame_timeline,
+    decoder=_frame_result,
     split=None,
     needs_gallery=False,
     # One 30 FPS stream needs 30 x 0.687 = 21 detection instances busy at any factor (at Nx the frames come N times

@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -84,8 +84,9 @@ def end_to_end_ms(scheduled_ns: int, delivered_ns: int) -> float:
     return (delivered_ns - scheduled_ns) / NS_PER_MS
 
 
-class Timestamped(Protocol):
-    """What a face's identity record carries (pipeline.schema.IdentityMessage): one timestamp per stage edge."""
+class Timeline(NamedTuple):
+    """One result's stage edges, as its record carried them (a face's identity, `pipeline.schema.IdentityMessage`,
+    or Object Detection's frame laid out the same way): what latency is computed from."""
 
     scheduled_ns: int
     captured_ns: int
@@ -99,6 +100,11 @@ class Timestamped(Protocol):
     identified_ns: int
     delivered_ns: int
     batch_size: int
+
+    @classmethod
+    def of(cls, result: object) -> Timeline:
+        """The edges of anything that carries them under these names (an identity record)."""
+        return cls(*(getattr(result, name) for name in cls._fields))
 
 
 def _histogram():
@@ -167,7 +173,7 @@ class LatencySummary(BaseModel):
     second_half_ms: float = 0.0
 
 
-def summarize(identities: Sequence[Timestamped],
+def summarize(identities: Sequence[Timeline],
               quantiles: Sequence[float] = DEFAULT_QUANTILES) -> LatencySummary | None:
     if not identities:
         return None

@@ -15,7 +15,8 @@ from aitax.experiment.kubernetes_api import KubernetesCluster
 from aitax.experiment.kubernetes_backend import KubernetesBackend
 from aitax.experiment.runner import run_experiment
 from aitax.experiment.spec import parse_spec
-from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
+from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback
+from aitax.telemetry.latency import Timeline
 from tests.k8s.conftest import CHART, helm, operator_crd_files, render
 
 pytestmark = pytest.mark.k8s

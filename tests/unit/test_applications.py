@@ -45,8 +45,9 @@ def test_object_detections_decoder_reads_a_detections_record_as_the_results_time
     _, value = encode_detections(DetectionsMessage(
         run_id="r", stream_id="cam-1", frame_index=7, objects=(DetectedObject("person", 0.9, (1, 2, 3, 4)),),
         scheduled_ns=1, captured_ns=2, ingested_ns=3, detect_start_ns=4, detected_ns=5))
-    timeline = applications.OBJECT_DETECTION.decoder(value, 0)
-    assert timeline.key == ("r", "cam-1", 7) and timeline.objects == 1
+    result = applications.OBJECT_DETECTION.decoder(value, 0)
+    assert result.key == ("r", "cam-1", 7) and result.objects == 1
+    assert result.timeline[:5] == (1, 2, 3, 3, 3)  # ingestion, then no face detection: detection stands later
     assert applications.FACE_RECOGNITION.decoder is None  # identities: the read-back's own decoder
 
 

@@ -12,8 +12,9 @@ from aitax.common.errors import UserError
 from aitax.experiment import cluster_load
 from aitax.experiment.cluster_load import ClusterLoad, PhasePods
 from aitax.experiment.kubernetes_api import Scaled
-from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback, Timeline
+from aitax.pipeline.transport.readback import Collected, GroupState, RunReadback
 from aitax.runs.results import Workload
+from aitax.telemetry.latency import Timeline
 
 CONSUMERS = Scaled(stage="emulate-consumers", kind="Deployment", name="t-aitax-emulate-consumers",
                    container="emulate-consumers", original_replicas=2,

@@ -14,7 +14,7 @@ import pytest
 from aitax.common.errors import UserError
 from aitax.pipeline.assets import Assets
 from aitax.pipeline.ingest_detect import DetectStats, detect_loop
-from aitax.pipeline.objects import COCO_CLASSES, ObjectDetector, ObjectRecords, _weights, frame_timeline
+from aitax.pipeline.objects import COCO_CLASSES, ObjectDetector, ObjectRecords, _weights, frame_result
 from aitax.pipeline.schema import DetectedObject, MalformedRecordError, decode_detections
 from aitax.pipeline.stream import Frame
 from aitax.pipeline.transport import DeliveryReport
@@ -90,12 +90,13 @@ def test_a_record_answers_every_frame_and_reads_back_on_the_results_timeline() -
     message = decode_detections(sent[0][2])
     assert sent[0][1] == b"cam-1" and message.objects == tuple(found[0]) and message.frame_index == 0
     assert [(event.object_count, event.face_count) for event in events] == [(2, None), (0, None)]
-    timeline = frame_timeline(sent[1][2])
+    result = frame_result(sent[1][2])
+    timeline = result.timeline
     assert (timeline.scheduled_ns, timeline.captured_ns, timeline.ingested_ns) == (51, 101, 201)
     # no face detection in between: the frame's wait in Kafka is broker wait, detection stands in identify's place
     assert timeline.detect_start_ns == timeline.detected_ns == timeline.ingested_ns
-    assert timeline.identify_start_ns <= timeline.identified_ns and timeline.objects == 0
-    assert timeline.key == ("run-1", "cam-1", 1)
+    assert timeline.identify_start_ns <= timeline.identified_ns and result.objects == 0
+    assert result.key == ("run-1", "cam-1", 1) and timeline.batch_size == 1
 
 
 @pytest.mark.parametrize("document, reason", [

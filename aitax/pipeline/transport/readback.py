@@ -12,13 +12,14 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from aitax.common.errors import UserError
 from aitax.pipeline.schema import IDENTITIES_TOPIC, MalformedRecordError, decode_face, decode_identity
 from aitax.pipeline.transport.security import librdkafka_settings
+from aitax.telemetry.latency import Timeline
 
 COLLECTED_VERSION = 2  # 2: timelines carry the broker wait's edges, the delivery and the batch size
 READ_TIMEOUT_S = 300.0  # a long-lived `faces` topic can hold gigabytes of thumbnails
@@ -134,27 +135,6 @@ def read_face_topic(bootstrap: str, topic: str, run_id: str | None = None, since
     return FaceTopic(faces, thumbnail_bytes, stall_s)
 
 
-class Timeline(NamedTuple):
-    """One face's stage edges, as its identity carried them (what latency is computed from)."""
-
-    scheduled_ns: int
-    captured_ns: int
-    ingested_ns: int
-    detect_start_ns: int
-    detected_ns: int
-    appended_ns: int
-    requested_ns: int
-    fetched_ns: int
-    identify_start_ns: int
-    identified_ns: int
-    delivered_ns: int
-    batch_size: int
-
-    @classmethod
-    def of(cls, identity: Any) -> Timeline:
-        return cls(*(getattr(identity, name) for name in cls._fields))
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -211,4 +191,4 @@ def read_run(bootstrap: str, run_id: str, faces_topic: str, identities_topic: st
     identities, duplicates = read_identities(bootstrap, run_id, topic=identities_topic, since_ms=since_ms)
     return RunReadback(run_id=run_id, produced_faces=len(faces.faces), face_bytes_mean=faces.thumbnail_bytes_mean,
                        identified_faces=len(identities), duplicates=duplicates,
-                       timelines=[Timeline.of(identity) for identity in identities], stall_s=faces.stall_s)
+                       timelines=[identity.timeline for identity in identities], stall_s=faces.stall_s)
