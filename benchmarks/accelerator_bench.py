@@ -48,15 +48,14 @@ def real_run(config, video: Path, gallery: Path, streams: int, consumers: int, s
 
 
 def emulated_run(config, profile, profile_path: Path, curve: Path, streams: int, consumers: int, seconds: float):
-    from aitax.emulation.sweep import SweepSpec, run_sweep
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload, run_sweep
     from aitax.runs.results import Driver
 
     # OS processes as the real run has them, as far as one count serves both sides: the GIL of one process holding
     # every stream would slow the emulated producers where the real ones are processes of their own
-    spec = SweepSpec([1.0], seconds, streams, consumers, max(1, min(streams, consumers)), profile, str(profile_path),
-                     ramp_up_s=5.0,
-                     accelerators=(str(curve),), driver_settings=Driver(max_batch=IDENTIFY_MAX_BATCH), stop_after=0,
-                     compute="cpu")
+    load = emulated_workload(streams, consumers, max(1, min(streams, consumers)), seconds, str(profile_path),
+                             ramp_up_s=5.0, accelerators=[str(curve)], compute="cpu")
+    spec = SweepSpec(SweepPlan([1.0], stop_after=0), load, Driver(max_batch=IDENTIFY_MAX_BATCH), profile)
     return run_sweep(spec, config, progress=lambda _: None).runs[0]
 
 

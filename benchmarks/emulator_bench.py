@@ -90,10 +90,12 @@ def sweep_point(config, seconds: float, instances: int, processes: int, keying: 
     """One point of the sweep users run (`aitax emulate --factors NO_SLEEP --producers N --consumers N`), read
     as the sweep reports it: identified faces per second within its measurement window."""
     from aitax.emulation.profile import paper_profile
-    from aitax.emulation.sweep import SweepSpec, run_sweep
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload, run_sweep
+    from aitax.runs.results import Driver
 
-    spec = SweepSpec([NO_SLEEP], seconds, instances, instances, processes, paper_profile(), "paper",
-                     keying=keying, stop_after=0)
+    spec = SweepSpec(SweepPlan([NO_SLEEP], stop_after=0),
+                     emulated_workload(instances, instances, processes, seconds, "paper"), Driver(keying=keying),
+                     paper_profile())
     before = broker_requests(config)
     run = run_sweep(spec, config, progress=lambda _: None).runs[0]
     cpu = run.resources.broker_cpu_cores

@@ -75,7 +75,7 @@ def real_points(args, bootstrap: str) -> list[tuple[str, object]]:
 def emulated_points(args, config) -> list[tuple[str, object]]:
     from aitax.common.errors import UserError
     from aitax.emulation.profile import load_profile
-    from aitax.emulation.sweep import SweepSpec, run_sweep
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload, run_sweep
     from aitax.runs.results import Driver
 
     settings = [(f"delay {delay:g} ms", Driver(max_queue_delay_ms=delay)) for delay in args.delays]
@@ -85,8 +85,8 @@ def emulated_points(args, config) -> list[tuple[str, object]]:
     for name, driver in settings:
         for index, factor in enumerate(args.factors):
             # `make emulate-accel`'s shape: 4 streams, 8 identify instances, 2 processes a side, cold brokers warmed
-            spec = SweepSpec([factor], args.emulated_seconds, 4, 8, 2, load_profile("paper"), "paper",
-                             warmup_s=0.0 if index else 15.0, driver_settings=driver)
+            spec = SweepSpec(SweepPlan([factor], warmup_s=0.0 if index else 15.0),
+                             emulated_workload(4, 8, 2, args.emulated_seconds, "paper"), driver, load_profile("paper"))
             label = f"emulated {factor:g}x, {name}"
             try:
                 [run] = run_sweep(spec, config, progress=lambda _: None).runs

@@ -162,7 +162,7 @@ def emulate_command(factors: list[float], duration: float, warmup: float, worklo
                     ramp_up: float, ramp_down: float, quantiles: tuple[float, ...], keying: str,
                     timing: dict[str, float]) -> int:
     from aitax.emulation.curves import load_curve
-    from aitax.emulation.sweep import SweepSpec, run_sweep, search_latency_bound
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload, run_sweep, search_latency_bound
     from aitax.stack.stack import running_config
 
     config = running_config()
@@ -178,13 +178,14 @@ def emulate_command(factors: list[float], duration: float, warmup: float, worklo
     load_curve(baseline)
     emulated = app.emulated
     loaded, profile_name = _sweep_profile(profile or emulated.profile, face_scale)
-    spec = SweepSpec(factors, duration, emulated.producers if producers is None else producers,
-                     emulated.consumers if consumers is None else consumers, processes, loaded, profile_name,
-                     kafka_client, warmup_s=warmup, keying=keying, ramp_up_s=ramp_up,
-                     ramp_down_s=ramp_down, repeats=repeat, quantiles=quantiles, in_flight=in_flight,
-                     latency_bound_ms=latency_bound, latency_bound_quantile=quantile, stages=stages,
-                     driver_settings=driver(timing, max_batch=max_batch), drain_s=drain, stop_after=stop_after,
-                     accelerators=accelerator, compute=compute, baseline=baseline)
+    plan = SweepPlan(factors, repeats=repeat, in_flight=in_flight, warmup_s=warmup, stop_after=stop_after)
+    load = emulated_workload(emulated.producers if producers is None else producers,
+                             emulated.consumers if consumers is None else consumers, processes, duration,
+                             profile_name, ramp_up_s=ramp_up, ramp_down_s=ramp_down, quantiles=list(quantiles),
+                             latency_bound_ms=latency_bound, latency_bound_quantile=quantile, stages=stages,
+                             drain_s=drain, accelerators=list(accelerator), compute=compute)
+    clients = driver(timing, max_batch=max_batch, kafka_client=kafka_client, keying=keying)
+    spec = SweepSpec(plan, load, clients, loaded, baseline=baseline)
     if latency_bound is not None:
         sweep = search_latency_bound(spec, config, out=out)
     else:
@@ -247,8 +248,8 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
                             warmup: float, producers: int, consumers: int, processes: int, profile: str,
                             out: Path | None, latency_bound: float | None, quantile: float) -> int:
     from aitax.emulation.profile import load_profile
-    from aitax.emulation.sweep import SweepSpec, run_scaling
-    from aitax.runs.results import write_results
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload, run_scaling
+    from aitax.runs.results import Driver, write_results
     from aitax.stack.stack import running_config
 
     running_config()  # brokers/drives restart a running Kafka; they never start a stack that is down
@@ -256,8 +257,9 @@ def emulate_scaling_command(dimension: str, values: list[float], factors: list[f
     bad = [v for v in values if not limits[0] <= v <= limits[1]]
     if bad:
         raise UserError(f"--values {bad[0]:g}: {dimension} must be between {limits[0]:g} and {limits[1]:g}")
-    spec = SweepSpec(factors, duration, producers, consumers, processes, load_profile(profile), profile,
-                     warmup_s=warmup, latency_bound_ms=latency_bound, latency_bound_quantile=quantile)
+    load = emulated_workload(producers, consumers, processes, duration, profile, latency_bound_ms=latency_bound,
+                             latency_bound_quantile=quantile)
+    spec = SweepSpec(SweepPlan(factors, warmup_s=warmup), load, Driver(), load_profile(profile))
     scaling = run_scaling(dimension, values, spec)
     print()
     for line in scaling.table("below the knee" if latency_bound is None else f"within {latency_bound:g} ms"):

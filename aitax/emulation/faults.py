@@ -20,11 +20,11 @@ from pathlib import Path
 from aitax.common.daemons import poll_until
 from aitax.common.paths import aitax_home
 from aitax.emulation.profile import paper_profile
-from aitax.emulation.sweep import SweepSpec, delete_topics, emulated_load
+from aitax.emulation.sweep import SweepPlan, SweepSpec, delete_topics, emulated_load, emulated_workload
 from aitax.load.engine import run_load
 from aitax.load.local import LocalLoad
 from aitax.pipeline.schema import Topics
-from aitax.runs.results import FaultResult, RunResult, judge_fault
+from aitax.runs.results import Driver, FaultResult, RunResult, judge_fault
 from aitax.stack import elasticsearch as es_component
 from aitax.stack import kafka
 from aitax.stack import stack as local_stack
@@ -154,8 +154,8 @@ def run_scenario(name: str, config: StackConfig, factor: float = 2.0, producers:
                  workdir: Path | None = None, duration_s: float | None = None) -> FaultResult:
     disrupt, default_duration_s = SCENARIOS[name]
     duration_s = duration_s or default_duration_s
-    spec = SweepSpec([factor], duration_s, producers, consumers, processes=2, profile=paper_profile(),
-                     profile_name="paper")
+    spec = SweepSpec(SweepPlan([factor]), emulated_workload(producers, consumers, 2, duration_s, "paper"), Driver(),
+                     paper_profile())
     run_name = f"fault-{name}-{random.Random().randrange(16**6):06x}"
     events = f"es:{config.elasticsearch_url}" if name == "elasticsearch-outage" else None
     load = emulated_load(spec, config, factor, run_name, workdir or aitax_home() / "faults", events=events,
@@ -296,7 +296,7 @@ def run_disk_full(workdir: Path, port_base: int = 24000, size_mb: int = 48, fact
             if started.returncode:
                 raise UserError(f"disk-full stack did not start: {started.stderr.strip()[-300:]}")
             local_stack.use_local_identity(None)  # its admin, by its own CA
-            spec = SweepSpec([factor], 30, 2, 2, processes=1, profile=paper_profile(), profile_name="paper")
+            spec = SweepSpec(SweepPlan([factor]), emulated_workload(2, 2, 1, 30, "paper"), Driver(), paper_profile())
             load = emulated_load(spec, config, factor, f"fault-disk-full-{random.Random().randrange(16**6):06x}",
                                  workdir, drain_s=180)
 

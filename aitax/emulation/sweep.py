@@ -12,18 +12,20 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from aitax.common.children import NotReadyError
-from aitax.common.errors import UserError
+from aitax.common.errors import UserError, invalid
 from aitax.common.paper import HIGHEST_STABLE_FACTOR
 from aitax.common.paths import aitax_home
 from aitax.emulation.curves import BASELINE_CURVE
 from aitax.emulation.profile import Profile
 from aitax.load.engine import run_load
 from aitax.load.local import LocalLoad
-from aitax.pipeline.schema import DEFAULT_KEYING, Topics
+from aitax.pipeline.schema import Topics
 from aitax.runs.results import (
     Driver,
     Resources,
@@ -43,98 +45,100 @@ DRAIN_S = 15.0  # after the window: enough for a stable run's queues to empty, n
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class SweepPlan:
+    """Which points a sweep runs and when it stops (the plan; the load at each point is the `SweepSpec`'s)."""
+
     factors: list[float]
-    duration_s: float
-    producers: int  # emulated ingest/detect instances (streams)
-    consumers: int  # emulated identify instances
-    processes: int  # OS processes per side
-    profile: Profile
-    profile_name: str
-    kafka_client: str = "confluent-kafka"
-    events: str = "none"
+    repeats: int = 1  # runs per factor: tables show their median and spread
+    in_flight: tuple[int, ...] = ()  # closed loop: one point per frames-in-flight count (per factor)
     # Seconds of discarded 1x load before the first factor (on a testbed, the brokers out of their slices): freshly
     # started brokers spend their first half minute JIT-compiling on the same cores, charged to the first factors.
     warmup_s: float = 0.0
-    keying: str = DEFAULT_KEYING  # of the `faces` records (pipeline.schema.KEYINGS)
-    # The measurement window inside each run's duration: the producers' first seconds (process start-up, first
-    # connections) are not measured.
-    ramp_up_s: float = 2.0
-    ramp_down_s: float = 0.0
-    repeats: int = 1  # runs per factor: tables show their median and spread
-    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
-    in_flight: tuple[int, ...] = ()  # closed loop: one point per frames-in-flight count (per factor)
-    latency_bound_ms: float | None = None  # runs are also judged by this bound on a quantile of end to end
-    latency_bound_quantile: float = 0.99
-    stages: int = 2  # 3: frames through Kafka to emulated detect instances (the paper's Fig. 3a)
-    # The batcher's delay and the results linger (the client and keying are the fields above)
-    driver_settings: Driver = field(default_factory=Driver)
-    drain_s: float = DRAIN_S
     # The sweep ends after this many factors in a row past the knee or unstable (0: run every factor): each one
     # further only queues more, and a machine driven far past saturation measures the machine.
     stop_after: int = 2
-    accelerators: tuple[str, ...] = ()  # device curves (emulation.curves) in place of their stages' profile times
-    compute: str = "sleep"  # the profile's compute: sleep, or cpu (Workload.compute)
-    # The CPU curve a device curve's speed-up is read against, at the batch the load formed
-    baseline: str = BASELINE_CURVE
 
     def __post_init__(self) -> None:
         if not self.factors or any(f <= 0 for f in self.factors):
             raise UserError(f"--factors {self.factors}: every factor must be > 0")
         if self.warmup_s and self.warmup_s < 5:
             raise UserError(f"--warmup {self.warmup_s:g}: 0 (none) or at least 5 s")
-        if self.duration_s < 5:
-            raise UserError(f"--duration {self.duration_s}: at least 5 s per factor")
-        if self.producers < 1 or self.consumers < 1 or self.processes < 1:
-            raise UserError("--producers, --consumers and --processes must be at least 1")
         if self.repeats < 1:
             raise UserError(f"--repeat {self.repeats}: at least 1")
-        if self.ramp_up_s < 0 or self.ramp_down_s < 0 or self.ramp_up_s + self.ramp_down_s >= self.duration_s:
-            raise UserError(f"--ramp-up {self.ramp_up_s:g} --ramp-down {self.ramp_down_s:g}: each >= 0, and together "
-                            f"shorter than --duration {self.duration_s:g}")
         if any(n < 1 for n in self.in_flight):
             raise UserError(f"--in-flight {','.join(map(str, self.in_flight))}: at least 1 frame per stream")
-        if self.latency_bound_ms is not None and self.latency_bound_ms <= 0:
-            raise UserError(f"--latency-bound {self.latency_bound_ms:g} ms: must be > 0")
-        if self.stages == 3 and self.in_flight:
-            raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
-        if self.drain_s < 0 or self.stop_after < 0:
-            raise UserError(f"--drain {self.drain_s:g} --stop-after {self.stop_after}: neither may be negative")
-        if not 0 < self.latency_bound_quantile < 1:
-            raise UserError(f"--quantile {self.latency_bound_quantile:g}: must be between 0 and 1, e.g. 0.99")
+        if self.stop_after < 0:
+            raise UserError(f"--stop-after {self.stop_after}: must not be negative")
 
     def points(self) -> list[tuple[float, int | None]]:
         """(factor, frames in flight) of each run of one repeat: open loop, or each closed-loop window."""
         return [(factor, n) for factor in self.factors for n in (self.in_flight or (None,))]
 
-    def workload(self, factor: float, drain_s: float | None = None, in_flight: int | None = None) -> Workload:
-        quantiles = sorted({*self.quantiles, *([self.latency_bound_quantile] if self.latency_bound_ms else [])})
-        return Workload(mode="emulated", producers=self.producers, consumers=self.consumers,
-                        producer_processes=self.processes, consumer_processes=self.processes,
-                        duration_s=self.duration_s, factor=factor, profile=self.profile_name,
-                        drain_s=self.drain_s if drain_s is None else drain_s,
-                        ramp_up_s=self.ramp_up_s, ramp_down_s=self.ramp_down_s, quantiles=quantiles,
-                        in_flight=in_flight, latency_bound_ms=self.latency_bound_ms,
-                        latency_bound_quantile=self.latency_bound_quantile, stages=self.stages,
-                        application=self.profile.application, accelerators=list(self.accelerators),
-                        compute=self.compute)
 
-    def driver(self) -> Driver:
-        return self.driver_settings.model_copy(update={"kafka_client": self.kafka_client, "keying": self.keying})
+# A sweep's load fields as `aitax emulate` names them, for one-line errors.
+LOAD_OPTIONS = {"producers": "--producers", "consumers": "--consumers", "producer_processes": "--processes",
+                "duration_s": "--duration", "drain_s": "--drain", "ramp_up_s": "--ramp-up",
+                "ramp_down_s": "--ramp-down", "latency_bound_ms": "--latency-bound",
+                "latency_bound_quantile": "--quantile", "stages": "--stages"}
+
+
+def emulated_workload(producers: int, consumers: int, processes: int, duration_s: float, profile: str,
+                      **load: object) -> Workload:
+    """The load at every point of a sweep (each point sets its factor): emulated stages, `processes` OS processes a
+    side, measured after 2 s of ramp-up and drained for `DRAIN_S` unless `load` says otherwise; a latency bound's
+    quantile among the quantiles."""
+    fields = {"ramp_up_s": 2.0, "drain_s": DRAIN_S, "quantiles": list(DEFAULT_QUANTILES), **load}
+    if fields.get("latency_bound_ms") is not None:
+        fields["quantiles"] = sorted({*fields["quantiles"], fields.get("latency_bound_quantile", 0.99)})
+    if duration_s < 5:
+        raise UserError(f"--duration {duration_s:g}: at least 5 s per factor")
+    try:
+        return Workload(mode="emulated", producers=producers, consumers=consumers, producer_processes=processes,
+                        consumer_processes=processes, duration_s=duration_s, profile=profile, **fields)
+    except ValidationError as error:
+        raise invalid(error, names=LOAD_OPTIONS) from None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A sweep: its plan, the load at each point (one `Workload`, its factor and frames in flight set per point),
+    the Kafka clients' behaviour, and the profile the emulated stages sleep by."""
+
+    plan: SweepPlan
+    load: Workload
+    driver: Driver
+    profile: Profile
+    events: str = "none"
+    # The CPU curve a device curve's speed-up is read against, at the batch the load formed
+    baseline: str = BASELINE_CURVE
+
+    def __post_init__(self) -> None:
+        if self.load.stages == 3 and self.plan.in_flight:
+            raise UserError("--in-flight: a closed loop runs two stages, not --stages 3")
+        # The profile says which application its stages emulate.
+        object.__setattr__(self, "load", self.load.model_copy(update={"application": self.profile.application}))
+
+    def at(self, factor: float, in_flight: int | None = None, drain_s: float | None = None) -> Workload:
+        """The load of one point."""
+        return self.load.model_copy(update={"factor": factor, "in_flight": in_flight,
+                                            "drain_s": self.load.drain_s if drain_s is None else drain_s})
+
+    def with_load(self, **changes: object) -> SweepSpec:
+        return replace(self, load=self.load.model_copy(update=changes))
 
     def offered_faces_per_s(self, factor: float) -> float:
-        return self.profile.offered_faces_per_s(self.producers, factor)
+        return self.profile.offered_faces_per_s(self.load.producers, factor)
 
 
 def emulated_load(spec: SweepSpec, config: StackConfig, factor: float, run_name: str, workdir: Path,
                   events: str | None = None, drain_s: float | None = None, in_flight: int | None = None) -> LocalLoad:
     """An emulated run on topics of its own (fresh, partitions enough for every consumer instance)."""
-    load = LocalLoad(spec.workload(factor, drain_s, in_flight), spec.driver(), run_name, config.bootstrap_servers,
-                     workdir / run_name, events or spec.events, topic_prefix=f"emu-{run_name}-",
-                     group=f"identify-emu-{run_name}")
-    partitions = max(3, spec.consumers, spec.producers if spec.stages == 3 else 0)
+    workload = spec.at(factor, in_flight, drain_s)
+    load = LocalLoad(workload, spec.driver, run_name, config.bootstrap_servers, workdir / run_name,
+                     events or spec.events, topic_prefix=f"emu-{run_name}-", group=f"identify-emu-{run_name}")
+    partitions = max(3, workload.consumers, workload.producers if workload.stages == 3 else 0)
     kafka.ensure_topics(config, replace(config, faces_partitions=partitions).topics(load.topics,
-                                                                                   frames=spec.stages == 3))
+                                                                                   frames=workload.stages == 3))
     return load
 
 
@@ -150,7 +154,7 @@ def run_factor(spec: SweepSpec, config: StackConfig, factor: float, run_id: str,
     backlog in them) are deleted whatever happened, so the next run inherits nothing."""
     # Topic names allow no "+": a factor of 1e9 is named x1e09
     name = (f"{run_id}-x{factor:g}".replace("+", "") + (f"-f{in_flight}" if in_flight else "")
-            + (f"-r{repeat}" if spec.repeats > 1 else ""))
+            + (f"-r{repeat}" if spec.plan.repeats > 1 else ""))
     try:
         load = emulated_load(spec, config, factor, name, workdir, in_flight=in_flight)
     except UserError as error:
@@ -181,27 +185,27 @@ def run_sweep(spec: SweepSpec, config: StackConfig, progress=print, out: Path | 
     run_id = sweep.run_id
     # Repeats go round the factors rather than one factor N times: a slow drift of the machine (another
     # tenant, a broker's log cleaner) then spreads over every factor instead of biasing one.
-    for repeat in range(1, spec.repeats + 1):
-        for factor, in_flight in spec.points():
+    for repeat in range(1, spec.plan.repeats + 1):
+        for factor, in_flight in spec.plan.points():
             if factor in sweep.skipped_factors:
                 continue
             progress(f"{factor:g}x{f', {in_flight} frames in flight per stream' if in_flight else ''}"
-                     f"{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
-                     f"{spec.producers} producers, {spec.consumers} consumers, {spec.duration_s:.0f} s")
+                     f"{f' (repeat {repeat}/{spec.plan.repeats})' if spec.plan.repeats > 1 else ''}: "
+                     f"{spec.load.producers} producers, {spec.load.consumers} consumers, {spec.load.duration_s:.0f} s")
             try:
                 result = run_factor(spec, config, factor, run_id, workdir, repeat, in_flight)
             except PointNotStartedError as error:
                 sweep.stopped = str(error)
-                sweep.skipped_factors = [f for f in spec.factors if f >= factor]
+                sweep.skipped_factors = [f for f in spec.plan.factors if f >= factor]
                 progress(f"  {error}; the sweep ends here")
                 write_results(sweep, out or workdir / "results.json")
                 return sweep
             sweep.runs.append(result)
             progress(_one_line(result, spec.baseline))
-            if in_flight is None and repeat == 1 and _broken_in_a_row(sweep) >= spec.stop_after > 0:
-                sweep.skipped_factors = [f for f in spec.factors if f > factor]
+            if in_flight is None and repeat == 1 and _broken_in_a_row(sweep) >= spec.plan.stop_after > 0:
+                sweep.skipped_factors = [f for f in spec.plan.factors if f > factor]
                 if sweep.skipped_factors:
-                    progress(f"  {spec.stop_after} factors in a row past the knee or unstable: "
+                    progress(f"  {spec.plan.stop_after} factors in a row past the knee or unstable: "
                              f"{', '.join(f'{f:g}x' for f in sweep.skipped_factors)} not run (--stop-after)")
             write_results(sweep, out or workdir / "results.json")  # after every run: an interrupted sweep keeps them
     if sweep.stopped and not sweep.runs:
@@ -223,30 +227,32 @@ def _broken_in_a_row(sweep: SweepResult) -> int:
 def search_latency_bound(spec: SweepSpec, config: StackConfig, progress=print, out: Path | None = None,
                          resolution: float = 1.1) -> SweepResult:
     """Latency-bounded throughput (MLPerf's server scenario, on the factor): the highest factor between the
-    lowest and the highest of `spec.factors` whose runs hold every condition, the bound on the chosen quantile
+    lowest and the highest of the plan's factors whose runs hold every condition, the bound on the chosen quantile
     included, found by bisection on a log scale until the bracket is narrower than `resolution` (a ratio).
     Assumes that a factor that breaks the bound is not followed by a higher one that keeps it. Each probe's
     duration grows, if it must, until its window holds the faces the quantile needs (10 / (1 - q))."""
-    if spec.latency_bound_ms is None or spec.in_flight:
+    if spec.load.latency_bound_ms is None or spec.plan.in_flight:
         raise UserError("the latency-bound search needs --latency-bound and an open loop (no --in-flight)")
     sweep, workdir = _begin(spec, config, "emu-bound", progress)
     run_id = sweep.run_id
 
     def holds(factor: float) -> bool:
-        needed_s = window_for(spec.latency_bound_quantile, spec.offered_faces_per_s(factor))
-        probe = replace(spec, duration_s=max(spec.duration_s, spec.ramp_up_s + spec.ramp_down_s + needed_s))
+        load = spec.load
+        needed_s = window_for(load.latency_bound_quantile, spec.offered_faces_per_s(factor))
+        probe = spec.with_load(duration_s=max(load.duration_s, load.ramp_up_s + load.ramp_down_s + needed_s))
         runs = []
-        for repeat in range(1, spec.repeats + 1):
-            progress(f"probe {factor:.3g}x{f' (repeat {repeat}/{spec.repeats})' if spec.repeats > 1 else ''}: "
-                     f"{probe.duration_s:.0f} s")
+        repeats = spec.plan.repeats
+        for repeat in range(1, repeats + 1):
+            progress(f"probe {factor:.3g}x{f' (repeat {repeat}/{repeats})' if repeats > 1 else ''}: "
+                     f"{probe.load.duration_s:.0f} s")
             runs.append(run_factor(probe, config, factor, f"{run_id}-{len(sweep.runs)}", workdir, repeat))
             sweep.runs.append(runs[-1])
             progress(_one_line(runs[-1], spec.baseline))
             write_results(sweep, out or workdir / "results.json")
         return all(run.stable for run in runs)
 
-    lowest = min(spec.factors)
-    if highest_holding(holds, lowest, max(spec.factors), resolution) is None:
+    lowest = min(spec.plan.factors)
+    if highest_holding(holds, lowest, max(spec.plan.factors), resolution) is None:
         progress(f"{lowest:g}x already breaks a condition: no factor in range keeps the bound")
     return sweep
 
@@ -273,21 +279,23 @@ def _begin(spec: SweepSpec, config: StackConfig, prefix: str, progress) -> tuple
     workdir.mkdir(parents=True, exist_ok=True)
     sweep = SweepResult(run_id=run_id, profile=spec.profile.name, replication_factor=config.replication_factor,
                         brokers=config.brokers, drives_per_broker=config.log_dirs_per_broker,
-                        duration_s=spec.duration_s, kafka_client=spec.kafka_client, repeats=spec.repeats,
-                        quantiles=list(spec.quantiles), runs=[])
-    if spec.warmup_s:
+                        duration_s=spec.load.duration_s, kafka_client=spec.driver.kafka_client,
+                        repeats=spec.plan.repeats, quantiles=list(spec.load.quantiles), runs=[])
+    warmup_s = spec.plan.warmup_s
+    if warmup_s:
         # On a testbed the brokers warm out of their slices, as the real node's are warm. At 1x: a warm-up at the
         # plan's highest load compiled more (the compiler threads took 0.08 of the 1x point's 0.46 broker cores after
         # 8x, 0.18 of 0.58 after 1x) but left gigabytes of logs whose deletion and write-back fell on the first point.
-        progress(f"warm-up: {spec.warmup_s:.0f} s at 1x, not measured"
+        progress(f"warm-up: {warmup_s:.0f} s at 1x, not measured"
                  + (", the brokers out of their CPU slices (warm, as a real node's)" if config.testbed else ""))
         try:
             with cpu_slices.brokers_unlimited(config):
-                run_factor(replace(spec, duration_s=spec.warmup_s, ramp_up_s=0, ramp_down_s=0, repeats=1), config,
-                           1.0, f"{run_id}-warmup", workdir)
+                warmup = replace(spec.with_load(duration_s=warmup_s, ramp_up_s=0, ramp_down_s=0),
+                                 plan=replace(spec.plan, repeats=1))
+                run_factor(warmup, config, 1.0, f"{run_id}-warmup", workdir)
         except PointNotStartedError as error:  # brokers that cannot serve even the warm-up: no factor runs
             sweep.stopped = f"the warm-up's {error}"
-            sweep.skipped_factors = list(spec.factors)
+            sweep.skipped_factors = list(spec.plan.factors)
             progress(f"  {sweep.stopped}; the sweep ends here")
     return sweep, workdir
 
@@ -342,10 +350,10 @@ def run_scaling(dimension: str, values: list[float], spec: SweepSpec, progress=p
             elif dimension == "drives":
                 config = reshape_kafka(original, original.brokers, int(value), progress)
             else:
-                run_spec = replace(spec, profile=spec.profile.scaled_faces(value),
-                                   profile_name=_write_profile(spec.profile.scaled_faces(value)))
+                scaled = spec.profile.scaled_faces(value)
+                run_spec = replace(spec, profile=scaled).with_load(profile=_write_profile(scaled))
             progress(f"== {dimension} {value:g}")
-            sweep = (search_latency_bound(run_spec, config, progress) if run_spec.latency_bound_ms is not None
+            sweep = (search_latency_bound(run_spec, config, progress) if run_spec.load.latency_bound_ms is not None
                      else run_sweep(run_spec, config, progress))
             scaling.rows.append(ScalingRow(value=value, paper=HIGHEST_STABLE_FACTOR[dimension].get(value),
                                            sweep=sweep))

@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from aitax.emulation.profile import paper_profile
-from aitax.emulation.sweep import SweepSpec, delete_topics, emulated_load, run_factor, run_sweep
+from aitax.emulation.sweep import (
+    SweepPlan,
+    SweepSpec,
+    delete_topics,
+    emulated_load,
+    emulated_workload,
+    run_factor,
+    run_sweep,
+)
 from aitax.load.engine import run_load
-from aitax.runs.results import SweepResult
+from aitax.runs.results import Driver, SweepResult
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import BREAKDOWN
 from tests.verdicts import assert_held
@@ -21,9 +29,10 @@ from tests.verdicts import assert_held
 pytestmark = pytest.mark.integration
 
 
-def _spec(producers: int, consumers: int, duration_s: float = 8.0) -> SweepSpec:
-    return SweepSpec(factors=[1.0], duration_s=duration_s, producers=producers, consumers=consumers, processes=1,
-                     profile=paper_profile(), profile_name="paper")
+def _spec(producers: int, consumers: int, duration_s: float = 8.0, factors: tuple[float, ...] = (1.0,),
+          **load: object) -> SweepSpec:
+    return SweepSpec(SweepPlan(list(factors)), emulated_workload(producers, consumers, 1, duration_s, "paper", **load),
+                     Driver(), paper_profile())
 
 
 def test_light_load_is_stable_and_reports_every_field(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
@@ -97,7 +106,8 @@ def test_the_shipped_workload_and_driver_files_run_and_their_results_record_them
 
 def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: Path, unique_name: str) -> None:
     # 2 streams keeping 2 frames each (the paper profile: one face per frame) at 4x.
-    spec = replace(_spec(producers=2, consumers=3), in_flight=(2,))
+    spec = _spec(producers=2, consumers=3)
+    spec = replace(spec, plan=replace(spec.plan, in_flight=(2,)))
     load = emulated_load(spec, stack, 4.0, unique_name, tmp_path, in_flight=2)
     result = run_load(load, stack=stack)
     identities, _ = load.identities()
@@ -122,7 +132,7 @@ def test_three_stages_send_frames_through_kafka_to_emulated_detect_instances(
     emulated detect instance per stream reads them, faces reach identify as in two stages."""
     from aitax.emulation.profile import FRAME_JPEG_BYTES
 
-    spec = replace(_spec(producers=2, consumers=4), stages=3)
+    spec = _spec(producers=2, consumers=4, stages=3)
     load = emulated_load(spec, stack, 1.0, unique_name, tmp_path)
     result = run_load(load, offered_faces_per_s=spec.offered_faces_per_s(1.0), stack=stack)
     delete_topics(stack, load.topics)
@@ -162,7 +172,7 @@ def test_a_point_whose_consumer_cannot_leave_its_group_and_whose_producer_dies_i
         os.kill(load.producers[0].pid, signal.SIGKILL)
 
     monkeypatch.setattr(local.LocalLoad, "start_producers", start_then_sabotage)
-    spec = replace(_spec(producers=1, consumers=3, duration_s=8.0), factors=[1.0, 2.0], drain_s=3.0)
+    spec = _spec(producers=1, consumers=3, duration_s=8.0, factors=(1.0, 2.0), drain_s=3.0)
     sweep = run_sweep(spec, stack, progress=lambda _: None, out=tmp_path / "results.json")
 
     frozen, after = sweep.runs

@@ -192,12 +192,21 @@ def test_broker_signals_per_window() -> None:
     assert usage.role_cpu_cores == {"the emulator's consumers": pytest.approx(0.25)}
 
 
+def paper_sweep(factors: list[float], latency_bound_ms: float | None = None, **plan):
+    """The sweep `make emulate-accel` runs (4 streams, 8 identify instances, 2 processes a side), 10 s points."""
+    from aitax.emulation.sweep import SweepPlan, SweepSpec, emulated_workload
+    from aitax.runs.results import Driver
+
+    load = emulated_workload(4, 8, 2, 10, "paper", latency_bound_ms=latency_bound_ms)
+    return SweepSpec(SweepPlan(factors, **plan), load, Driver(), paper_profile())
+
+
 @pytest.mark.parametrize(("warmup_s", "accepted"), [(0.0, True), (5.0, True), (3.0, False)])
 def test_a_warm_up_is_none_or_long_enough_to_matter(warmup_s: float, accepted: bool) -> None:
-    from aitax.emulation.sweep import SweepSpec
+    from aitax.emulation.sweep import SweepPlan
 
-    def make() -> SweepSpec:
-        return SweepSpec([1.0], 10, 1, 1, 1, paper_profile(), "paper", warmup_s=warmup_s)
+    def make() -> SweepPlan:
+        return SweepPlan([1.0], warmup_s=warmup_s)
 
     if accepted:
         assert make().warmup_s == warmup_s
@@ -249,14 +258,14 @@ def test_the_latency_bound_search_bisects_to_the_highest_factor_that_holds(monke
 
     monkeypatch.setattr(sweep_module, "run_factor", run_factor)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
-    spec = sweep_module.SweepSpec([1, 32], 10, 4, 8, 2, paper_profile(), "paper", latency_bound_ms=500)
+    spec = paper_sweep([1, 32], latency_bound_ms=500)
     result = sweep_module.search_latency_bound(spec, StackConfig(), progress=lambda _: None)
     assert probed[:2] == [1, 32] and len(probed) <= 2 + 6
     assert 5.3 / 1.1 <= result.highest_stable_factor <= 5.3
     assert result.latency_bound == (0.99, 500.0)
     with pytest.raises(UserError, match="needs --latency-bound and an open loop"):
         sweep_module.search_latency_bound(
-            sweep_module.SweepSpec([1, 32], 10, 4, 8, 2, paper_profile(), "paper"), StackConfig())
+            paper_sweep([1, 32]), StackConfig())
 
 
 def test_the_emulated_stages_need_no_opencv() -> None:
@@ -296,12 +305,11 @@ def test_the_sweep_ends_after_stop_after_broken_factors_in_a_row_and_lists_the_r
 
     monkeypatch.setattr(sweep_module, "run_factor", run_factor)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
-    spec = sweep_module.SweepSpec([1, 2, 4, 8, 16, 32], 10, 4, 8, 2, paper_profile(), "paper",
-                                  stop_after=stop_after)
+    spec = paper_sweep([1, 2, 4, 8, 16, 32], stop_after=stop_after)
     sweep = sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
     assert probed == run and sweep.skipped_factors == skipped and sweep.highest_stable_factor == 2
     with pytest.raises(UserError, match="--stop-after -1"):
-        sweep_module.SweepSpec([1], 10, 4, 8, 2, paper_profile(), "paper", stop_after=-1)
+        paper_sweep([1], stop_after=-1)
 
 
 def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(monkeypatch, tmp_path: Path) -> None:
@@ -319,7 +327,7 @@ def test_a_point_the_brokers_cannot_set_up_ends_the_sweep_with_what_it_measured(
 
     monkeypatch.setattr(sweep_module, "run_factor", run_factor)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
-    spec = sweep_module.SweepSpec([1, 2, 4, 8], 10, 4, 8, 2, paper_profile(), "paper")
+    spec = paper_sweep([1, 2, 4, 8])
     sweep = sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
     written = read_results(tmp_path / "r.json", SweepResult)
     assert [r.workload.factor for r in written.runs] == [1, 2] and written.skipped_factors == [4, 8]
@@ -340,7 +348,7 @@ def test_brokers_that_cannot_serve_the_warm_up_end_the_sweep_before_its_first_fa
 
     monkeypatch.setattr(sweep_module, "run_factor", run_factor)
     monkeypatch.setenv("AITAX_HOME", str(tmp_path))
-    spec = sweep_module.SweepSpec([1, 2], 10, 4, 8, 2, paper_profile(), "paper", warmup_s=10)
+    spec = paper_sweep([1, 2], warmup_s=10)
     sweep_module.run_sweep(spec, StackConfig(), progress=lambda _: None, out=tmp_path / "r.json")
     written = read_results(tmp_path / "r.json", SweepResult)
     assert written.runs == [] and written.skipped_factors == [1, 2] and measured_knee(written) == 1

@@ -42,16 +42,17 @@ def test_a_sweep_takes_the_files_values_and_a_flag_given_overrides_them(swept: l
     assert main(["emulate", "--workload", str(workload), "--driver", str(driver), "--consumers", "3",
                  "--max-batch", "4", "--duration", "12"]) == 0
     from_files, overridden = swept
-    assert from_files.profile_name == "object-detection" and from_files.factors == [1.0, 2.0]
-    assert (from_files.producers, from_files.consumers, from_files.duration_s) == (1, 24, 30.0)
-    assert (from_files.driver_settings.max_batch, from_files.driver_settings.max_queue_delay_ms) == (32, 10.0)
-    assert (overridden.producers, overridden.consumers, overridden.duration_s) == (1, 3, 12.0)
-    assert (overridden.driver_settings.max_batch, overridden.driver_settings.max_queue_delay_ms) == (4, 10.0)
+    assert from_files.load.profile == "object-detection" and from_files.plan.factors == [1.0, 2.0]
+    assert from_files.load.application == "object-detection"
+    assert (from_files.load.producers, from_files.load.consumers, from_files.load.duration_s) == (1, 24, 30.0)
+    assert (from_files.driver.max_batch, from_files.driver.max_queue_delay_ms) == (32, 10.0)
+    assert (overridden.load.producers, overridden.load.consumers, overridden.load.duration_s) == (1, 3, 12.0)
+    assert (overridden.driver.max_batch, overridden.driver.max_queue_delay_ms) == (4, 10.0)
 
 
 def test_without_files_the_flags_defaults_stand(swept: list) -> None:
     assert main(["emulate", "--factors", "1"]) == 0
-    assert (swept[0].producers, swept[0].consumers, swept[0].driver_settings.max_batch) == (4, 8, None)
+    assert (swept[0].load.producers, swept[0].load.consumers, swept[0].driver.max_batch) == (4, 8, None)
 
 
 @pytest.mark.parametrize(("option", "text", "problem"), [
