@@ -12,7 +12,8 @@ Services are 10.96.0.0/16 (the machine reaches them through node 0); cluster DNS
 
 `down` removes every pod first (kubelets tear down their containers and networks), stops every process, then sweeps
 what a crash could leave: containerd shims, mounts, network namespaces (a node's iptables and ipsets go with its
-namespace), the bridge and links, and the nodes' cgroups. `leftovers()` lists whatever is still there.
+namespace), the bridge and links, and the nodes' cgroups. `leftovers()` lists whatever is still there
+(both in `cluster.leftovers`).
 """
 
 from __future__ import annotations
@@ -30,16 +31,13 @@ from typing import IO
 
 import psutil
 
-from aitax.cluster import images, links
+from aitax.cluster import images, leftovers, links
 from aitax.cluster.control_plane import SERVICE_CIDR, LocalControlPlane, tool
 from aitax.cluster.node import (
     BRIDGE,
     CONTROL_IP,
     NODE_PREFIX,
     Node,
-    left_cgroups,
-    left_links,
-    left_namespaces,
     reshape,
     run_checked,
     setup_machine_network,
@@ -513,7 +511,7 @@ volumeBindingMode: WaitForFirstConsumer
             pid = process.pid()
             if pid:
                 psutil.Process(pid).kill()
-        shims = self._shims(node)
+        shims = leftovers.shims(str(self.containerd_socket(node)))
         for shim in shims:  # each shim's children (the containers) die with it: they are in its process group
             for child in shim.children(recursive=True):
                 child.kill()
@@ -546,7 +544,7 @@ volumeBindingMode: WaitForFirstConsumer
                        POD_TEARDOWN_TIMEOUT_S, interval_s=1.0)
         for process in reversed(self.processes):
             process.stop(timeout_s=20)
-        self._sweep()
+        leftovers.sweep(self.home, self._tracked_pids())
 
     def _running_tasks(self, node: Node) -> list[str]:
         if not self._process(f"containerd-{node.index}").is_running():
@@ -554,58 +552,13 @@ volumeBindingMode: WaitForFirstConsumer
         result = self.ctr(node, "tasks", "ls", "-q", check=False)
         return result.stdout.split() if result.returncode == 0 else []
 
-    def _sweep(self) -> None:
-        leftover = self._shims() + self._strays()
-        for process in leftover:
-            process.kill()
-        psutil.wait_procs(leftover, timeout=10)
-        for mount in reversed(self._mounts()):
-            subprocess.run(["umount", "-l", mount], capture_output=True)
-        for netns in left_namespaces():
-            subprocess.run(["umount", str(netns)], capture_output=True)
-            netns.unlink(missing_ok=True)
-        for link in left_links():  # the nodes' links went with their namespaces; the bridge is the machine's
-            subprocess.run(["ip", "link", "delete", link], capture_output=True)
-        for cgroup in left_cgroups():
-            for directory in sorted(cgroup.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if directory.is_dir():
-                    directory.rmdir()
-            cgroup.rmdir()
-
     def leftovers(self) -> dict[str, list[str]]:
         """What of this cluster is still on the machine (empty lists after a clean `down`)."""
-        return {
-            "processes": [f"{p.name} ({p.pid()})" for p in self.processes if p.is_running()]
-            + [f"shim {s.pid}" for s in self._shims()] + [f"stray {s.pid}" for s in self._strays()],
-            "mounts": self._mounts(),
-            "network namespaces": [str(n) for n in left_namespaces()],
-            "network devices": left_links(),
-            "cgroups": [str(c) for c in left_cgroups()],
-        }
+        running = [f"{p.name} ({p.pid()})" for p in self.processes if p.is_running()]
+        return leftovers.found(self.home, running, self._tracked_pids())
 
-    def _strays(self) -> list[psutil.Process]:
-        """Processes running from this cluster's folder that no PID file tracks (a crash, a hand-started one)."""
-        tracked = {p.pid() for p in self.processes} | {s.pid for s in self._shims()}
-        marker = str(self.home)
-        found = []
-        for process in psutil.process_iter(["pid", "cmdline"]):
-            if process.info["pid"] not in tracked and marker in " ".join(process.info["cmdline"] or []):
-                found.append(process)
-        return found
-
-    def _shims(self, node: Node | None = None) -> list[psutil.Process]:
-        marker = str(self.containerd_socket(node)) if node else str(self.home / "nodes")
-        found = []
-        for process in psutil.process_iter(["name", "cmdline"]):
-            if "containerd-shim" in (process.info["name"] or "") and marker in " ".join(process.info["cmdline"] or []):
-                found.append(process)
-        return found
-
-    def _mounts(self) -> list[str]:
-        prefix = str(self.home) + "/"
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-        return [m for m in mounts if m.startswith(prefix)]
-
+    def _tracked_pids(self) -> set[int]:
+        return {pid for pid in (p.pid() for p in self.processes) if pid}
 
 
 def _made_since(path: Path, moment: float) -> bool:
