@@ -21,6 +21,7 @@ from aitax.emulation.sweep import (
     run_sweep,
 )
 from aitax.load.engine import run_load
+from aitax.pipeline.transport.readback import read_identities
 from aitax.runs.results import Driver, SweepResult
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import BREAKDOWN
@@ -110,7 +111,7 @@ def test_a_closed_loop_keeps_its_frames_in_flight(stack: StackConfig, tmp_path: 
     spec = replace(spec, plan=replace(spec.plan, in_flight=(2,)))
     load = emulated_load(spec, stack, 4.0, unique_name, tmp_path, in_flight=2)
     result = run_load(load, stack=stack)
-    identities, _ = load.identities()
+    identities, _ = read_identities(stack.bootstrap_servers, load.run_id, topic=load.topics.identities)
     delete_topics(stack, load.topics)
     assert_held(result.verdict, "every acknowledged face identified", "stage processes ran")
     assert result.offered_faces_per_s is None and result.workload.in_flight == 2
