@@ -2,7 +2,8 @@
 
 `emit` only appends to an in-memory buffer. A background thread bulk-indexes the buffer every interval or batch.
 When Elasticsearch cannot be reached (at start or mid-run) batches go to an append-only spool file next to the
-process; once a probe finds Elasticsearch back, the spool is replayed and truncated. Documents carry ids derived
+process; once a probe finds Elasticsearch back, the spool is replayed and truncated. "Back" includes the event index
+template: a stage that may not install it (a secured Elasticsearch's writer) spools until its admin has. Documents carry ids derived
 from their content, so a replay that is interrupted and run again never duplicates an event. If the buffer
 fills faster than it drains, `emit` writes the overflow to the spool itself: slower, but nothing is dropped.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from aitax.telemetry.elastic_access import ElasticsearchCredentials, client, http_options, redacted, refusal, usable_url
-from aitax.telemetry.events import INDEX_PREFIX, Event
+from aitax.telemetry.events import INDEX_PREFIX, TEMPLATE_NAME, Event
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 2.0
@@ -51,7 +52,7 @@ def install_event_template(url: str, credentials: ElasticsearchCredentials | Non
     import requests
 
     from aitax.common.errors import UserError
-    from aitax.telemetry.events import INDEX_MAPPING, TEMPLATE_NAME, index_template
+    from aitax.telemetry.events import INDEX_MAPPING, index_template
 
     url, access = usable_url(url, credentials), http_options(credentials)
     try:
@@ -99,7 +100,8 @@ class ElasticsearchSink:
         self._lock = open(spool.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the sink's whole life
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         self._next_adoption = 0.0
-        self._template_installed = False
+        self._template_ready = False
+        self._template_wait_logged = False
         self.adopted = 0
         self._thread = threading.Thread(target=self._run, name="es-events", daemon=True)
         self._thread.start()
@@ -132,7 +134,7 @@ class ElasticsearchSink:
                 self._ship(self._take(len(self._buffer)))
             if self.spool.exists() and self.spool.stat().st_size and self._probe():
                 self._replay()
-            if time.monotonic() >= self._next_adoption and self._available:
+            if time.monotonic() >= self._next_adoption and self._probe():
                 self._next_adoption = time.monotonic() + ADOPT_INTERVAL_S
                 self._adopt_orphans()
             if self._closing and not self._buffer:
@@ -150,28 +152,52 @@ class ElasticsearchSink:
         return True
 
     def _probe(self) -> bool:
-        if self._available:
+        """Whether events may be indexed now: Elasticsearch answers and their index template is in place."""
+        if self._available and self._template_ready:
             return True
         now = time.monotonic()
         if now < self._next_probe and not self._closing:
             return False
         self._next_probe = now + PROBE_INTERVAL_S
-        if not self.answers():
+        if not self.answers() or not self._template_in_place():
+            self._available = False
             return False
-        log.warning("Elasticsearch at %s is back: replaying the spool", self.shown)
+        if not self._available:
+            log.warning("Elasticsearch at %s is back: replaying the spool", self.shown)
         self._available = True
         return True
+
+    def _template_in_place(self) -> bool:
+        """Install the template, or find the admin's. Never index before it: a daily index made without it is
+        mapped by guesses (`partition` a long, not strict), which no later template or mapping update can fix, so
+        events wait in the spool meanwhile (a stage on a secured Elasticsearch may start before the admin's Job)."""
+        if self._template_ready:
+            return True
+        from elasticsearch import AuthorizationException, NotFoundError
+
+        try:
+            self._template_ready = install_event_template(self.url)
+        except Exception as error:  # unreachable, or an unexpected answer: the admin's may be there all the same
+            log.warning("event index template not installed at %s: %s", self.shown, error)
+        if not self._template_ready:
+            try:
+                self._client.indices.get_index_template(name=TEMPLATE_NAME)
+                self._template_ready = True
+            except NotFoundError:
+                if not self._template_wait_logged:
+                    log.warning("Elasticsearch at %s has no %s template yet (its admin installs it): spooling "
+                                "events to %s until it has", self.shown, TEMPLATE_NAME, self.spool)
+                    self._template_wait_logged = True
+            except AuthorizationException:
+                self._template_ready = True  # an identity that may not even look (no `monitor`): index as given
+            except Exception:  # not answering now: probed again later
+                pass
+        return self._template_ready
 
     def _ship(self, documents: list[dict[str, Any]]) -> None:
         if not self._probe():
             self._append_to_spool(documents)
             return
-        if not self._template_installed:
-            try:
-                install_event_template(self.url)
-                self._template_installed = True  # or left to the admin: asking again would not change that
-            except Exception as error:  # unreachable, or an unexpected answer: the bulk below decides what to do
-                log.warning("event index template not installed at %s: %s", self.shown, error)
         for start in range(0, len(documents), self.batch_size):
             batch = documents[start:start + self.batch_size]
             if not self._bulk(batch):
@@ -259,10 +285,11 @@ def replay_spools(url: str, spool_dir: Path) -> int:
 
     sink = ElasticsearchSink(url, spool_dir / f"replay-{os.getpid()}.jsonl")
     try:
-        if not sink.answers():
+        if not sink._probe():
             from aitax.common.errors import UserError
 
-            raise UserError(f"Elasticsearch at {redacted(url)} unreachable: the spools in {spool_dir} stay for later")
+            raise UserError(f"Elasticsearch at {redacted(url)} unreachable or without the {TEMPLATE_NAME} template: "
+                            f"the spools in {spool_dir} stay for later")
         sink._adopt_orphans()
     finally:
         sink.close()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,9 @@ import requests
 from aitax.stack.config import HOST, StackConfig
 from aitax.stack.security import identity
 from aitax.stack.stack import local_marker
-from aitax.telemetry.elastic import ElasticsearchSink
+from aitax.telemetry.elastic import ElasticsearchSink, install_event_template
 from aitax.telemetry.elastic_access import CREDENTIALS_ENV, ElasticsearchCredentials, client, http_options
-from aitax.telemetry.events import INDEX_PREFIX, Event
+from aitax.telemetry.events import INDEX_PREFIX, TEMPLATE_NAME, Event
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +80,35 @@ def test_a_refused_sink_keeps_its_events_and_indexes_them_once_allowed(
     es = client(stack.elasticsearch_url, ElasticsearchCredentials(identity("admin")))
     es.indices.refresh(index=f"{INDEX_PREFIX}-*")
     assert es.count(index=f"{INDEX_PREFIX}-*", query={"term": {"run_id": run_id}})["count"] == 1
+
+
+def test_a_writer_indexes_nothing_before_the_admins_template_so_no_index_is_mapped_by_guesses(
+        stack: StackConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    admin = ElasticsearchCredentials(identity("admin"))
+    es = client(stack.elasticsearch_url, admin)
+    day = "2001.01.01"  # an index no other test writes: made by this event's first shipment
+    index = f"{INDEX_PREFIX}-{day}"
+    es.indices.delete(index=index, ignore_unavailable=True)
+    es.indices.delete_index_template(name=TEMPLATE_NAME)
+    try:
+        monkeypatch.setenv(CREDENTIALS_ENV, str(identity("detect")))  # a stage's writer: may not install it
+        sink = ElasticsearchSink(stack.elasticsearch_url, tmp_path / "early.jsonl", flush_interval_s=0.2)
+        event = replace(_event(f"early-{time.time_ns()}"), wall_start_ns=978_307_200_000_000_000, partition=3)
+        sink.emit(event)
+        time.sleep(2)
+        assert (sink.indexed, sink.spooled) == (0, 1)
+        assert not es.indices.exists(index=index)
+        assert install_event_template(stack.elasticsearch_url, admin)  # what the chart's topics Job does
+        deadline = time.monotonic() + 30
+        while sink.replayed < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sink.close()
+        assert sink.replayed == 1
+        mapping = es.indices.get_mapping(index=index)[index]["mappings"]
+        assert mapping["dynamic"] == "strict" and mapping["properties"]["partition"]["type"] == "integer"
+    finally:
+        install_event_template(stack.elasticsearch_url, admin)
+        es.indices.delete(index=index, ignore_unavailable=True)
 
 
 def test_a_missing_or_refused_credential_is_one_line_naming_its_folder(stack: StackConfig, tmp_path: Path) -> None:
