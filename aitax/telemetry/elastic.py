@@ -3,9 +3,10 @@
 `emit` only appends to an in-memory buffer. A background thread bulk-indexes the buffer every interval or batch.
 When Elasticsearch cannot be reached (at start or mid-run) batches go to an append-only spool file next to the
 process; once a probe finds Elasticsearch back, the spool is replayed and truncated. "Back" includes the event index
-template: a stage that may not install it (a secured Elasticsearch's writer) spools until its admin has. Documents carry ids derived
-from their content, so a replay that is interrupted and run again never duplicates an event. If the buffer
-fills faster than it drains, `emit` writes the overflow to the spool itself: slower, but nothing is dropped.
+template: a stage that may not install it (a secured Elasticsearch's writer) spools until its admin has. Documents
+carry ids derived from their content, so a replay that is interrupted and run again never duplicates an event. If
+the buffer fills faster than it drains, `emit` writes the overflow to the spool itself: slower, but nothing is
+dropped.
 
 A process can end while Elasticsearch is still away; its spool stays behind. Each sink holds a lock on its own
 spool for its lifetime, and any live sink that finds an unlocked spool beside its own (its process is gone)
