@@ -79,6 +79,9 @@ IMAGES = (
     AppImage("pipeline", f"aitax/pipeline:{APP_VERSION}"),
     AppImage("prometheus", "aitax/prometheus:2.42.0"),
 )
+# Built only when asked for (`aitax images build --gpu`): ONNX Runtime's CUDA build and NVIDIA's libraries, on top of
+# the pipeline image.
+GPU_IMAGE = AppImage("pipeline-gpu", f"aitax/pipeline-gpu:{APP_VERSION}")
 # The pod sandbox image kubelet asks containerd for; its binary is built from Kubernetes' own source.
 PAUSE_REFERENCE = "registry.k8s.io/pause:3.10"
 
@@ -219,13 +222,21 @@ def build_image(image: AppImage) -> BuildReport:
                        image_id(image.reference) or "")
 
 
-def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[[str], None] = print
-              ) -> list[BuildReport]:
-    """Bases (when missing), the pause image, then the app images named (all by default)."""
-    wanted = [i for i in IMAGES if not names or i.folder in names]
-    unknown = set(names or ()) - {i.folder for i in IMAGES}
+def wanted_images(names: list[str] | None, gpu: bool = False) -> list[AppImage]:
+    """The app images named (all but the GPU one by default), with the GPU image last when asked for: it is built
+    on the pipeline image."""
+    known = [*IMAGES, GPU_IMAGE]
+    unknown = set(names or ()) - {i.folder for i in known}
     if unknown:
-        raise UserError(f"unknown image(s) {sorted(unknown)}: choose from {[i.folder for i in IMAGES]}")
+        raise UserError(f"unknown image(s) {sorted(unknown)}: choose from {[i.folder for i in known]}")
+    wanted = [i for i in IMAGES if not names or i.folder in names]
+    return [*wanted, GPU_IMAGE] if gpu or GPU_IMAGE.folder in (names or ()) else wanted
+
+
+def build_all(names: list[str] | None, pause_binary: Path | None, log: Callable[[str], None] = print,
+              gpu: bool = False) -> list[BuildReport]:
+    """Bases (when missing), the pause image, then the app images named (`wanted_images`)."""
+    wanted = wanted_images(names, gpu)
     # One build at a time per store: a second one (`make test`'s cluster tests, while its background build still
     # runs) waits, then finds everything built.
     with exclusive(images_home() / "build.lock", f"another build is using {images_home()}; waiting for it ...", log):

@@ -240,19 +240,22 @@ images_group = group(
 @images_group.command(
     "build", short_help="build (cached) and, when the cluster runs, load the images",
     help="Build (cached) and, when the cluster runs, load the images. NAMES: kafka, elasticsearch, emulator, "
-         "pipeline (default: all).")
+         "pipeline, pipeline-gpu (default: all but pipeline-gpu).")
 @click.argument("names", nargs=-1)
 @click.option("--no-load", is_flag=True, help="do not import them into the cluster")
-def images_build(names: tuple[str, ...], no_load: bool) -> int:
+@click.option("--gpu", is_flag=True,
+              help="also pipeline-gpu: the pipeline with ONNX Runtime's CUDA build and NVIDIA's libraries, for "
+                   "identify.runtime cuda (about 2 GB more; needs the pipeline image, built first)")
+def images_build(names: tuple[str, ...], no_load: bool, gpu: bool) -> int:
     from aitax.cluster import images
     from aitax.cluster.control_plane import tool
 
     started = time.monotonic()
-    images.build_all(list(names) or None, tool("pause"))
+    images.build_all(list(names) or None, tool("pause"), gpu=gpu)
     print(f"built in {time.monotonic() - started:.1f} s")
     cluster = _cluster()
     if not no_load and cluster.is_running():
-        wanted = [i.reference for i in images.IMAGES if not names or i.folder in names]
+        wanted = [i.reference for i in images.wanted_images(list(names) or None, gpu)]
         cluster.load_images([images.PAUSE_REFERENCE, *wanted])
     elif not no_load:
         print("the cluster is not running: images load at the next `aitax images build` or `make k8s-demo`")

@@ -86,7 +86,8 @@ def collect_command(group: str | None, run_id: str | None, since_ms: int | None,
 @click.argument("stage", type=click.Choice(("identify", "detect")), metavar="STAGE")
 @click.option("--out", type=FILE, required=True, help="curve YAML to write")
 @click.option("--runtime", type=click.Choice(("openvino", "tensorflow", "cuda")), default="openvino",
-              help="identify: FaceNet's runtime (default openvino; cuda: an NVIDIA GPU, the gpu extra)")
+              help="the networks' runtime (default openvino; cuda: an NVIDIA GPU, the gpu extra; tensorflow: "
+                   "identify only)")
 @click.option("--precision", type=click.Choice(("auto", "fp32", "bf16")), default="auto",
               help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it)")
 @click.option("--threads", type=int, default=1, show_default=True, help="identify: FaceNet's threads")
@@ -114,9 +115,12 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
 
         if not video:
             raise UserError("calibrate detect: --video VIDEO, the frames to time (e.g. from `aitax make-video`)")
+        if runtime == "tensorflow":
+            raise UserError("calibrate detect --runtime tensorflow: MTCNN runs through openvino or cuda")
         open_video(video).release()  # a bad path is one line before the models load
         with tqdm(total=1, desc="frames", unit="curve") as bar:
-            path = calibrate_detect(out, video, min_face_size, frames, repeats, progress=lambda _: bar.update())
+            path = calibrate_detect(out, video, min_face_size, frames, repeats, progress=lambda _: bar.update(),
+                                    runtime=runtime)
     curve = load_curve(str(path))
     print(f"wrote {path}: {curve.name}, " + ", ".join(f"batch {n}: {ms:.2f} ms ({ms / n:.2f} per item)"
                                                       for n, ms in curve.points))

@@ -49,6 +49,9 @@ detection = options(
     click.option("--jpeg-quality", type=int, default=90, show_default=True, help="JPEG quality 1-100"),
     keying,
     click.option("--threads", type=int, default=1, help="MTCNN's threads (default 1: one core, as the paper)"),
+    click.option("--runtime", type=click.Choice(("openvino", "cuda")), default="openvino", show_default=True,
+                 help="MTCNN's networks: openvino on the CPU, or cuda on an NVIDIA GPU through ONNX Runtime (FP32; "
+                      "the optional gpu extra); the pyramid and boxes stay on the CPU"),
 )
 
 camera = options(
@@ -107,7 +110,7 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
                   size: tuple[int, int], transport: str, declared_fps: float, stall_timeout: float,
                   camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
                   resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
-                  tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
+                  runtime: str, tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
     from aitax.pipeline.frames import open_video
     from aitax.pipeline.runtime import new_run_id
     from aitax.pipeline.schema import FACES_TOPIC
@@ -125,7 +128,7 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
         from aitax.pipeline.camera import check_access
 
         check_access(source)  # refused credentials: one line, before the detector loads
-    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
+    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads, runtime)
     from aitax.pipeline.ingest_detect import Checkpoint, FaceRecords, StreamReading, run_ingest_detect
 
     run_id, start_frame, checkpoint = run_id or new_run_id(), 0, None
@@ -155,7 +158,7 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
 
 
 def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, encoding: str, jpeg_quality: int,
-                 threads: int):
+                 threads: int, runtime: str):
     """MTCNN on frames of `size`, once the brokers answered (before the networks load: a wrong address is one line,
     at once)."""
     from aitax.pipeline.transport.admin import require_brokers
@@ -166,7 +169,7 @@ def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, enco
     from aitax.pipeline.ingest_detect import MtcnnFaceFinder
 
     return MtcnnFaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size,
-                           threads=threads)
+                           threads=threads, runtime=runtime)
 
 
 # The three-stage design (the paper's Fig. 3a): the same two halves as separate processes, frames through Kafka.
@@ -221,11 +224,12 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
 @batching(4, "frames whose faces are acknowledged and committed together")
 @stage_options
 def detect(group: str, run_id: str | None, size: tuple[int, int], min_face_size: int, encoding: str,
-           jpeg_quality: int, keying: str, threads: int, batching: BatchPolicy, settings: StageSettings) -> int:
+           jpeg_quality: int, keying: str, threads: int, runtime: str, batching: BatchPolicy,
+           settings: StageSettings) -> int:
     from aitax.pipeline.ingest_detect import FaceRecords
     from aitax.pipeline.schema import FACES_TOPIC
 
-    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads)
+    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads, runtime)
     return _detect_frames(settings, group, run_id, batching, find_faces, FaceRecords(keying), "detect", FACES_TOPIC,
                           "faces")
 

@@ -81,12 +81,13 @@ def calibrate_identify(out: Path, runtime: str, precision: str, threads: int, ba
 
 
 def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, repeats: int,
-                     progress: Callable[[int], None] = lambda _: None, size: tuple[int, int] = (960, 540)) -> Path:
+                     progress: Callable[[int], None] = lambda _: None, size: tuple[int, int] = (960, 540),
+                     runtime: str = "openvino") -> Path:
     from aitax.pipeline.frames import read_frames
     from aitax.pipeline.ingest_detect import MtcnnFaceFinder
     from aitax.telemetry.timing import Stopwatch
 
-    finder = MtcnnFaceFinder(min_face_size, frame_size=size)
+    finder = MtcnnFaceFinder(min_face_size, frame_size=size, runtime=runtime)
     images = [frame.rgb for frame in read_frames(video, "calibrate", size, pace="max", max_frames=frames)]
     cycle = iter(range(10**9))
 
@@ -95,9 +96,11 @@ def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, rep
             finder(images[next(cycle) % len(images)], Stopwatch())
 
     points, spread = time_batches(detect, (1,), repeats * len(images), progress)
-    provenance = (f"aitax calibrate detect on {cpu_name()}, MTCNN at a minimum face of {min_face_size} px with "
+    provenance = (f"aitax calibrate detect on {cpu_name()}, MTCNN's networks through {runtime}, at a minimum face of "
+                  f"{min_face_size} px with "
                   f"alignment and PNG thumbnails, one frame per call as the detect stage runs it, "
                   f"{date.today().isoformat()}: median of {repeats * len(images)} calls over {len(images)} "
                   f"frames of {Path(video).name}; spread: each call over the median. Not measured: decoding and "
                   "resizing the frames (ingest's), batches of frames (the detect stage takes one).")
-    return write_curve(out, f"mtcnn-{min_face_size}px", "detect", provenance, points, spread, host_cpu=True)
+    name = f"mtcnn-{min_face_size}px" if runtime == "openvino" else f"mtcnn-{runtime}-{min_face_size}px"
+    return write_curve(out, name, "detect", provenance, points, spread, host_cpu=runtime != "cuda")

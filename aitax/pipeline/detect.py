@@ -11,7 +11,8 @@ from the uint8 frame by compiled kernels (aitax/pipeline/prepare.py), and the bo
 The networks run in OpenVINO, FP32, converted from the package's TensorFlow models once and kept
 (`pipeline.mtcnn_keras`, `pipeline.openvino_ir`): a detect process then starts without TensorFlow (its import and
 tracing took 11-12 CPU-seconds and 0.9 GB at every start), and PNet's pyramid costs about 3 CPU-ms per 960x540 frame
-against TensorFlow's 6-8.
+against TensorFlow's 6-8. On an NVIDIA GPU (`runtime="cuda"`) the same networks run in ONNX Runtime's CUDA provider,
+converted to ONNX and kept the same way (`pipeline.onnx_models`); the pyramid and box arithmetic stay on the CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from aitax.common.errors import UserError
 from aitax.pipeline.prepare import area_pyramid, patches
 from aitax.telemetry.timing import Stopwatch
 
@@ -161,17 +163,33 @@ def _beaten(corners: np.ndarray, threshold: float, over_union: bool) -> np.ndarr
     return beaten
 
 
-def mtcnn_networks() -> dict:
-    """The package's three networks as OpenVINO models, converted once and then read from where they are kept
-    (keyed by the package's version, which pins its weights, and the conversion's source)."""
+RUNTIMES = ("openvino", "cuda")
+
+
+def _made_from() -> bytes:
+    """What a conversion is keyed by: the package's version, which pins its weights, and the conversion's source."""
     import importlib.metadata
 
     from aitax.pipeline import mtcnn_keras
+
+    return f"mtcnn {importlib.metadata.version('mtcnn')} ".encode() + Path(mtcnn_keras.__file__).read_bytes()
+
+
+def mtcnn_networks() -> dict:
+    """The package's three networks as OpenVINO models, converted once and then read from where they are kept."""
+    from aitax.pipeline import mtcnn_keras
     from aitax.pipeline.openvino_ir import kept_conversion
 
-    made_from = f"mtcnn {importlib.metadata.version('mtcnn')} ".encode() + Path(mtcnn_keras.__file__).read_bytes()
-    return {network: kept_conversion("mtcnn-openvino", network, made_from, partial(mtcnn_keras.convert, network))
+    return {network: kept_conversion("mtcnn-openvino", network, _made_from(), partial(mtcnn_keras.convert, network))
             for network in mtcnn_keras.INPUT_SHAPES}
+
+
+def mtcnn_onnx(network: str) -> bytes:
+    """One of the package's networks as ONNX, for the cuda runtime, converted once and kept."""
+    from aitax.pipeline import mtcnn_keras
+    from aitax.pipeline.onnx_models import kept_onnx
+
+    return kept_onnx("mtcnn-onnx", network, _made_from(), partial(mtcnn_keras.to_onnx, network))
 
 
 def _outputs(compiled, batch: np.ndarray) -> list[np.ndarray]:
@@ -189,31 +207,47 @@ class FaceDetector:
     def __init__(self, min_face_size: int = DEFAULT_MIN_FACE_SIZE,
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
                  frame_size: tuple[int, int] | None = None, threads: int = 1,
-                 follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD) -> None:
+                 follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD, runtime: str = "openvino",
+                 providers: tuple[str, ...] = ()) -> None:
         """`frame_size` (width, height): the size of a stream's frames; PNet is then compiled for each of its pyramid
         levels' shapes, a little faster than the one compilation for any shape that frames of other sizes (photos)
-        take."""
-        from aitax.pipeline.openvino_ir import compile_on_cpu
-
+        take. `runtime`: openvino on the CPU, or cuda (ONNX Runtime on `providers`, by default CUDA's; one PNet
+        session takes every level's shape)."""
         if min_face_size < PNET_INPUT:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
+        if runtime not in RUNTIMES:
+            raise UserError(f"--runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
         self.min_face_size = min_face_size
         self.thresholds = thresholds
         self.follow_threshold = follow_threshold
-        # FP32, as the package computes: a confidence near a threshold must not flip on rounding.
-        networks = mtcnn_networks()
-        self._pnet_any, self._rnet, self._onet = (compile_on_cpu(networks[name], threads)
-                                                  for name in ("pnet", "rnet", "onet"))
+        self.runtime = runtime
         self._stream_sizes: tuple[tuple[int, int], ...] = ()
         self._pnet_levels: list = []
+        sizes = ()
         if frame_size is not None:
             width, height = frame_size
-            self._stream_sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
-            for level_height, level_width in self._stream_sizes:
+            sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
+        # FP32, as the package computes: a confidence near a threshold must not flip on rounding.
+        if runtime == "cuda":
+            from aitax.pipeline.onnx_models import CUDA_PROVIDER, OnnxNetwork
+
+            self._pnet_any, self._rnet, self._onet = (
+                OnnxNetwork(partial(mtcnn_onnx, name), list(providers or (CUDA_PROVIDER,)))
+                for name in ("pnet", "rnet", "onet"))
+            self._pnet_levels = [self._pnet_any] * len(sizes)
+        else:
+            from aitax.pipeline.openvino_ir import compile_on_cpu
+
+            networks = mtcnn_networks()
+            self._pnet_any, self._rnet, self._onet = (compile_on_cpu(networks[name], threads)
+                                                      for name in ("pnet", "rnet", "onet"))
+            for level_height, level_width in sizes:
                 level = networks["pnet"].clone()
                 level.reshape([1, level_height, level_width, 3])
                 self._pnet_levels.append(compile_on_cpu(level, threads))
-            self._warm(width, height)
+        if frame_size is not None:
+            self._stream_sizes = sizes
+            self._warm(*frame_size)
 
     def _warm(self, width: int, height: int) -> None:
         """Run everything a stream's frames use once, so that no frame's time includes a first call's set-up (RNet

@@ -15,10 +15,11 @@ version and the graph's source: converting took 9-11 CPU-seconds and TensorFlow'
 start; from the kept conversion an identify process starts without TensorFlow (1.6 CPU-seconds, 0.7 GB less
 memory). The pipeline image keeps the conversion its build made.
 
-`runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX at start-up (tf2onnx) and run by ONNX
-Runtime's CUDA provider, in FP32. It needs the optional `gpu` extra and a GPU; asked for without either, it is a
-one-line error, never a silent fallback to the CPU. Not measured on a GPU yet (none was lent to the session that
-wrote it); `aitax calibrate identify --runtime cuda` measures it where there is one.
+`runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX (tf2onnx), kept like the OpenVINO conversion
+(the pipeline-gpu image keeps its build's), and run by ONNX Runtime's CUDA provider, in FP32. It needs the optional
+`gpu` extra and a GPU; asked for without either, it is a one-line error, never a silent fallback to the CPU. Not
+measured on a GPU yet (none was lent to the sessions that wrote it); `aitax calibrate identify --runtime cuda`
+measures it where there is one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 from aitax.common.errors import UserError
 from aitax.pipeline.assets import sha256_of
 from aitax.pipeline.crop import THUMBNAIL_SIZE as FACE_SIZE
+from aitax.pipeline.onnx_models import CUDA_PROVIDER, OnnxNetwork, kept_onnx
 from aitax.pipeline.openvino_ir import compile_on_cpu, kept_conversion
 
 if TYPE_CHECKING:
@@ -45,8 +47,6 @@ log = logging.getLogger(__name__)
 EMBEDDING_SIZE = 128
 PRECISIONS = ("auto", "fp32", "bf16")
 RUNTIMES = ("openvino", "tensorflow", "cuda")
-CUDA_PROVIDER = "CUDAExecutionProvider"
-GPU_EXTRA = "pip install -e '.[gpu]' (ONNX Runtime with CUDA, tf2onnx)"
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -84,6 +84,22 @@ def facenet_openvino(weights_sha256: str, embed_function: Callable[[], object]):
     source = Path(importlib.util.find_spec("aitax.pipeline.facenet_keras").origin).read_bytes()
     return kept_conversion("facenet-openvino", "facenet", f"{weights_sha256} ".encode() + source,
                            lambda: openvino.convert_model(embed_function()))
+
+
+def facenet_onnx(weights_sha256: str, embed_function: Callable[[], object]) -> bytes:
+    """FaceNet's graph as ONNX (opset 17), converted from `embed_function()` once and kept (`pipeline.onnx_models`),
+    keyed by the weights and the graph's source."""
+
+    def convert() -> bytes:
+        import tf2onnx
+
+        from aitax.pipeline.facenet_keras import FACES_SIGNATURE
+
+        graph, _ = tf2onnx.convert.from_function(embed_function(), input_signature=[FACES_SIGNATURE], opset=17)
+        return graph.SerializeToString()
+
+    source = Path(importlib.util.find_spec("aitax.pipeline.facenet_keras").origin).read_bytes()
+    return kept_onnx("facenet-onnx", "facenet", f"{weights_sha256} ".encode() + source, convert)
 
 
 class FaceEmbedder:
@@ -127,23 +143,9 @@ class FaceEmbedder:
         return request
 
     def onnx_session(self, providers: list[str]):
-        """FaceNet converted to ONNX, in an ONNX Runtime session on `providers`; a missing extra or provider is a
-        UserError naming what to install."""
-        try:
-            import onnxruntime
-            import tf2onnx
-        except ImportError as error:
-            raise UserError(f"--runtime cuda needs the optional gpu extra ({error.name} is missing): {GPU_EXTRA}") \
-                from None
-        available = onnxruntime.get_available_providers()
-        missing = [provider for provider in providers if provider not in available]
-        if missing:
-            raise UserError(f"--runtime cuda: ONNX Runtime here has no {missing[0]} (it has {', '.join(available)}); "
-                            f"on a machine with an NVIDIA GPU and CUDA: {GPU_EXTRA}")
-        from aitax.pipeline.facenet_keras import FACES_SIGNATURE
-
-        graph, _ = tf2onnx.convert.from_function(self.graph.embed, input_signature=[FACES_SIGNATURE], opset=17)
-        session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=providers)
+        """FaceNet converted to ONNX, in an ONNX Runtime session on `providers`, run once before it is trusted; a
+        missing extra or provider is a UserError naming what to install."""
+        session = OnnxNetwork(lambda: facenet_onnx(self.weights_sha256, lambda: self.graph.embed), providers).session
         session.run(None, {session.get_inputs()[0].name: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return session
 

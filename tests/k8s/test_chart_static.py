@@ -137,6 +137,8 @@ def test_operator_monitors_select_the_stage_pods() -> None:
          "/ingestDetect/cameras/0/url"),
         ("ingestDetect.cameras[0].name=Lobby_1,ingestDetect.cameras[0].url=rtsp://cam/s",
          "/ingestDetect/cameras/0/name"),
+        ("identify.runtime=rocm", "/identify/runtime"),
+        ("identify.gpus=-1", "/identify/gpus"),
     ],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, field: str) -> None:
@@ -159,6 +161,11 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
          "stages: 3: object-detection has two stages (ingest, then detect-objects)"),
         (("mode=emulated", "stages=3", "emulator.producers.inFlight=2"),
          "emulator.producers.inFlight: a closed loop runs two stages, not stages: 3"),
+        (("identify.runtime=cuda",), "identify.runtime: cuda runs on an NVIDIA GPU: set identify.gpus to 1 or more"),
+        (("identify.gpus=1",), "identify.gpus: 1 GPU(s) that runtime openvino would not use"),
+        (("ingestDetect.runtime=cuda",), "ingestDetect.runtime: cuda runs on an NVIDIA GPU: set ingestDetect.gpus"),
+        (("stages=3", "ingestDetect.runtime=cuda", "ingestDetect.gpus=1"),
+         "ingestDetect.gpus: with frames through Kafka ingest only decodes; detection's GPUs are detect.gpus"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
@@ -170,6 +177,28 @@ def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) 
     result = helm(*args, check=False)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("component", ["-ingest-detect", "-identify"])
+def test_a_gpu_stage_asks_for_its_gpus_runs_the_cuda_image_and_lands_on_gpu_nodes(component: str) -> None:
+    gpu = _named(render(CHART / "ci" / "gpu-values.yaml"), "Deployment", component)["spec"]["template"]["spec"]
+    cpu = _named(render(CI_VALUES[0]), "Deployment", component)["spec"]["template"]["spec"]
+    container = gpu["containers"][0]
+    assert container["image"] == "aitax/pipeline-gpu:0.1.0" and cpu["containers"][0]["image"] == "aitax/pipeline:0.1.0"
+    assert container["args"][container["args"].index("--runtime") + 1] == "cuda"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["resources"]["limits"]["memory"] == cpu["containers"][0]["resources"]["limits"]["memory"]
+    assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"]["limits"]
+    assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and "nodeSelector" not in cpu
+    assert gpu["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_three_stage_detection_takes_its_gpus_in_detect_not_in_ingest() -> None:
+    docs = render(CI_VALUES[0], sets=("stages=3", "detect.runtime=cuda", "detect.gpus=2"))
+    detect = _named(docs, "Deployment", "-detect")["spec"]["template"]["spec"]["containers"][0]
+    ingest = _named(docs, "Deployment", "-ingest")["spec"]["template"]["spec"]["containers"][0]
+    assert detect["resources"]["limits"]["nvidia.com/gpu"] == 2 and detect["image"] == "aitax/pipeline-gpu:0.1.0"
+    assert "--runtime" not in ingest["args"] and "nvidia.com/gpu" not in ingest["resources"]["limits"]
 
 
 def test_kafka_statefulset_shape() -> None:
@@ -530,16 +559,19 @@ def test_hadolint(dockerfile: Path) -> None:
 
 
 def test_dockerfiles_are_pinned_and_non_root_and_leave_their_build_tools_behind() -> None:
-    from aitax.cluster.images import BASES
+    from aitax.cluster.images import BASES, IMAGES
 
-    assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "emulator", "kafka", "elasticsearch", "prometheus"}
-    runtime_bases = {b.reference for b in BASES if not b.for_builds}
+    assert {p.parent.name for p in DOCKERFILES} == {"pipeline", "pipeline-gpu", "emulator", "kafka", "elasticsearch",
+                                                    "prometheus"}
+    # An image may also extend one that `aitax images build` makes (pipeline-gpu the pipeline), itself on a base.
+    runtime_bases = {b.reference for b in BASES if not b.for_builds} | {i.reference for i in IMAGES}
     for dockerfile in DOCKERFILES:
         text = dockerfile.read_text()
         bases = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE) + re.findall(r"--mount=type=bind,from=([^,\s]+)", text)
         for base in bases:
             # No remote base: only the Debian bases `aitax images build` makes, at their current revision.
-            assert base in {b.reference for b in BASES}, f"{dockerfile}: base image {base} is not an aitax base"
+            assert base in {b.reference for b in BASES} | runtime_bases, \
+                f"{dockerfile}: base image {base} is not an aitax base"
         final = text[text.rfind("\nFROM ") + 1:]
         assert final.split()[1] in runtime_bases, f"{dockerfile}: the image is not built on a runtime base"
         assert re.search(r"^USER 10001:10001$", final, re.MULTILINE), f"{dockerfile}: final stage not non-root"
@@ -569,13 +601,15 @@ def test_image_names_and_tags_match_the_chart() -> None:
 
 
 def test_every_dockerfile_is_built_by_aitax_images() -> None:
-    from aitax.cluster.images import IMAGES
+    from aitax.cluster.images import GPU_IMAGE, IMAGES, wanted_images
 
-    assert {i.dockerfile for i in IMAGES} == set(DOCKERFILES)
+    assert {i.dockerfile for i in (*IMAGES, GPU_IMAGE)} == set(DOCKERFILES)
+    assert GPU_IMAGE not in wanted_images(None) and wanted_images(None, gpu=True)[-1] == GPU_IMAGE
+    assert wanted_images(["pipeline-gpu"]) == [GPU_IMAGE]
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    references = {i.reference for i in IMAGES}
-    for name in ("pipeline", "emulator", "kafka", "prometheus"):
+    references = {i.reference for i in (*IMAGES, GPU_IMAGE)}
+    for name in ("pipeline", "pipelineGpu", "emulator", "kafka", "prometheus"):
         assert f"{values['images'][name]['repository']}:{values['images'][name]['tag'] or chart['appVersion']}" \
             in references
     assert values["elasticsearch"]["bundled"]["image"] in references

@@ -180,6 +180,37 @@ def test_boxes_agree_with_stock_mtcnn(assets) -> None:
     assert compared >= 12
 
 
+def test_the_cuda_runtimes_networks_find_the_openvino_detectors_boxes(assets) -> None:
+    """`--runtime cuda` runs the same three networks converted to ONNX in ONNX Runtime: checked on its CPU provider
+    (no GPU here), the boxes, landmarks and confidences of the OpenVINO detector on 25 photos."""
+    cpu = FaceDetector(min_face_size=20)
+    converted = FaceDetector(min_face_size=20, runtime="cuda", providers=("CPUExecutionProvider",))
+    faces = 0
+    for photo in sorted(assets.faces_val_dir.glob("*/*.jpg"))[:25]:
+        rgb = cv2.cvtColor(cv2.imread(str(photo)), cv2.COLOR_BGR2RGB)
+        expected, found = cpu.detect(rgb), converted.detect(rgb)
+        assert [d.box for d in found] == [d.box for d in expected], photo.name
+        np.testing.assert_allclose([d.confidence for d in found], [d.confidence for d in expected], atol=1e-4)
+        np.testing.assert_allclose([d.landmarks for d in found], [d.landmarks for d in expected], atol=1)
+        faces += len(expected)
+    assert faces >= 25
+    height, width = rgb.shape[:2]  # a stream's detector: one PNet session for every level, warmed at each
+    stream = FaceDetector(min_face_size=20, frame_size=(width, height), runtime="cuda",
+                          providers=("CPUExecutionProvider",))
+    assert [d.box for d in stream.detect(rgb)] == [d.box for d in expected]
+
+
+def test_cuda_detection_without_a_gpu_is_one_line_naming_the_provider() -> None:
+    from aitax.common.errors import UserError
+    from aitax.pipeline.onnx_models import CUDA_PROVIDER, GPU_EXTRA
+
+    with pytest.raises(UserError) as raised:
+        FaceDetector(runtime="cuda")  # this machine's ONNX Runtime has no CUDA provider
+    assert CUDA_PROVIDER in str(raised.value) and GPU_EXTRA in str(raised.value) and "\n" not in str(raised.value)
+    with pytest.raises(UserError, match="--runtime 'rocm': expected one of openvino, cuda"):
+        FaceDetector(runtime="rocm")
+
+
 def test_a_process_that_dropped_its_detector_still_stops_cleanly_on_sigterm(tmp_path) -> None:
     """SIGTERM is how a pod or a run's load is stopped: once a detector (its OpenVINO models) was dropped, a later
     SIGTERM still reaches the Python handler (a dropped OpenVINO Core unloaded the CPU plugin, and the signal then

@@ -211,10 +211,27 @@ def test_the_cuda_runtimes_graph_gives_tensorflows_embeddings_through_onnx_runti
     np.testing.assert_allclose(session.run(None, {name: faces[:1]})[0], reference[:1], atol=1e-4)
 
 
+def test_the_onnx_conversion_is_kept_so_a_gpu_identify_starts_without_converting(
+        embedder, val_faces, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    from aitax.pipeline.facenet import facenet_onnx
+
+    monkeypatch.setenv("AITAX_HOME", str(tmp_path))
+    model = facenet_onnx(embedder.weights_sha256, lambda: embedder.graph.embed)
+    kept = tmp_path / "downloads" / "models" / "facenet-onnx"
+    assert [path.suffix for path in kept.iterdir()] == [".onnx"]  # no scratch file left behind
+    assert facenet_onnx(embedder.weights_sha256, lambda: pytest.fail("converted again")) == model
+    faces, _ = val_faces
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    converted = session.run(None, {session.get_inputs()[0].name: faces[:4]})[0]
+    assert (converted * embedder.embed(faces[:4])).sum(axis=1).min() >= 0.9999
+
+
 def test_cuda_asked_for_without_a_gpu_or_the_extra_is_one_line_naming_what_to_install(embedder, monkeypatch) -> None:
     import sys
 
-    from aitax.pipeline.facenet import CUDA_PROVIDER, GPU_EXTRA
+    from aitax.pipeline.onnx_models import CUDA_PROVIDER, GPU_EXTRA
 
     with pytest.raises(UserError) as raised:
         embedder.onnx_session([CUDA_PROVIDER])  # this machine's ONNX Runtime has no CUDA provider

@@ -285,7 +285,9 @@ metadata:
 {{- end }}
 
 {{/* The Deployment of one stage. Arguments: root, component, image (pipeline|emulator), replicas, args (list),
-stage (values block with resources/nodeSelector/tolerations/affinity), extraEnv/extraMounts/extraVolumes (YAML).
+stage (values block with resources/nodeSelector/tolerations/affinity, and gpus where the stage has a GPU runtime),
+extraEnv/extraMounts/extraVolumes (YAML). A stage given GPUs runs the pipelineGpu image and asks for them as an
+extended resource (limits only: Kubernetes takes the request from the limit, and a GPU is never overcommitted).
 With security on, the stage runs as its command's principal (files/security.json), its Secret at /etc/aitax/identity
 for Kafka and the bundled Elasticsearch. A consumer stage also holds the reader's, at /etc/aitax/reader: an
 experiment's read-back (`aitax collect`) runs in one of its pods as the reader. */}}
@@ -294,6 +296,11 @@ experiment's read-back (`aitax collect`) runs in one of its pods as the reader. 
 {{- $security := include "aitax.security" $root | fromJson }}
 {{- $secured := $root.Values.security.enabled }}
 {{- $consumer := has .component (list "identify" "emulate-consumers" "detect-objects") }}
+{{- $gpus := int (default 0 .stage.gpus) }}
+{{- $resources := .stage.resources }}
+{{- if gt $gpus 0 }}
+{{- $resources = merge (dict "limits" (merge (dict "nvidia.com/gpu" $gpus) (default dict .stage.resources.limits))) (deepCopy .stage.resources) }}
+{{- end }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -318,7 +325,7 @@ spec:
       terminationGracePeriodSeconds: 60
       containers:
         - name: {{ .component }}
-          image: {{ include "aitax.image" (dict "root" $root "name" .image) }}
+          image: {{ include "aitax.image" (dict "root" $root "name" (ternary "pipelineGpu" .image (gt $gpus 0))) }}
           imagePullPolicy: {{ $root.Values.images.pullPolicy }}
           args:
             {{- toYaml .args | nindent 12 }}
@@ -339,7 +346,7 @@ spec:
             {{- include "aitax.metricsPort" $root | nindent 12 }}
           {{- include "aitax.stageProbes" $root | nindent 10 }}
           resources:
-            {{- toYaml .stage.resources | nindent 12 }}
+            {{- toYaml $resources | nindent 12 }}
           securityContext:
             {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
           volumeMounts:
@@ -405,6 +412,18 @@ affinity:
 {{- range (list $g.base64 $g.existingConfigMap $g.existingSecret) }}{{ if . }}{{ $given = add1 $given }}{{ end }}{{ end }}
 {{- if gt (int $given) 1 }}
 {{- fail "identify.gallery: set at most one of identify.gallery.base64, identify.gallery.existingConfigMap or identify.gallery.existingSecret (none: the demo gallery in the pipeline image)" }}
+{{- end }}
+{{- if and (eq (include "aitax.framesThroughKafka" .) "true") (gt (int .Values.ingestDetect.gpus) 0) }}
+{{- fail "ingestDetect.gpus: with frames through Kafka ingest only decodes; detection's GPUs are detect.gpus" }}
+{{- end }}
+{{- range $name := list "ingestDetect" "detect" "identify" }}
+{{- $s := index $.Values $name }}
+{{- if and (eq $s.runtime "cuda") (lt (int $s.gpus) 1) }}
+{{- fail (printf "%s.runtime: cuda runs on an NVIDIA GPU: set %s.gpus to 1 or more (and GPU nodes' %s.nodeSelector and %s.tolerations)" $name $name $name $name) }}
+{{- end }}
+{{- if and (ne $s.runtime "cuda") (gt (int $s.gpus) 0) }}
+{{- fail (printf "%s.gpus: %v GPU(s) that runtime %s would not use: set %s.runtime to cuda, or gpus to 0" $name $s.gpus $s.runtime $name) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- $app := include "aitax.application" . | fromJson }}
