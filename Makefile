@@ -68,7 +68,7 @@ k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces thro
 fig12: setup  ## the paper's Fig. 12: Object Detection's detection compute on 1, 2, ... cores, beside the paper's
 	@$(AITAX) core-scaling --kinds detect-objects --cores $(shell seq -s, 1 $$(nproc)) --plot .aitax/fig12.png
 
-fig15a: setup-cluster  ## the paper's Fig. 15a on a cluster of 6 nodes: 3 against 5 brokers on shaped links (~40 min)
+fig15a: setup-cluster  ## the paper's Fig. 15a on a cluster of 6 nodes: 3 against 5 brokers on shaped links (~60 min)
 	@$(BIN)/python benchmarks/fig15a.py
 
 setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and report tests
