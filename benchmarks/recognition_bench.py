@@ -15,9 +15,9 @@ each costs a frame in CPU on one core; draws the pooled DET curve.
 Then, at the pipeline's smallest face (--track-size, default 40), the same detections followed as tracks
 (`pipeline.tracking`) and named both ways side by side: per frame (every face alone, the paper's), per track with
 every thumbnail sent, and per track with a sample sent (--sample, default sample:10). For each: thumbnails that would
-cross Kafka, identify CPU per frame, enrolled appearances named (undetected ones count as missed) as each face was
-answered and with its track's final name, strangers named and confusions. Not a test: a benchmark of accuracy on
-inputs of your choosing.
+cross Kafka, identify CPU per frame, enrolled appearances named (undetected ones count as missed; the misses split
+into never detected and called unknown) as each face was answered and with its track's final name, strangers named
+and confusions. Not a test: a benchmark of accuracy on inputs of your choosing.
 """
 
 from __future__ import annotations
@@ -207,9 +207,12 @@ def _modes_table(runs: list[TrackedRun]) -> str:
 
 
 def _named(evaluation) -> str:
-    """Enrolled appearances named, as a share and as counts (a bar like 97% must not be met by rounding)."""
+    """Enrolled appearances named, as a share and as counts (a bar like 97% must not be met by rounding), and what
+    the rest were: never detected, or detected and called unknown (a confusion is counted apart)."""
     enrolled = evaluation.truth_faces - evaluation.stranger_faces
-    return f"{evaluation.end_to_end_accuracy:.1%} ({evaluation.correct}/{enrolled})"
+    undetected = enrolled - (evaluation.matched - evaluation.matched_strangers)
+    return (f"{evaluation.end_to_end_accuracy:.1%} ({evaluation.correct}/{enrolled}; "
+            f"{undetected} undetected, {evaluation.unknown} unknown)")
 
 
 def _identified_alone(identifier, frame_index: int, found: list, identify_ms: list[float]) -> list:
