@@ -10,7 +10,7 @@ UV := UV_NATIVE_TLS=1 UV_FIND_LINKS="$${PIP_FIND_LINKS:-}" $(BIN)/uv
 # Nodes of `make cluster` and `make k8s-demo`: one broker each.
 NODES ?= 3
 
-.PHONY: emulate-accel emulate-design fig12 fig15a setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel emulate-design fig12 fig15a gpu-bundle setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -64,6 +64,11 @@ images: setup-cluster  ## build the images without a registry (Debian bases, bui
 
 k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces through real pods, accuracy and latency
 	@$(AITAX) cluster demo --nodes $(NODES)
+
+GPU_VIDEO := .aitax/gpu-bundle/video.mp4
+gpu-bundle: setup  ## what a lent GPU machine needs to check and time the cuda runtime: .gpu-bundle (scripts/device-calibrate.sh)
+	@test -f $(GPU_VIDEO) || $(AITAX) make-video --augment hard --strangers packaged --seconds 30 --seed 61 --out $(GPU_VIDEO)
+	@$(AITAX) gpu-bundle .gpu-bundle --video $(GPU_VIDEO)
 
 fig12: setup  ## the paper's Fig. 12: Object Detection's detection compute on 1, 2, ... cores, beside the paper's
 	@$(AITAX) core-scaling --kinds detect-objects --cores $(shell seq -s, 1 $$(nproc)) --plot .aitax/fig12.png

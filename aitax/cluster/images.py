@@ -79,7 +79,7 @@ IMAGES = (
     AppImage("pipeline", f"aitax/pipeline:{APP_VERSION}"),
     AppImage("prometheus", "aitax/prometheus:2.42.0"),
 )
-# Built only when asked for (`aitax images build --gpu`): ONNX Runtime's CUDA build and NVIDIA's libraries, on top of
+# Built only when asked for (`aitax images build --gpu`): PyTorch's CUDA build and NVIDIA's libraries, on top of
 # the pipeline image.
 GPU_IMAGE = AppImage("pipeline-gpu", f"aitax/pipeline-gpu:{APP_VERSION}")
 # The pod sandbox image kubelet asks containerd for; its binary is built from Kubernetes' own source.

@@ -244,8 +244,8 @@ images_group = group(
 @click.argument("names", nargs=-1)
 @click.option("--no-load", is_flag=True, help="do not import them into the cluster")
 @click.option("--gpu", is_flag=True,
-              help="also pipeline-gpu: the pipeline with ONNX Runtime's CUDA build and NVIDIA's libraries, for "
-                   "identify.runtime cuda (about 2 GB more; needs the pipeline image, built first)")
+              help="also pipeline-gpu: the pipeline with PyTorch's CUDA build and NVIDIA's libraries, for "
+                   "the runtime cuda (about 2.6 GB more; needs the pipeline image, built first)")
 def images_build(names: tuple[str, ...], no_load: bool, gpu: bool) -> int:
     from aitax.cluster import images
     from aitax.cluster.control_plane import tool

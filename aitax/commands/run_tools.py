@@ -1,5 +1,6 @@
-"""Tools over runs and devices: `audit` and `collect` (a run's topics read back), `calibrate` (a device's curve)
-and `profile` (an emulation profile from a real run's events)."""
+"""Tools over runs and devices: `audit` and `collect` (a run's topics read back), `calibrate` (a device's curve),
+`gpu-bundle` and `gpu-check` (calibrating on a lent GPU machine) and `profile` (an emulation profile from a real run's
+events)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from aitax.commands.options import BOOTSTRAP, COUNTS, FILE, options
+from aitax.commands.options import BOOTSTRAP, COUNTS, DIR, FILE, options
 from aitax.common.errors import UserError
 
 _run_topics = options(
@@ -19,7 +20,8 @@ _run_topics = options(
 
 def register(root: click.Group) -> None:
     """Add this module's commands, in the order `aitax --help` lists them."""
-    for command in (audit_command, collect_command, calibrate_command, profile_command):
+    for command in (audit_command, collect_command, calibrate_command, gpu_bundle_command, gpu_check_command,
+                    profile_command):
         root.add_command(command)
 
 
@@ -97,8 +99,13 @@ def collect_command(group: str | None, run_id: str | None, since_ms: int | None,
 @click.option("--video", help="detect: the video whose frames to time (`aitax make-video`)")
 @click.option("--frames", type=int, default=20, show_default=True, help="detect: frames of the video to cycle")
 @click.option("--min-face-size", type=int, default=40, show_default=True, help="detect: MTCNN's smallest face")
+@click.option("--conversions", type=DIR, metavar="DIR",
+              help="cuda: the networks of a GPU bundle (`aitax gpu-bundle`), not those kept from the downloaded "
+                   "weights: for a GPU machine without TensorFlow or the weights")
+@click.option("--name", help="the curve's name (default: its runtime and precision, or mtcnn and its face size)")
 def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threads: int, batches: tuple[int, ...],
-                      repeats: int, video: str | None, frames: int, min_face_size: int) -> int:
+                      repeats: int, video: str | None, frames: int, min_face_size: int,
+                      conversions: Path | None, name: str | None) -> int:
     from tqdm import tqdm
 
     from aitax.emulation.calibrate import calibrate_detect, calibrate_identify
@@ -106,10 +113,12 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
 
     if repeats < 1 or threads < 1 or frames < 1:
         raise UserError(f"--repeats {repeats} --threads {threads} --frames {frames}: each at least 1")
+    if conversions is not None and runtime != "cuda":
+        raise UserError(f"--conversions {conversions}: a GPU bundle runs through --runtime cuda, not {runtime}")
     if stage == "identify":
         with tqdm(total=len(batches), desc="batch sizes", unit="size") as bar:
             path = calibrate_identify(out, runtime, precision, threads, batches, repeats,
-                                      progress=lambda _: bar.update())
+                                      progress=lambda _: bar.update(), conversions=conversions, name=name)
     else:
         from aitax.pipeline.frames import open_video
 
@@ -120,11 +129,62 @@ def calibrate_command(stage: str, out: Path, runtime: str, precision: str, threa
         open_video(video).release()  # a bad path is one line before the models load
         with tqdm(total=1, desc="frames", unit="curve") as bar:
             path = calibrate_detect(out, video, min_face_size, frames, repeats, progress=lambda _: bar.update(),
-                                    runtime=runtime)
+                                    runtime=runtime, conversions=conversions, name=name)
     curve = load_curve(str(path))
     print(f"wrote {path}: {curve.name}, " + ", ".join(f"batch {n}: {ms:.2f} ms ({ms / n:.2f} per item)"
                                                       for n, ms in curve.points))
     return 0
+
+
+@click.command(
+    "gpu-bundle", short_help="what a lent GPU machine needs to check and calibrate the cuda runtime (64 MiB)",
+    help="Writes DIR for a GPU machine with PyTorch but no TensorFlow, weights or package registry: the networks' "
+         "ONNX conversions (FaceNet's weights in fp16, to fit 64 MiB), frames of --video with the CPU detector's "
+         "findings, aligned faces with the CPU path's embeddings, and the wheels the device's Python lacks. "
+         "`scripts/device-calibrate.sh` uses it there (docs/accelerators.md).")
+@click.argument("folder", type=DIR, metavar="DIR")
+@click.option("--video", required=True, help="the video whose frames and faces to take (`aitax make-video`)")
+@click.option("--frames", type=int, default=25, show_default=True, help="frames whose boxes the device checks")
+@click.option("--thumbnails", type=int, default=100, show_default=True,
+              help="aligned faces whose embeddings the device checks")
+@click.option("--min-face-size", type=int, default=40, show_default=True, help="MTCNN's smallest face")
+def gpu_bundle_command(folder: Path, video: str, frames: int, thumbnails: int, min_face_size: int) -> int:
+    from tqdm import tqdm
+
+    from aitax.emulation.device_bundle import write_bundle
+    from aitax.pipeline.frames import open_video
+
+    if frames < 1 or thumbnails < 1:
+        raise UserError(f"--frames {frames} --thumbnails {thumbnails}: each at least 1")
+    open_video(video).release()  # a bad path is one line before the models load
+    steps = ("conversions", "frames", "embeddings", "wheels")
+    with tqdm(total=len(steps), desc="gpu bundle", unit="step") as bar:
+        manifest = write_bundle(folder, video, frames, thumbnails, min_face_size,
+                                progress=lambda step: (bar.set_postfix_str(step), bar.update()))
+    size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    print(f"wrote {folder}: {size / 2**20:.1f} MiB, {len(manifest['frames'])} frames, {thumbnails} faces; FaceNet's "
+          f"fp16 weights give embeddings within cosine {manifest['weights_rounding_min_cosine']:.7f} of the full ones")
+    return 0
+
+
+@click.command(
+    "gpu-check", short_help="the cuda runtime against the CPU path's embeddings and boxes, from a GPU bundle",
+    help="Runs a GPU bundle's networks through the cuda runtime (PyTorch) and compares them with the CPU path's "
+         "references it carries: FaceNet's embeddings (cosine >= 0.9999) and MTCNN's boxes, confidences and "
+         "landmarks. Prints each condition; exit 1 if one does not hold.")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR")
+@click.option("--out", type=FILE, help="also write the result as JSON here")
+@click.option("--device", default="cuda", show_default=True,
+              help="torch device: cuda, or cpu to try the bundle on a machine without a GPU")
+def gpu_check_command(folder: Path, out: Path | None, device: str) -> int:
+    from aitax.emulation.device_bundle import check_bundle
+
+    result = check_bundle(folder, device)
+    for condition in result["conditions"]:
+        print(f"{'holds' if condition['holds'] else 'FAILS'}  {condition['condition']}: {condition['measured']}")
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
+    return 0 if result["holds"] else 1
 
 
 @click.command("profile", short_help="derive an emulation profile from a real run's events",

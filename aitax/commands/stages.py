@@ -50,7 +50,7 @@ detection = options(
     keying,
     click.option("--threads", type=int, default=1, help="MTCNN's threads (default 1: one core, as the paper)"),
     click.option("--runtime", type=click.Choice(("openvino", "cuda")), default="openvino", show_default=True,
-                 help="MTCNN's networks: openvino on the CPU, or cuda on an NVIDIA GPU through ONNX Runtime (FP32; "
+                 help="MTCNN's networks: openvino on the CPU, or cuda on an NVIDIA GPU through PyTorch (FP32; "
                       "the optional gpu extra); the pyramid and boxes stay on the CPU"),
 )
 
@@ -303,7 +303,7 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
                    "precision in use is printed and in every identify event")
 @click.option("--runtime", default="openvino", metavar="openvino|tensorflow|cuda",
               help="FaceNet's runtime: openvino (default, the fastest measured on a CPU), tensorflow (FP32 only) or "
-                   "cuda (an NVIDIA GPU through ONNX Runtime, FP32; the optional gpu extra)")
+                   "cuda (an NVIDIA GPU through PyTorch, FP32; the optional gpu extra)")
 @click.option("--evidence", type=click.Choice(("track", "frame")), default="track", show_default=True,
               help="what a tracked face's name rests on: its track's faces so far (the mean of their embeddings), or "
                    "the face alone (the paper's); an untracked face is always named alone")

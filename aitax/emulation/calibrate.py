@@ -3,7 +3,8 @@
 identify: the real identify compute (thumbnail decode + FaceNet, through the runtime and precision asked for) on
 batches of 1..64 encoded 160x160 thumbnails; detect: the real MTCNN face finder (detection, alignment, thumbnail
 encoding) one frame per call, as the detect stage runs it, on a video's frames. Each batch size is timed `repeats`
-times after a warm-up; the curve is the medians, and its spread the pooled ratios of each run to its median.
+times after a warm-up; the curve is the medians, and its spread the pooled ratios of each run to its median. On a GPU
+machine without TensorFlow or the weights, the cuda runtime runs a GPU bundle's conversions (`emulation.device_bundle`).
 """
 
 from __future__ import annotations
@@ -52,42 +53,70 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _bundle_note(conversions: Path | None) -> str:
+    if conversions is None:
+        return ""
+    from aitax.emulation.device_bundle import read_manifest
+
+    manifest = read_manifest(conversions)
+    return (f" Networks from a GPU bundle written {manifest['written']} by aitax {manifest['aitax']} (tf2onnx "
+            f"{manifest['tf2onnx']}, onnx2torch {manifest['onnx2torch']}; FaceNet's weights carried in fp16 and "
+            "computed in FP32, the same work as the full weights).")
+
+
+def _bundle_embedder(conversions: Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
+    """FaceNet from a GPU bundle on the GPU, as FaceEmbedder's cuda runtime runs it, warmed once."""
+    from functools import partial
+
+    from aitax.pipeline.crop import THUMBNAIL_SIZE
+    from aitax.pipeline.onnx_models import TorchNetwork, bundled_conversion
+
+    network = TorchNetwork(partial(bundled_conversion, conversions, "facenet"), "cuda", threads)
+    network(np.zeros((1, THUMBNAIL_SIZE, THUMBNAIL_SIZE, 3), np.uint8))
+    return lambda faces: next(iter(network(faces).values()))
+
+
 def calibrate_identify(out: Path, runtime: str, precision: str, threads: int, batches: Sequence[int],
-                       repeats: int, progress: Callable[[int], None] = lambda _: None) -> Path:
+                       repeats: int, progress: Callable[[int], None] = lambda _: None,
+                       conversions: Path | None = None, name: str | None = None) -> Path:
     import cv2
 
     from aitax.pipeline.assets import ensure_assets
     from aitax.pipeline.facenet import FaceEmbedder
     from aitax.pipeline.identify import decode_thumbnail_bytes
 
-    embedder = FaceEmbedder(ensure_assets().facenet_weights, intra_op_threads=threads, precision=precision,
-                            runtime=runtime)
+    if conversions is not None:
+        embed, runtime, precision = _bundle_embedder(conversions, threads), "cuda", "fp32"
+    else:
+        embedder = FaceEmbedder(ensure_assets().facenet_weights, intra_op_threads=threads, precision=precision,
+                                runtime=runtime)
+        embed, runtime, precision = embedder.embed, embedder.runtime, embedder.precision
     rng = np.random.default_rng(0)
     # Smooth random images, PNG-encoded as detection sends them: decoding costs what a real thumbnail's does.
     thumbnails = [cv2.imencode(".png", cv2.GaussianBlur(rng.integers(0, 255, (160, 160, 3), np.uint8), (9, 9), 0))[1]
                   .tobytes() for _ in range(max(batches))]
 
     def identify(batch: int) -> None:
-        embedder.embed(np.stack([decode_thumbnail_bytes(thumbnail, "png") for thumbnail in thumbnails[:batch]]))
+        embed(np.stack([decode_thumbnail_bytes(thumbnail, "png") for thumbnail in thumbnails[:batch]]))
 
     points, spread = time_batches(identify, batches, repeats, progress)
     provenance = (f"aitax calibrate identify on {cpu_name()} ({threads} thread(s)), FaceNet through "
-                  f"{embedder.runtime} in {embedder.precision}, {date.today().isoformat()}: thumbnail decode and "
+                  f"{runtime} in {precision}, {date.today().isoformat()}: thumbnail decode and "
                   f"FaceNet per batch of PNG thumbnails, median of {repeats} runs after {WARMUP_RUNS} warm-up runs "
                   "per batch size; spread: each run over its median, pooled. Not measured: the SVM and open-set "
-                  "decision (tens of microseconds per face), other work on the same cores.")
-    return write_curve(out, f"{embedder.runtime}-{embedder.precision}-{threads}t", "identify", provenance, points,
-                       spread, host_cpu=embedder.runtime != "cuda")
+                  "decision (tens of microseconds per face), other work on the same cores." + _bundle_note(conversions))
+    return write_curve(out, name or f"{runtime}-{precision}-{threads}t", "identify", provenance, points,
+                       spread, host_cpu=runtime != "cuda")
 
 
 def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, repeats: int,
                      progress: Callable[[int], None] = lambda _: None, size: tuple[int, int] = (960, 540),
-                     runtime: str = "openvino") -> Path:
+                     runtime: str = "openvino", conversions: Path | None = None, name: str | None = None) -> Path:
     from aitax.pipeline.frames import read_frames
     from aitax.pipeline.ingest_detect import MtcnnFaceFinder
     from aitax.telemetry.timing import Stopwatch
 
-    finder = MtcnnFaceFinder(min_face_size, frame_size=size, runtime=runtime)
+    finder = MtcnnFaceFinder(min_face_size, frame_size=size, runtime=runtime, conversions=conversions)
     images = [frame.rgb for frame in read_frames(video, "calibrate", size, pace="max", max_frames=frames)]
     cycle = iter(range(10**9))
 
@@ -101,6 +130,7 @@ def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, rep
                   f"alignment and PNG thumbnails, one frame per call as the detect stage runs it, "
                   f"{date.today().isoformat()}: median of {repeats * len(images)} calls over {len(images)} "
                   f"frames of {Path(video).name}; spread: each call over the median. Not measured: decoding and "
-                  "resizing the frames (ingest's), batches of frames (the detect stage takes one).")
-    name = f"mtcnn-{min_face_size}px" if runtime == "openvino" else f"mtcnn-{runtime}-{min_face_size}px"
+                  "resizing the frames (ingest's), batches of frames (the detect stage takes one)."
+                  + _bundle_note(conversions))
+    name = name or (f"mtcnn-{min_face_size}px" if runtime == "openvino" else f"mtcnn-{runtime}-{min_face_size}px")
     return write_curve(out, name, "detect", provenance, points, spread, host_cpu=runtime != "cuda")

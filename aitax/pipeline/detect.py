@@ -11,8 +11,8 @@ from the uint8 frame by compiled kernels (aitax/pipeline/prepare.py), and the bo
 The networks run in OpenVINO, FP32, converted from the package's TensorFlow models once and kept
 (`pipeline.mtcnn_keras`, `pipeline.openvino_ir`): a detect process then starts without TensorFlow (its import and
 tracing took 11-12 CPU-seconds and 0.9 GB at every start), and PNet's pyramid costs about 3 CPU-ms per 960x540 frame
-against TensorFlow's 6-8. On an NVIDIA GPU (`runtime="cuda"`) the same networks run in ONNX Runtime's CUDA provider,
-converted to ONNX and kept the same way (`pipeline.onnx_models`); the pyramid and box arithmetic stay on the CPU.
+against TensorFlow's 6-8. On an NVIDIA GPU (`runtime="cuda"`) the same networks run in PyTorch, converted to ONNX
+and kept the same way (`pipeline.onnx_models`); the pyramid and box arithmetic stay on the CPU.
 """
 
 from __future__ import annotations
@@ -208,11 +208,12 @@ class FaceDetector:
                  thresholds: tuple[float, float, float] = DEFAULT_THRESHOLDS,
                  frame_size: tuple[int, int] | None = None, threads: int = 1,
                  follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD, runtime: str = "openvino",
-                 providers: tuple[str, ...] = ()) -> None:
+                 device: str = "cuda", conversions: Path | None = None) -> None:
         """`frame_size` (width, height): the size of a stream's frames; PNet is then compiled for each of its pyramid
         levels' shapes, a little faster than the one compilation for any shape that frames of other sizes (photos)
-        take. `runtime`: openvino on the CPU, or cuda (ONNX Runtime on `providers`, by default CUDA's; one PNet
-        session takes every level's shape)."""
+        take. `runtime`: openvino on the CPU, or cuda (PyTorch on `device`, a GPU unless a test asks for the CPU;
+        one PNet module takes every level's shape), from `conversions` (a calibration bundle) where given, else the
+        conversions kept beside the downloads."""
         if min_face_size < PNET_INPUT:
             raise ValueError(f"min_face_size {min_face_size}: must be at least {PNET_INPUT} px")
         if runtime not in RUNTIMES:
@@ -229,10 +230,11 @@ class FaceDetector:
             sizes = level_sizes(width, height, scale_pyramid(width, height, min_face_size))
         # FP32, as the package computes: a confidence near a threshold must not flip on rounding.
         if runtime == "cuda":
-            from aitax.pipeline.onnx_models import CUDA_PROVIDER, OnnxNetwork
+            from aitax.pipeline.onnx_models import TorchNetwork, bundled_conversion
 
             self._pnet_any, self._rnet, self._onet = (
-                OnnxNetwork(partial(mtcnn_onnx, name), list(providers or (CUDA_PROVIDER,)))
+                TorchNetwork(partial(mtcnn_onnx, name) if conversions is None else
+                             partial(bundled_conversion, conversions, name), device, threads)
                 for name in ("pnet", "rnet", "onet"))
             self._pnet_levels = [self._pnet_any] * len(sizes)
         else:

@@ -16,10 +16,10 @@ start; from the kept conversion an identify process starts without TensorFlow (1
 memory). The pipeline image keeps the conversion its build made.
 
 `runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX (tf2onnx), kept like the OpenVINO conversion
-(the pipeline-gpu image keeps its build's), and run by ONNX Runtime's CUDA provider, in FP32. It needs the optional
+(the pipeline-gpu image keeps its build's), and run by PyTorch in FP32 (`pipeline.onnx_models`). It needs the optional
 `gpu` extra and a GPU; asked for without either, it is a one-line error, never a silent fallback to the CPU. Not
-measured on a GPU yet (none was lent to the sessions that wrote it); `aitax calibrate identify --runtime cuda`
-measures it where there is one.
+measured on a GPU yet (none was lent to the sessions that wrote it); `make device-calibrate` measures it where there
+is one.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 from aitax.common.errors import UserError
 from aitax.pipeline.assets import sha256_of
 from aitax.pipeline.crop import THUMBNAIL_SIZE as FACE_SIZE
-from aitax.pipeline.onnx_models import CUDA_PROVIDER, OnnxNetwork, kept_onnx
+from aitax.pipeline.onnx_models import TorchNetwork, kept_onnx
 from aitax.pipeline.openvino_ir import compile_on_cpu, kept_conversion
 
 if TYPE_CHECKING:
@@ -107,14 +107,15 @@ class FaceEmbedder:
     module)."""
 
     def __init__(self, weights: Path, intra_op_threads: int = 1, inter_op_threads: int = 1,
-                 precision: str = "auto", runtime: str = "openvino") -> None:
+                 precision: str = "auto", runtime: str = "openvino", device: str = "cuda") -> None:
+        """`device`: where the cuda runtime runs its module (the tests give it `cpu`, to check that path here)."""
         self.precision = resolve_precision(precision, cpu_has_bf16(), runtime)
         self.runtime = runtime
         self.weights = weights
         self._threads = (intra_op_threads, inter_op_threads)
         self.weights_sha256 = sha256_of(weights)  # galleries record it: embeddings of other weights do not compare
         self._request = None
-        self._session = self.onnx_session([CUDA_PROVIDER]) if runtime == "cuda" else None
+        self._network = self.cuda_network(device) if runtime == "cuda" else None
         if runtime == "openvino":
             try:
                 self._request = self._compile(intra_op_threads)
@@ -142,12 +143,13 @@ class FaceEmbedder:
         request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return request
 
-    def onnx_session(self, providers: list[str]):
-        """FaceNet converted to ONNX, in an ONNX Runtime session on `providers`, run once before it is trusted; a
-        missing extra or provider is a UserError naming what to install."""
-        session = OnnxNetwork(lambda: facenet_onnx(self.weights_sha256, lambda: self.graph.embed), providers).session
-        session.run(None, {session.get_inputs()[0].name: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
-        return session
+    def cuda_network(self, device: str) -> TorchNetwork:
+        """FaceNet converted to ONNX, as a torch module on `device`, run once before it is trusted; a missing extra
+        or GPU is a UserError naming what to install."""
+        network = TorchNetwork(lambda: facenet_onnx(self.weights_sha256, lambda: self.graph.embed), device,
+                               self._threads[0])
+        network(np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8))
+        return network
 
     def warm(self, max_batch: int) -> None:
         """One inference at each batch size a stage's batches take most (1-8) and at `max_batch`: a runtime's
@@ -164,6 +166,6 @@ class FaceEmbedder:
             return np.zeros((0, EMBEDDING_SIZE), np.float32)
         if self._request is not None:
             return self._request.infer({0: faces_rgb})[0].copy()  # the request reuses its output buffer
-        if self._session is not None:
-            return self._session.run(None, {self._session.get_inputs()[0].name: faces_rgb})[0]
+        if self._network is not None:
+            return next(iter(self._network(faces_rgb).values()))
         return self.graph.embed(faces_rgb).numpy()

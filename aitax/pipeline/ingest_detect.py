@@ -237,7 +237,8 @@ class MtcnnFaceFinder:
     """The real detection compute: MTCNN, each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
-                 frame_size: tuple[int, int] | None = None, threads: int = 1, runtime: str = "openvino") -> None:
+                 frame_size: tuple[int, int] | None = None, threads: int = 1, runtime: str = "openvino",
+                 conversions: Path | None = None) -> None:
         import cv2
 
         from aitax.pipeline.detect import FaceDetector
@@ -245,7 +246,7 @@ class MtcnnFaceFinder:
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
         self.detector = FaceDetector(min_face_size=min_face_size, frame_size=frame_size, threads=threads,
-                                     runtime=runtime)
+                                     runtime=runtime, conversions=conversions)
         self.encoding = encoding
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
         self._extension = ".jpg" if encoding == "jpeg" else ".png"

@@ -1,10 +1,14 @@
 """The `cuda` runtime of detect (MTCNN) and identify (FaceNet): the TensorFlow networks converted to ONNX (tf2onnx),
-kept beside the downloads like the OpenVINO conversions, and run by ONNX Runtime's CUDA provider in FP32.
+kept beside the downloads like the OpenVINO conversions, and run by PyTorch on an NVIDIA GPU in FP32 (TF32 off), each
+ONNX graph turned into a torch module by onnx2torch.
 
-Converting imports TensorFlow (15 CPU-seconds and more at every start); read back from where it is kept, a stage
-process on a GPU starts without it. The pipeline-gpu image keeps its build's conversions. Asked for without the `gpu`
-extra, without a GPU, or with CUDA libraries ONNX Runtime cannot load, the runtime is a one-line error: never a silent
-fallback to the CPU (ONNX Runtime's own is a warning)."""
+Why PyTorch and not ONNX Runtime's CUDA provider: the GPU machines this project is lent have PyTorch with CUDA and no
+onnxruntime-gpu (nor a package registry, and 64 MiB to carry), so only a PyTorch runtime can be timed where the
+shipped H200 curves come from; both bring NVIDIA's CUDA wheels to the pipeline-gpu image, about the same size. On the
+CPU (`device="cpu"`) the same modules give the ONNX graph's outputs, which is how the tests check this path without a
+GPU. Converting to ONNX imports TensorFlow (15 CPU-seconds and more at every start); read back from where it is kept,
+a stage process on a GPU starts without it. Asked for without the `gpu` extra, without a GPU, or with a PyTorch built
+without CUDA, the runtime is a one-line error: never a silent fallback to the CPU."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,8 +29,7 @@ from aitax.common.paths import downloads_dir
 
 log = logging.getLogger(__name__)
 
-CUDA_PROVIDER = "CUDAExecutionProvider"
-GPU_EXTRA = "pip install -e '.[gpu]' (ONNX Runtime with CUDA, tf2onnx), or the pipeline-gpu image"
+GPU_EXTRA = "pip install -e '.[gpu]' (PyTorch with CUDA, onnx2torch, tf2onnx), or the pipeline-gpu image"
 
 
 def kept_onnx(folder: str, name: str, made_from: bytes, convert: Callable[[], bytes]) -> bytes:
@@ -53,35 +57,100 @@ def kept_onnx(folder: str, name: str, made_from: bytes, convert: Callable[[], by
     return model
 
 
-def session(model: Callable[[], bytes], providers: list[str]):
-    """An ONNX Runtime session of `model()` on `providers`, the first of which must be the one it runs on; checked
-    before the model is read or converted."""
+def _torch():
+    """PyTorch, or a UserError naming the extra; imported only by the cuda runtime (3 s and 1 GB of libraries)."""
     try:
-        import onnxruntime
+        import onnx2torch
+        import torch
     except ImportError as error:
         raise UserError(f"--runtime cuda needs the optional gpu extra ({error.name} is missing): {GPU_EXTRA}") \
             from None
-    available = onnxruntime.get_available_providers()
-    missing = [provider for provider in providers if provider not in available]
-    if missing:
-        raise UserError(f"--runtime cuda: ONNX Runtime here has no {missing[0]} (it has {', '.join(available)}); "
-                        f"on a machine with an NVIDIA GPU and CUDA: {GPU_EXTRA}")
-    if CUDA_PROVIDER in providers and hasattr(onnxruntime, "preload_dlls"):
-        onnxruntime.preload_dlls()  # CUDA and cuDNN from NVIDIA's wheels (the pipeline-gpu image), where installed
-    started = onnxruntime.InferenceSession(model(), providers=providers)
-    if started.get_providers()[0] != providers[0]:
-        raise UserError(f"--runtime cuda: ONNX Runtime could not start {providers[0]} here (CUDA or cuDNN libraries "
-                        f"missing, or not matching the driver); it offered {started.get_providers()}")
-    return started
+    return torch, onnx2torch
 
 
-class OnnxNetwork:
-    """A session called as an OpenVINO compiled model is: one input batch in, the outputs by name, in order."""
+def _explicit_pooling(model) -> None:
+    """tf2onnx writes a Keras 'same' max pool of any input size as auto_pad SAME_UPPER, which onnx2torch does not
+    convert. Where the kernel equals the stride (PNet's 2x2/2, the only one in these networks) SAME_UPPER pads the end
+    of an odd side by one, which is what ceil_mode does with no padding: rewritten so, anything else refused."""
+    import onnx
 
-    def __init__(self, model: Callable[[], bytes], providers: list[str]) -> None:
-        self.session = session(model, providers)
-        self._input = self.session.get_inputs()[0].name
-        self._outputs = [output.name for output in self.session.get_outputs()]
+    for node in model.graph.node:
+        attributes = {attribute.name: attribute for attribute in node.attribute}
+        if node.op_type != "MaxPool" or attributes.get("auto_pad", onnx.AttributeProto()).s not in (b"SAME_UPPER",):
+            continue
+        if list(attributes["kernel_shape"].ints) != list(attributes.get("strides", attributes["kernel_shape"]).ints):
+            raise UserError(f"--runtime cuda: the ONNX node {node.name} pools with auto_pad SAME_UPPER and a kernel "
+                            "unlike its stride, which this runtime does not convert")
+        node.attribute.remove(attributes["auto_pad"])
+        node.attribute.append(onnx.helper.make_attribute("ceil_mode", 1))
+
+
+class TorchNetwork:
+    """An ONNX model as a torch module on `device`, called as an OpenVINO compiled model is: one input batch (NumPy)
+    in, the outputs (NumPy) by the graph's output names, in order. `device="cuda"` must be a GPU: checked before the
+    model is read or converted."""
+
+    def __init__(self, model: Callable[[], bytes], device: str = "cuda", threads: int = 1) -> None:
+        torch, onnx2torch = _torch()
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"--runtime cuda: PyTorch {torch.__version__} here finds no CUDA GPU (built for CUDA "
+                            f"{torch.version.cuda or 'none'}); on a machine with an NVIDIA GPU and its driver: "
+                            f"{GPU_EXTRA}")
+        import onnx
+
+        torch.set_num_threads(threads)  # the host side's threads: the stage keeps the cores it was given
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # FP32, as on the CPU
+        graph = onnx.load_from_string(model())
+        _explicit_pooling(graph)
+        self._outputs = [output.name for output in graph.graph.output]
+        self.device = torch.device(device)
+        self.module = onnx2torch.convert(graph).eval().to(self.device)
+        self._torch = torch
 
     def __call__(self, batch: np.ndarray) -> dict[str, Any]:
-        return dict(zip(self._outputs, self.session.run(None, {self._input: batch}), strict=True))
+        with self._torch.inference_mode():
+            outputs = self.module(self._torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
+        outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+        return dict(zip(self._outputs, (output.cpu().numpy() for output in outputs), strict=True))
+
+
+# A bundle's FaceNet carries its weights in fp16: the fp32 graph (91 MB) does not fit what a lent GPU machine takes
+# (64 MiB). Only tensors of at least this many values are narrowed: a scalar such as an epsilon keeps its value.
+_NARROWED = "aitax.narrowed_to_fp16"
+_NARROW_FROM = 256
+
+
+def narrow_weights(model: bytes) -> bytes:
+    """`model` with its large fp32 initializers stored as fp16, and their names recorded for `widen_weights`."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load_from_string(model)
+    narrowed = []
+    for tensor in graph.graph.initializer:
+        if tensor.data_type == onnx.TensorProto.FLOAT and np.prod(tensor.dims) >= _NARROW_FROM:
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float16), tensor.name))
+            narrowed.append(tensor.name)
+    graph.metadata_props.add(key=_NARROWED, value="\n".join(narrowed))
+    return graph.SerializeToString()
+
+
+def widen_weights(model: bytes) -> bytes:
+    """A `narrow_weights` model back in fp32: the original graph, each narrowed weight rounded to fp16's precision."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load_from_string(model)
+    narrowed = set(next((prop.value for prop in graph.metadata_props if prop.key == _NARROWED), "").split("\n"))
+    for tensor in graph.graph.initializer:
+        if tensor.name in narrowed:
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
+    return graph.SerializeToString()
+
+
+def bundled_conversion(folder: Path, network: str) -> bytes:
+    """A network's conversion from a calibration bundle (`aitax calibrate bundle`), in fp32, or a one-line error."""
+    path = folder / f"{network}.onnx"
+    if not path.is_file():
+        raise UserError(f"--conversions {folder}: no {path.name} (write the folder with `aitax calibrate bundle`)")
+    return widen_weights(path.read_bytes())

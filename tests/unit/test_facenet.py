@@ -199,23 +199,25 @@ def test_a_machine_openvino_cannot_run_on_keeps_identify_working_in_tensorflow_f
     np.testing.assert_allclose(fallback.embed(faces[:4]), embedder.embed(faces[:4]), atol=1e-5)
 
 
-def test_the_cuda_runtimes_graph_gives_tensorflows_embeddings_through_onnx_runtime(embedder, val_faces) -> None:
-    """`--runtime cuda` converts the same graph to ONNX and runs it in ONNX Runtime: checked here on its CPU
-    provider (no GPU in CI), the embeddings TensorFlow FP32 gives, in a batch and alone."""
+def test_the_cuda_runtimes_graph_gives_tensorflows_embeddings_through_pytorch(assets: Assets, embedder,
+                                                                              val_faces) -> None:
+    """`--runtime cuda` converts the same graph to ONNX and runs it as a torch module: checked here on the CPU (no
+    GPU in CI), the embeddings TensorFlow FP32 gives, in a batch and alone."""
+    from aitax.pipeline.facenet import FaceEmbedder
+
     faces, _ = val_faces
-    session = embedder.onnx_session(["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    converted, reference = session.run(None, {name: faces})[0], embedder.embed(faces)
+    cuda_path = FaceEmbedder(assets.facenet_weights, runtime="cuda", device="cpu")
+    assert (cuda_path.runtime, cuda_path.precision) == ("cuda", "fp32")
+    converted, reference = cuda_path.embed(faces), embedder.embed(faces)
     assert converted.shape == reference.shape and converted.dtype == np.float32
     assert (converted * reference).sum(axis=1).min() >= 0.9999
-    np.testing.assert_allclose(session.run(None, {name: faces[:1]})[0], reference[:1], atol=1e-4)
+    np.testing.assert_allclose(cuda_path.embed(faces[:1]), reference[:1], atol=1e-4)
 
 
 def test_the_onnx_conversion_is_kept_so_a_gpu_identify_starts_without_converting(embedder, val_faces) -> None:
-    import onnxruntime
-
     from aitax.common.paths import downloads_dir
     from aitax.pipeline.facenet import facenet_onnx
+    from aitax.pipeline.onnx_models import TorchNetwork
 
     model = facenet_onnx(embedder.weights_sha256, lambda: embedder.graph.embed)  # kept by an earlier test, or now
     kept = downloads_dir() / "models" / "facenet-onnx"
@@ -223,22 +225,25 @@ def test_the_onnx_conversion_is_kept_so_a_gpu_identify_starts_without_converting
     assert not [path for path in kept.iterdir() if path.suffix != ".onnx"]  # no scratch file left behind
     assert facenet_onnx(embedder.weights_sha256, lambda: pytest.fail("converted again")) == model
     faces, _ = val_faces
-    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
-    converted = session.run(None, {session.get_inputs()[0].name: faces[:4]})[0]
+    converted = next(iter(TorchNetwork(lambda: model, "cpu")(faces[:4]).values()))
     assert (converted * embedder.embed(faces[:4])).sum(axis=1).min() >= 0.9999
 
 
 def test_cuda_asked_for_without_a_gpu_or_the_extra_is_one_line_naming_what_to_install(embedder, monkeypatch) -> None:
     import sys
 
-    from aitax.pipeline.onnx_models import CUDA_PROVIDER, GPU_EXTRA
+    import torch
 
+    from aitax.pipeline.onnx_models import GPU_EXTRA
+
+    assert not torch.cuda.is_available()  # CI's machines have no GPU: this is the answer a user without one gets
     with pytest.raises(UserError) as raised:
-        embedder.onnx_session([CUDA_PROVIDER])  # this machine's ONNX Runtime has no CUDA provider
-    assert CUDA_PROVIDER in str(raised.value) and GPU_EXTRA in str(raised.value) and "\n" not in str(raised.value)
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # the extra not installed
-    with pytest.raises(UserError, match=r"needs the optional gpu extra \(onnxruntime is missing\)"):
-        embedder.onnx_session([CUDA_PROVIDER])
+        embedder.cuda_network("cuda")
+    assert "finds no CUDA GPU" in str(raised.value) and GPU_EXTRA in str(raised.value)
+    assert "\n" not in str(raised.value)
+    monkeypatch.setitem(sys.modules, "torch", None)  # the extra not installed
+    with pytest.raises(UserError, match=r"needs the optional gpu extra \(torch is missing\)"):
+        embedder.cuda_network("cuda")
 
 
 def test_the_openvino_conversion_is_kept_and_an_embedder_then_starts_without_tensorflow(
