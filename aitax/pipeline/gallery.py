@@ -17,12 +17,6 @@ in the pipeline, also under the degradations a camera adds; the lowest threshold
 share of them (FPIR, as NIST reports open-set identification). The enrolled faces, each scored against the gallery
 without its own photo (both its rows), give the miss rate at that threshold (FNIR). Both are kept in the gallery
 file.
-
-A track is named from the mean of its faces (`pipeline.track_names`), which is another quantity than one face: its
-noise is smaller, and a stranger's mean scores neither like a clean photo nor like one bad look. So the calibration
-also scores the mean of each impostor face's looks (the face and its camera views, as a track sees one person) and
-gives means of at least `track_faces` looks their own threshold (`track_threshold`), chosen by the same FPIR rule;
-a track with fewer faces is held to the one-face threshold.
 `DEFAULT_THRESHOLD` applies only to a gallery enrolled with `--impostors none`.
 
 A gallery is saved as a `.npz` read with `allow_pickle=False`: float32 embeddings, fixed-width unicode labels and
@@ -38,8 +32,8 @@ import logging
 import os
 import random
 import zipfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -90,21 +84,14 @@ class Calibration:
     impostor_fpir: float  # strangers named as someone enrolled at `threshold`, on the calibration faces
     genuine_fnir: float  # enrolled faces not named correctly at `threshold` (leave one photo out)
     genuine_faces: int
-    impostor_means: int = 0  # impostor faces whose looks' mean was scored (0: no track threshold calibrated)
-    track_faces: int = 0  # looks in each of those means: a track needs this many faces for `track_threshold`
-    track_threshold: float | None = None
-    impostor_mean_fpir: float = 0.0  # impostor means named at `track_threshold`
 
     def describe(self) -> str:
         resolution = "" if self.impostor_faces * self.target_fpir >= 1 else (
             f" (only {self.impostor_faces} impostor faces: FPIR below {1 / self.impostor_faces:.1%} cannot be "
             f"told apart from 0)")
-        tracks = "" if self.track_threshold is None else (
-            f"; tracks of {self.track_faces}+ faces {self.track_threshold:.4f}: {self.impostor_mean_fpir:.1%} of "
-            f"{self.impostor_means} impostors' means of {self.track_faces} looks named")
         return (f"threshold {self.threshold:.4f} for FPIR <= {self.target_fpir:.1%}: {self.impostor_fpir:.1%} of "
                 f"{self.impostor_faces} impostor faces from {self.source} named, {self.genuine_fnir:.1%} of "
-                f"{self.genuine_faces} enrolled faces missed (leave one out){resolution}{tracks}")
+                f"{self.genuine_faces} enrolled faces missed (leave one out){resolution}")
 
 
 @dataclass
@@ -147,18 +134,10 @@ class Gallery:
         if len(self._identities) > 1:
             self._classifier = SVC(kernel="linear").fit(self.embeddings, self.labels)
 
-    def threshold_for(self, faces: int) -> float:
-        """The threshold for the mean of `faces` faces of one track (one face: `threshold`)."""
-        calibration = self.calibration
-        if calibration is None or calibration.track_threshold is None or faces < calibration.track_faces:
-            return self.threshold
-        return calibration.track_threshold
-
-    def identify(self, embeddings: np.ndarray, threshold: float | None = None) -> list[Match]:
+    def identify(self, embeddings: np.ndarray) -> list[Match]:
         """For each embedding, the SVM's pick as `candidate`, the mean cosine similarity to the pick's NEAREST
-        closest enrolled photos as the score, and the pick's name if the score reaches `threshold` (by default the
-        one-face threshold; else "unknown")."""
-        threshold = self.threshold if threshold is None else threshold
+        closest enrolled photos as the score, and the pick's name if the score reaches the threshold (else
+        "unknown")."""
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if len(embeddings) == 0:
             return []
@@ -169,32 +148,20 @@ class Gallery:
         similarities = embeddings @ self.embeddings.T  # (faces, enrolled photos): a few hundred at most
         scores = [float(np.sort(row[self.labels == candidate])[-NEAREST:].mean())
                   for row, candidate in zip(similarities, candidates, strict=True)]
-        return [Match(candidate if score >= threshold else UNKNOWN, float(score), candidate)
+        return [Match(candidate if score >= self.threshold else UNKNOWN, float(score), candidate)
                 for candidate, score in zip(candidates, scores, strict=True)]
 
 
-def _lowest_threshold(scores: np.ndarray, target_fpir: float) -> tuple[float, float]:
-    """The lowest threshold (4 decimals) at which at most `target_fpir` of `scores` reach it, and the share that do."""
-    scores = np.sort(scores)[::-1]
-    allowed = int(np.floor(target_fpir * len(scores)))  # impostors that may still reach the threshold
-    threshold = float(np.floor(scores[allowed] * 1e4) / 1e4 + 1e-4) if allowed < len(scores) else float(scores[-1])
-    return threshold, float((scores >= threshold).sum() / len(scores))
-
-
-MIN_LOOKS = 3  # an impostor face seen in fewer looks (views MTCNN found) gives no mean for the track threshold
-
-
-def calibrate(gallery: Gallery, impostors: np.ndarray, target_fpir: float, source: str,
-              looks: Sequence[int] = ()) -> Calibration:
-    """The lowest threshold at which at most `target_fpir` of the impostor embeddings get an enrolled name. With
-    `looks` (how many consecutive rows of `impostors` are looks of one face), also the track threshold: the same rule
-    on the means of the faces seen in the most looks (at least MIN_LOOKS)."""
+def calibrate(gallery: Gallery, impostors: np.ndarray, target_fpir: float, source: str) -> Calibration:
+    """The lowest threshold at which at most `target_fpir` of the impostor embeddings get an enrolled name."""
     if not 0 <= target_fpir < 1:
         raise UserError(f"--target-fpir {target_fpir}: expected a rate in [0, 1)")
     if len(impostors) == 0:
         raise UserError(f"{source}: no impostor face to calibrate on")
-    threshold, impostor_fpir = _lowest_threshold(np.array([m.score for m in gallery.identify(impostors)]),
-                                                 target_fpir)
+    scores = np.sort([match.score for match in gallery.identify(impostors)])[::-1]
+    allowed = int(np.floor(target_fpir * len(scores)))  # impostors that may still reach the threshold
+    threshold = float(np.floor(scores[allowed] * 1e4) / 1e4 + 1e-4) if allowed < len(scores) else float(scores[-1])
+    named = int((scores >= threshold).sum())
     missed = 0
     photos = np.arange(len(gallery.labels)) if gallery.photos is None else gallery.photos
     for photo in np.unique(photos):
@@ -206,19 +173,8 @@ def calibrate(gallery: Gallery, impostors: np.ndarray, target_fpir: float, sourc
         rest = Gallery(gallery.embeddings[keep], gallery.labels[keep], gallery.model_sha256, threshold=threshold)
         missed += sum(match.identity != label
                       for match, label in zip(rest.identify(gallery.embeddings[~keep]), left_out, strict=True))
-    calibration = Calibration(source, len(impostors), target_fpir, threshold, impostor_fpir,
-                              missed / len(gallery.labels), len(gallery.labels))
-    track_faces = max(looks, default=0)
-    if track_faces < MIN_LOOKS:
-        return calibration
-    starts = np.cumsum([0, *looks])
-    means = np.array([impostors[start:start + count].sum(axis=0) for start, count in zip(starts, looks, strict=False)
-                      if count == track_faces])
-    means /= np.linalg.norm(means, axis=1, keepdims=True)
-    track_threshold, mean_fpir = _lowest_threshold(np.array([m.score for m in gallery.identify(means)]),
-                                                   target_fpir)
-    return replace(calibration, impostor_means=len(means), track_faces=track_faces, track_threshold=track_threshold,
-                   impostor_mean_fpir=mean_fpir)
+    return Calibration(source, len(scores), target_fpir, threshold, named / len(scores),
+                       missed / len(gallery.labels), len(gallery.labels))
 
 
 def enrollment_crops(rgb: np.ndarray, detector: FaceDetector) -> list[np.ndarray]:
@@ -282,25 +238,23 @@ def stranger_faces(folder: Path, find_faces: FindFaces, enrolled: Collection[str
 
 
 def impostor_thumbnails(faces: Iterable[tuple[str, Path, np.ndarray, Detection]], detector: FaceDetector,
-                        views: int, seed: int = 0) -> list[list[np.ndarray]]:
-    """Thumbnails of the impostors as the pipeline would see them, a list per face (its looks): each face (from
-    `stranger_faces`) as photographed, and in `views` camera views (scaled, rolled, lit, blurred, compressed,
-    occluded as `make-video --augment hard` does) where MTCNN, run again as detection would, still finds it.
-    Degraded strangers score higher against the gallery than clean ones: a threshold calibrated on clean photos
-    lets them through."""
+                        views: int, seed: int = 0) -> list[np.ndarray]:
+    """Thumbnails of the impostors as the pipeline would see them: each face (from `stranger_faces`) as
+    photographed, and in `views` camera views (scaled, rolled, lit, blurred, compressed, occluded as `make-video
+    --augment hard` does) where MTCNN, run again as detection would, still finds it. Degraded strangers score
+    higher against the gallery than clean ones: a threshold calibrated on clean photos lets them through."""
     from aitax.pipeline.crop import face_thumbnail
     from aitax.pipeline.degrade import AUGMENTATIONS, best_match, camera_views
 
     rng = random.Random(seed)
     thumbnails = []
     for _, _, rgb, face in faces:
-        looks = [face_thumbnail(rgb, face.box, face.landmarks)]
+        thumbnails.append(face_thumbnail(rgb, face.box, face.landmarks))
         for view, box in camera_views(rgb, face.box, AUGMENTATIONS["hard"], views, rng):
             found = detector.detect(view)
             match = best_match([d.box for d in found], box)
             if match is not None:
-                looks.append(face_thumbnail(view, found[match].box, found[match].landmarks))
-        thumbnails.append(looks)
+                thumbnails.append(face_thumbnail(view, found[match].box, found[match].landmarks))
     return thumbnails
 
 

@@ -65,11 +65,9 @@ def enroll_gallery(images: Path | None, out: Path, impostors: str = "packaged", 
         def clear_faces(rgb):
             return [d for d in detector.detect(rgb) if d.confidence >= 0.95]
 
-        looks = impostor_thumbnails(stranger_faces(folder, clear_faces, gallery.identities), detector, views)
-        gallery.calibration = calibrate(gallery, embed_in_batches(embedder, [crop for face in looks for crop in face]),
-                                        target_fpir,
-                                        "the packaged calibration strangers" if impostors == "packaged" else impostors,
-                                        looks=[len(face) for face in looks])
+        crops = impostor_thumbnails(stranger_faces(folder, clear_faces, gallery.identities), detector, views)
+        gallery.calibration = calibrate(gallery, embed_in_batches(embedder, crops), target_fpir,
+                                        "the packaged calibration strangers" if impostors == "packaged" else impostors)
         gallery.threshold = gallery.calibration.threshold
         print(f"calibrated: {gallery.calibration.describe()}")
     save_gallery(gallery, out)

@@ -5,7 +5,6 @@ rejects many such looks of enrolled people. The mean of a track's unit embedding
 look: its noise falls as the faces add up, so an enrolled person's score rises towards their clean photos' and a
 stranger's stays where a stranger's clean face would be (below the threshold calibrated on strangers). Each face
 is answered with the decision on its track's evidence so far, and the decision may change as the evidence grows.
-A mean of enough faces is held to the threshold calibrated on means of impostors' looks (`Gallery.threshold_for`).
 
 The tracker follows boxes, not people: when a face scores below `SAME_PERSON` against its track's mean, the track
 has jumped to someone else (two people crossing), and its evidence starts again from that face.
@@ -63,7 +62,7 @@ class TrackNames:
             evidence.total = evidence.total + embedding
         evidence.faces += 1
         mean = evidence.total / np.linalg.norm(evidence.total)
-        match = self.gallery.identify(mean[None], self.gallery.threshold_for(evidence.faces))[0]
+        match = self.gallery.identify(mean[None])[0]
         evidence.decision = match._replace(evidence_frames=evidence.faces, track_stretch=stretch)
         self._remember(key, evidence)
         return evidence.decision

@@ -46,35 +46,6 @@ def test_the_threshold_is_the_lowest_that_names_at_most_the_target_share_of_impo
     assert 0 <= calibration.genuine_fnir <= 1
 
 
-def test_tracks_get_the_threshold_calibrated_on_means_of_impostors_looks(tmp_path: Path) -> None:
-    """Each impostor seen in 5 noisy looks, as a track sees a face: the mean of a stranger's looks is a steadier look
-    than one of them, so means get their own threshold by the same FPIR rule, and a track of fewer faces than the
-    means held the one-face threshold. Saved and loaded with the gallery."""
-    from aitax.pipeline.gallery import load_gallery, save_gallery
-
-    rng = np.random.default_rng(7)
-    gallery, _ = _clustered_gallery(rng)
-    strangers = _unit(rng.normal(size=(60, 32)) + 0.6 * _unit(gallery.embeddings[rng.integers(0, 12, 60)]))
-    looks = _unit(np.repeat(strangers, 5, axis=0) + rng.normal(scale=0.35, size=(300, 32)))
-    calibration = calibrate(gallery, looks, 0.01, "test", looks=[5] * 60)
-
-    means = _unit(looks.reshape(60, 5, 32).sum(axis=1))
-    mean_scores = np.array([match.score for match in gallery.identify(means)])
-    assert (calibration.impostor_means, calibration.track_faces) == (60, 5)
-    assert (mean_scores >= calibration.track_threshold).mean() == calibration.impostor_mean_fpir <= 0.01
-    assert (mean_scores >= calibration.track_threshold - 2e-4).mean() > 0.01  # the lowest such threshold
-    assert calibration.track_threshold != calibration.threshold
-    gallery.calibration, gallery.threshold = calibration, calibration.threshold
-    assert gallery.threshold_for(1) == gallery.threshold_for(4) == calibration.threshold
-    assert gallery.threshold_for(5) == gallery.threshold_for(50) == calibration.track_threshold
-    assert "tracks of 5+ faces" in calibration.describe()
-    save_gallery(gallery, tmp_path / "g.npz")
-    assert load_gallery(tmp_path / "g.npz").threshold_for(5) == calibration.track_threshold
-    # too few looks of each impostor (views MTCNN lost): no track threshold, tracks keep the one-face one
-    few = calibrate(gallery, looks[:120], 0.01, "test", looks=[2] * 60)
-    assert few.track_threshold is None and "tracks" not in few.describe()
-
-
 def test_calibration_leaves_all_rows_of_a_photo_out_together() -> None:
     """Each of ann's photos enrolled twice (as two views would be): leaving out one row alone, its twin names it;
     leaving out the photo, nothing as close is left, and the miss shows."""

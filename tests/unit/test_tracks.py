@@ -116,26 +116,6 @@ def test_a_track_named_by_its_evidence_is_named_where_its_single_faces_are_not()
     assert [m.evidence_frames for m in by_track] == list(range(1, 31))
 
 
-def test_a_track_of_enough_faces_is_held_to_the_threshold_calibrated_on_means() -> None:
-    """The same identical looks scoring between the two thresholds: unknown while the track has fewer faces than
-    the calibrated means had, named from then on."""
-    from dataclasses import replace
-
-    from aitax.pipeline.gallery import Calibration
-
-    gallery, rng = _gallery(), np.random.default_rng(4)
-    look = _look(0, 0.6, rng)
-    score = gallery.identify(look[None])[0].score
-    calibration = Calibration("test", 100, 0.01, score + 0.01, 0.0, 0.0, 6)
-    gallery.threshold = calibration.threshold
-    gallery.calibration = replace(calibration, impostor_means=20, track_faces=4, track_threshold=score - 0.01)
-    names = TrackNames(gallery)
-    answers = [names.name(("r", "s", 3), look).identity for _ in range(6)]
-    assert answers == [UNKNOWN] * 3 + ["alice"] * 3
-    per_frame = TrackNames(gallery, accumulate=False)  # the paper's: every face alone, the one-face threshold
-    assert [per_frame.name(("r", "s", 3), look).identity for _ in range(6)] == [UNKNOWN] * 6
-
-
 def test_a_track_that_jumps_to_another_person_starts_its_evidence_again() -> None:
     gallery, rng = _gallery(), np.random.default_rng(2)
     names = TrackNames(gallery)
