@@ -5,12 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 AITAX := $(BIN)/aitax
 STAMP := $(VENV)/.installed
+GPU_STAMP := $(VENV)/.installed-gpu
 UV_VERSION := 0.13.8
 UV := UV_NATIVE_TLS=1 UV_FIND_LINKS="$${PIP_FIND_LINKS:-}" $(BIN)/uv
 # Nodes of `make cluster` and `make k8s-demo`: one broker each.
 NODES ?= 3
 
-.PHONY: emulate-accel emulate-design fig12 fig15a gpu-bundle setup setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
+.PHONY: emulate-accel emulate-design fig12 fig15a gpu-bundle setup setup-gpu-runtime setup-k8s setup-cluster setup-browser setup-schemas setup-camera cluster cluster-down images k8s-demo demo test test-k8s test-cluster test-unit test-integration lint up down status clean distclean help
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -66,7 +67,7 @@ k8s-demo: setup-cluster  ## the chart's defaults on the real cluster: faces thro
 	@$(AITAX) cluster demo --nodes $(NODES)
 
 GPU_VIDEO := .aitax/gpu-bundle/video.mp4
-gpu-bundle: setup  ## what a lent GPU machine needs to check and time the cuda runtime: .gpu-bundle (scripts/device-calibrate.sh)
+gpu-bundle: setup-gpu-runtime  ## what a lent GPU machine needs to check and time the cuda runtime: .gpu-bundle (scripts/device-calibrate.sh)
 	@test -f $(GPU_VIDEO) || $(AITAX) make-video --augment hard --strangers packaged --seconds 30 --seed 61 --out $(GPU_VIDEO)
 	@$(AITAX) gpu-bundle .gpu-bundle --video $(GPU_VIDEO)
 
@@ -82,10 +83,16 @@ setup-browser: setup  ## also headless Chromium (Debian's) for the dashboard and
 setup-camera: setup  ## also what simulated cameras need: GStreamer's RTSP server and x264 (Debian's)
 	@bash scripts/install-system-packages.sh camera
 
+setup-gpu-runtime: $(GPU_STAMP)  ## also the gpu extra (PyTorch with its CUDA wheels, 2.6 GB; onnx2torch): the cuda runtime's tests run it on the CPU
+
+$(GPU_STAMP): $(STAMP)
+	@$(UV) pip install -q --python $(BIN)/python -e ".[dev,gpu]"
+	@touch $@
+
 setup-schemas: setup  ## also Grafana's published schemas (npm @grafana/schema, pinned) as JSON Schema (cached)
 	@bash scripts/install-dashboard-schemas.sh
 
-test: setup-k8s setup-browser setup-schemas setup-camera lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (its node tools: in the background)
+test: setup-k8s setup-browser setup-schemas setup-camera setup-gpu-runtime lint  ## every test: real local stack, real kube-apiserver, real cluster of 3 nodes (its node tools: in the background)
 	@bash scripts/test.sh
 
 test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local control plane (kube-apiserver + kwok)
@@ -94,7 +101,7 @@ test-k8s: setup-k8s  ## the chart, images and experiment driver on a real local 
 test-cluster: setup-cluster  ## the chart's defaults on a real cluster of 3 nodes (root; builds and loads the images)
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/cluster
 
-test-unit: $(STAMP) setup-schemas  ## unit tests only (no stack)
+test-unit: $(STAMP) setup-schemas setup-gpu-runtime  ## unit tests only (no stack)
 	@$(BIN)/python -m pytest -p no:cacheprovider tests/unit
 
 lint: $(STAMP)  ## ruff
