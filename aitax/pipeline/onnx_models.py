@@ -76,7 +76,7 @@ def _explicit_pooling(model) -> None:
 
     for node in model.graph.node:
         attributes = {attribute.name: attribute for attribute in node.attribute}
-        if node.op_type != "MaxPool" or attributes.get("auto_pad", onnx.AttributeProto()).s not in (b"SAME_UPPER",):
+        if node.op_type != "MaxPool" or attributes.get("auto_pad", onnx.AttributeProto()).s != b"SAME_UPPER":
             continue
         if list(attributes["kernel_shape"].ints) != list(attributes.get("strides", attributes["kernel_shape"]).ints):
             raise UserError(f"--runtime cuda: the ONNX node {node.name} pools with auto_pad SAME_UPPER and a kernel "
