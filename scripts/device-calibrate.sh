@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD:/tmp/aitax-site" AITAX_HOME=/tmp/aitax-home PYTHONUNBUFFERED=1
 aitax() { python3 -m aitax.cli "$@"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, onnx2torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'onnx2torch', onnx2torch.__version__ if hasattr(onnx2torch, '__version__') else '?')"
+  python3 -c "import torch; from importlib.metadata import version; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'onnx2torch', version('onnx2torch'))"
 } | tee "$out/device.txt"
 status=0
 aitax gpu-check "$bundle" --out "$out/gpu-check.json" || status=$?

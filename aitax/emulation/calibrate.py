@@ -13,6 +13,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -64,29 +65,19 @@ def _bundle_note(conversions: Path | None) -> str:
             "computed in FP32, the same work as the full weights).")
 
 
-def _bundle_embedder(conversions: Path, threads: int) -> Callable[[np.ndarray], np.ndarray]:
-    """FaceNet from a GPU bundle on the GPU, as FaceEmbedder's cuda runtime runs it, warmed once."""
-    from functools import partial
-
-    from aitax.pipeline.crop import THUMBNAIL_SIZE
-    from aitax.pipeline.onnx_models import TorchNetwork, bundled_conversion
-
-    network = TorchNetwork(partial(bundled_conversion, conversions, "facenet"), "cuda", threads)
-    network(np.zeros((1, THUMBNAIL_SIZE, THUMBNAIL_SIZE, 3), np.uint8))
-    return lambda faces: next(iter(network(faces).values()))
-
-
 def calibrate_identify(out: Path, runtime: str, precision: str, threads: int, batches: Sequence[int],
                        repeats: int, progress: Callable[[int], None] = lambda _: None,
                        conversions: Path | None = None, name: str | None = None) -> Path:
     import cv2
 
     from aitax.pipeline.assets import ensure_assets
-    from aitax.pipeline.facenet import FaceEmbedder
+    from aitax.pipeline.facenet import FaceEmbedder, facenet_on_torch
     from aitax.pipeline.identify import decode_thumbnail_bytes
+    from aitax.pipeline.onnx_models import bundled_conversion
 
-    if conversions is not None:
-        embed, runtime, precision = _bundle_embedder(conversions, threads), "cuda", "fp32"
+    if conversions is not None:  # as FaceEmbedder's cuda runtime runs it, from the bundle's conversion
+        embed = facenet_on_torch(partial(bundled_conversion, conversions, "facenet"), "cuda", threads)
+        runtime, precision = "cuda", "fp32"
     else:
         embedder = FaceEmbedder(ensure_assets().facenet_weights, intra_op_threads=threads, precision=precision,
                                 runtime=runtime)

@@ -76,9 +76,9 @@ def write_bundle(folder: Path, video: str, frames: int, thumbnails: int, min_fac
     from aitax.pipeline.assets import ensure_assets
     from aitax.pipeline.crop import face_thumbnail
     from aitax.pipeline.detect import FaceDetector, mtcnn_onnx
-    from aitax.pipeline.facenet import FaceEmbedder, facenet_onnx
+    from aitax.pipeline.facenet import FaceEmbedder, facenet_on_torch, facenet_onnx
     from aitax.pipeline.frames import read_frames
-    from aitax.pipeline.onnx_models import TorchNetwork, bundled_conversion, narrow_weights
+    from aitax.pipeline.onnx_models import bundled_conversion, narrow_weights
 
     if folder.is_dir() and any(folder.iterdir()) and not (folder / MANIFEST).exists():
         raise UserError(f"gpu-bundle {folder}: a folder with other files in it (give a new or a bundle's folder)")
@@ -118,8 +118,7 @@ def write_bundle(folder: Path, video: str, frames: int, thumbnails: int, min_fac
     progress("embeddings")
     batch = np.stack(faces[:thumbnails])
     cpu = embedder.embed(batch)
-    rounded = TorchNetwork(partial(bundled_conversion, folder, "facenet"), "cpu")(batch)
-    rounded = next(iter(rounded.values()))
+    rounded = facenet_on_torch(partial(bundled_conversion, folder, "facenet"), "cpu")(batch)
     for number, face in enumerate(batch):
         cv2.imwrite(str(folder / "thumbnails" / f"{number:03d}.png"), cv2.cvtColor(face, cv2.COLOR_RGB2BGR))
     np.savez_compressed(folder / "embeddings.npz", cpu=cpu, cpu_rounded_weights=rounded)
@@ -150,14 +149,14 @@ def check_bundle(folder: Path, device: str = "cuda", threads: int = 1) -> dict:
     """The cuda runtime on `device` against the CPU path's references: FaceNet's embeddings (cosine), MTCNN's boxes,
     confidences and landmarks. Each condition with its measured value and whether it holds."""
     from aitax.pipeline.detect import FaceDetector
-    from aitax.pipeline.onnx_models import TorchNetwork, bundled_conversion
+    from aitax.pipeline.facenet import facenet_on_torch
+    from aitax.pipeline.onnx_models import bundled_conversion
 
     manifest = read_manifest(folder)
     with np.load(folder / "embeddings.npz") as saved:
         cpu, cpu_rounded = saved["cpu"], saved["cpu_rounded_weights"]
     faces = np.stack([_decoded(path) for path in sorted((folder / "thumbnails").glob("*.png"))])
-    network = TorchNetwork(partial(bundled_conversion, folder, "facenet"), device, threads)
-    embeddings = next(iter(network(faces).values()))
+    embeddings = facenet_on_torch(partial(bundled_conversion, folder, "facenet"), device, threads)(faces)
     against_cpu = (embeddings * cpu).sum(axis=1)
     against_rounded = (embeddings * cpu_rounded).sum(axis=1)
 

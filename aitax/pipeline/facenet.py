@@ -18,8 +18,8 @@ memory). The pipeline image keeps the conversion its build made.
 `runtime="cuda"` runs the same graph on an NVIDIA GPU: converted to ONNX (tf2onnx), kept like the OpenVINO conversion
 (the pipeline-gpu image keeps its build's), and run by PyTorch in FP32 (`pipeline.onnx_models`). It needs the optional
 `gpu` extra and a GPU; asked for without either, it is a one-line error, never a silent fallback to the CPU. Not
-measured on a GPU yet (none was lent to the sessions that wrote it); `make device-calibrate` measures it where there
-is one.
+measured on a GPU yet (none was lent to the sessions that wrote it); `make gpu-bundle` here, then
+`scripts/device-calibrate.sh` on a GPU machine, measures it there.
 """
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ def facenet_onnx(weights_sha256: str, embed_function: Callable[[], object]) -> b
     return kept_onnx("facenet-onnx", "facenet", f"{weights_sha256} ".encode() + source, convert)
 
 
+def facenet_on_torch(model: Callable[[], bytes], device: str, threads: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+    """FaceNet's ONNX conversion `model()` as a torch module on `device` (the cuda runtime), run once before it is
+    trusted: uint8 faces (N, 160, 160, 3) -> embeddings. A missing extra or GPU is a UserError naming what to
+    install."""
+    network = TorchNetwork(model, device, threads)
+    network(np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8))
+    return lambda faces: next(iter(network(faces).values()))
+
+
 class FaceEmbedder:
     """160x160 RGB uint8 faces -> L2-normalised 128-D float32 embeddings, in `precision` through `runtime` (see the
     module)."""
@@ -115,7 +124,7 @@ class FaceEmbedder:
         self._threads = (intra_op_threads, inter_op_threads)
         self.weights_sha256 = sha256_of(weights)  # galleries record it: embeddings of other weights do not compare
         self._request = None
-        self._network = self.cuda_network(device) if runtime == "cuda" else None
+        self._cuda = self.cuda_network(device) if runtime == "cuda" else None
         if runtime == "openvino":
             try:
                 self._request = self._compile(intra_op_threads)
@@ -143,13 +152,10 @@ class FaceEmbedder:
         request.infer({0: np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8)})
         return request
 
-    def cuda_network(self, device: str) -> TorchNetwork:
-        """FaceNet converted to ONNX, as a torch module on `device`, run once before it is trusted; a missing extra
-        or GPU is a UserError naming what to install."""
-        network = TorchNetwork(lambda: facenet_onnx(self.weights_sha256, lambda: self.graph.embed), device,
-                               self._threads[0])
-        network(np.zeros((1, FACE_SIZE, FACE_SIZE, 3), np.uint8))
-        return network
+    def cuda_network(self, device: str) -> Callable[[np.ndarray], np.ndarray]:
+        """FaceNet's kept ONNX conversion on `device` (`facenet_on_torch`)."""
+        return facenet_on_torch(lambda: facenet_onnx(self.weights_sha256, lambda: self.graph.embed), device,
+                                self._threads[0])
 
     def warm(self, max_batch: int) -> None:
         """One inference at each batch size a stage's batches take most (1-8) and at `max_batch`: a runtime's
@@ -166,6 +172,6 @@ class FaceEmbedder:
             return np.zeros((0, EMBEDDING_SIZE), np.float32)
         if self._request is not None:
             return self._request.infer({0: faces_rgb})[0].copy()  # the request reuses its output buffer
-        if self._network is not None:
-            return next(iter(self._network(faces_rgb).values()))
+        if self._cuda is not None:
+            return self._cuda(faces_rgb)
         return self.graph.embed(faces_rgb).numpy()

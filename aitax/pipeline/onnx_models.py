@@ -149,8 +149,8 @@ def widen_weights(model: bytes) -> bytes:
 
 
 def bundled_conversion(folder: Path, network: str) -> bytes:
-    """A network's conversion from a calibration bundle (`aitax calibrate bundle`), in fp32, or a one-line error."""
+    """A network's conversion from a GPU bundle (`aitax gpu-bundle`), in fp32, or a one-line error."""
     path = folder / f"{network}.onnx"
     if not path.is_file():
-        raise UserError(f"--conversions {folder}: no {path.name} (write the folder with `aitax calibrate bundle`)")
+        raise UserError(f"--conversions {folder}: no {path.name} (write the folder with `aitax gpu-bundle`)")
     return widen_weights(path.read_bytes())
