@@ -10,6 +10,7 @@ import click
 
 from aitax.commands.options import group
 from aitax.common.errors import UserError
+from aitax.stack.warmup import BROKER_WARMUP_S
 
 
 def register(root: click.Group) -> None:
@@ -38,8 +39,12 @@ NODE_ID = click.argument("node_id", type=int, metavar="NODE_ID")  # a broker id,
               help="a declared edge data centre (designs/*.yaml) scaled onto this machine: its brokers and drives "
                    "per broker, each log dir on a drive of the design's bandwidth, each broker in a CPU slice of "
                    "its cores (root); overrides --brokers and --log-dirs-per-broker")
+@click.option("--broker-warmup", "broker_warmup_s", type=click.FloatRange(min=0), default=BROKER_WARMUP_S,
+              show_default=True,
+              help="seconds of records sent and read back through brokers this command started, so that their JIT "
+                   "has compiled Kafka's request paths before a run measures them; 0 to skip")
 def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elasticsearch: bool,
-       no_prometheus: bool, plaintext: bool, design: Path | None) -> int:
+       no_prometheus: bool, plaintext: bool, design: Path | None, broker_warmup_s: float) -> int:
     """Start the stack (idempotent) and wait until it is healthy."""
     from aitax.stack.config import StackConfig
     from aitax.stack.stack import status, up
@@ -54,7 +59,7 @@ def up(brokers: int, log_dirs_per_broker: int, faces_retention_ms: int, no_elast
     config = up(StackConfig(brokers=brokers, log_dirs_per_broker=log_dirs_per_broker,
                             faces_retention_ms=faces_retention_ms, elasticsearch=not no_elasticsearch,
                             prometheus=not no_prometheus, tls=not plaintext,
-                            elasticsearch_tls=not plaintext, testbed=testbed))
+                            elasticsearch_tls=not plaintext, testbed=testbed), broker_warmup_s=broker_warmup_s)
     return _print_status(status(config))
 
 

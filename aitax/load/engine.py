@@ -22,6 +22,7 @@ from aitax.runs.results import RESULT_FILE, Driver, RunResult, Startup, Workload
 from aitax.stack.config import StackConfig
 from aitax.telemetry.latency import (
     BROKER_WAIT,
+    LatencySummary,
     Timeline,
     batch_size_p50,
     broker_wait_ms,
@@ -251,8 +252,8 @@ def print_result(result: RunResult) -> None:
           f"({result.duplicates} duplicates removed), {result.achieved_faces_per_s:.1f}{offered} {unit}/s")
     if latency is not None:
         steps = latency.breakdown_ms
-        print(f"  end to end (from the schedule to the durable result) mean {latency.mean_ms:.0f} ms, p50 "
-              f"{latency.p50_ms:.0f} ms, p99 {latency.p99_ms:.0f} ms; broker wait {latency.broker_wait_share:.0%} "
+        print(f"  end to end (from the schedule to the durable result) {tail_line(latency)}; broker wait "
+              f"{latency.broker_wait_share:.0%} "
               f"of it, by owner: " + ", ".join(f"{part} {steps.get(part, 0.0):.1f} ms" for part in BROKER_WAIT)
               + f" ({dominant_wait(steps)} dominates); batch size p50 {batch_size_p50(latency.batch_sizes) or 0:g}")
     if latency is not None and app.paper_breakdown is not None:
@@ -267,6 +268,14 @@ def print_result(result: RunResult) -> None:
               f"(required: {condition.required})")
     for line in result.process_failures + result.notes:
         print(f"  {line}")
+
+
+def tail_line(latency: LatencySummary) -> str:
+    """p50, then the mean and p90 also as multiples of it: how much of the window a tail holds."""
+    times = (lambda ms: f" ({ms / latency.p50_ms:.1f}x p50)") if latency.p50_ms > 0 else (lambda ms: "")
+    p90 = latency.tail.quantiles_ms.get("p90")
+    return (f"p50 {latency.p50_ms:.0f} ms, mean {latency.mean_ms:.0f} ms{times(latency.mean_ms)}, "
+            + ("" if p90 is None else f"p90 {p90:.0f} ms{times(p90)}, ") + f"p99 {latency.p99_ms:.0f} ms")
 
 
 def print_startup(startup: Startup, unit: str, ramp_up_s: float) -> None:

@@ -15,6 +15,7 @@ from aitax.common.locks import exclusive
 from aitax.common.paths import stack_dir
 from aitax.stack import calibration, cpu_slices, drives, elasticsearch, kafka, prometheus, security
 from aitax.stack.config import StackConfig
+from aitax.stack.warmup import BROKER_WARMUP_S, warm_brokers
 
 KAFKA_START_TIMEOUT_S = 120
 ES_START_TIMEOUT_S = 180
@@ -81,8 +82,9 @@ def install(config: StackConfig) -> None:
 
 
 @_one_at_a_time
-def up(config: StackConfig, progress=print) -> StackConfig:
-    """Start whatever is not running yet and wait until every component is healthy."""
+def up(config: StackConfig, progress=print, broker_warmup_s: float = BROKER_WARMUP_S) -> StackConfig:
+    """Start whatever is not running yet and wait until every component is healthy; brokers it started lead their
+    preferred partitions and are warmed for `broker_warmup_s` (`stack.warmup`) before it returns."""
     running = current_config()
     if running is not None and any(p.is_running() for p in processes(running)):
         if running.brokers != config.brokers or running.log_dirs_per_broker != config.log_dirs_per_broker:
@@ -111,7 +113,7 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     if config.testbed is not None:
         _prepare_testbed(config, progress)
     calibration.calibrate([d for broker in kafka.brokers(config) for d in broker.log_dirs], progress=progress)
-    _start_kafka(config, progress)
+    started_brokers = _start_kafka(config, progress)
     if config.elasticsearch:
         _start_elasticsearch(config, progress)
     if config.prometheus:
@@ -126,6 +128,8 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     )
     kafka.ensure_topics(config)
     wait_until(lambda: kafka.cluster_health(config).healthy(config.node_ids), KAFKA_START_TIMEOUT_S, "Kafka ISR")
+    if started_brokers:
+        _balance_and_warm(config, progress, broker_warmup_s)
     # Brokers start unlimited (on a design's tenth of a core a JVM would take minutes) and run in their cores, their
     # JIT compilers outside them
     cpu_slices.limit_brokers(config)
@@ -147,7 +151,19 @@ def up(config: StackConfig, progress=print) -> StackConfig:
     return config
 
 
-def _start_kafka(config: StackConfig, progress) -> None:
+def _balance_and_warm(config: StackConfig, progress, warmup_s: float) -> None:
+    """Leaders where they belong, then the brokers' JIT warmed: a run's window measures neither."""
+    failed = kafka.elect_preferred_leaders(config)
+    if failed:
+        progress(f"preferred leader election failed for {len(failed)} partitions, e.g. {next(iter(failed.items()))}"
+                 "; the controller retries within 5 minutes")
+    if warmup_s > 0:
+        progress(f"warming the brokers for {warmup_s:g} s ...")
+        progress(warm_brokers(config, warmup_s).summary())
+
+
+def _start_kafka(config: StackConfig, progress) -> bool:
+    """Start the brokers that are not running; whether any was."""
     brokers = kafka.brokers(config)
     to_start = [b for b in brokers if not b.process.is_running()]
     for broker in to_start:
@@ -162,6 +178,7 @@ def _start_kafka(config: StackConfig, progress) -> None:
     for broker in to_start:
         progress(f"starting kafka broker {broker.node_id} on port {broker.port}")
         _start_broker_process(config, broker)
+    return bool(to_start)
 
 
 def _start_broker_process(config: StackConfig, broker: kafka.Broker) -> None:
@@ -275,6 +292,8 @@ def status(config: StackConfig) -> list[ComponentStatus]:
             )
         )
     isr_detail = "ISR complete" if not health.under_replicated else f"under-replicated: {health.under_replicated[:5]}"
+    if health.off_preferred:  # not unhealthy: the controller moves them within 5 minutes, stalling writers then
+        isr_detail += f"; {len(health.off_preferred)} partitions led off their preferred broker"
     listeners = ("listeners TLS, clients by certificate (mutual TLS), ACLs per stage" if config.tls
                  else "listeners PLAINTEXT: no encryption, no authentication")
     rows.append(ComponentStatus("kafka-cluster", None, config.broker_port(1), health.healthy(config.node_ids),

@@ -144,3 +144,26 @@ def test_writes_survive_a_killed_broker(stack: StackConfig, unique_name: str) ->
     while not kafka.cluster_health(stack).healthy(stack.node_ids) and time.monotonic() < deadline:
         time.sleep(1)
     assert kafka.cluster_health(stack).healthy(stack.node_ids)
+    # The victim's partitions stay led elsewhere until an election puts them back (the controller's own is minutes
+    # away): the one `stack up` holds after starting brokers
+    assert any(name.startswith(f"{unique_name}/") for name in kafka.cluster_health(stack).off_preferred)
+    assert kafka.elect_preferred_leaders(stack) == {}
+    deadline = time.monotonic() + 30
+    while kafka.cluster_health(stack).off_preferred and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert kafka.cluster_health(stack).off_preferred == []
+
+
+def test_warm_up_reports_its_round_trips_and_leaves_no_topic_or_group(stack: StackConfig) -> None:
+    from aitax.stack.warmup import WARMUP_GROUP, WARMUP_TOPIC, warm_brokers
+
+    warm = warm_brokers(stack, seconds=2)
+    assert warm.records >= 8 and warm.seconds >= 2
+    assert 0 < warm.last_round_trip_ms < 30_000 and 0 < warm.first_round_trip_ms < 30_000
+    assert f"{warm.records:,} records" in warm.summary()
+    deadline = time.monotonic() + 30  # a deleted topic leaves the metadata once every broker has dropped it
+    while WARMUP_TOPIC in _admin(stack).list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert WARMUP_TOPIC not in _admin(stack).list_topics(timeout=10).topics
+    groups = _admin(stack).list_consumer_groups(request_timeout=10).result().valid
+    assert WARMUP_GROUP not in [group.group_id for group in groups]

@@ -61,11 +61,14 @@ def test_up_status_up_again_down_leaves_nothing(tmp_path: Path) -> None:
                 status.stdout
         pids = [int(p.read_text()) for p in (tmp_path / "aitax-home" / "stack" / "run").glob("*.pid")]
         assert len(pids) == 5
+        assert "brokers warmed in 20 s" in cold.stdout, cold.stdout
+        assert "off their preferred broker" not in status.stdout, status.stdout
 
         started = time.monotonic()
         warm = _aitax(env, "stack", "up")
         warm_s = time.monotonic() - started
         assert warm.returncode == 0, warm.stderr
+        assert "warming" not in warm.stdout, "brokers already running are not warmed again"
         assert sorted(int(p.read_text()) for p in (tmp_path / "aitax-home" / "stack" / "run").glob("*.pid")) \
             == sorted(pids), "a warm `up` must not restart anything"
         print(f"cold stack up {cold_s:.1f} s, warm {warm_s:.1f} s")

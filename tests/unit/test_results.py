@@ -331,3 +331,13 @@ def test_a_fault_is_judged_by_named_conditions_and_reads_back(tmp_path: Path) ->
     path = write_results(FaultResults(results=[result]), tmp_path / "faults.json")
     assert read_results(path, FaultResults).results == [result]
     assert json.loads(path.read_text())["schema_version"] == 1
+
+
+def test_a_runs_latency_line_gives_the_mean_and_p90_as_multiples_of_p50() -> None:
+    from aitax.load.engine import tail_line
+    from aitax.telemetry.latency import LatencySummary
+
+    samples = [50.0] * 80 + [200.0] * 20  # p90 in the slow fifth: 4x p50, the mean 1.6x
+    latency = LatencySummary(faces=100, mean_ms=80.0, p50_ms=50.0, p99_ms=200.0, tail=tail_of(samples),
+                             breakdown_ms={}, broker_wait_share=0.0, batch_sizes={1: 100})
+    assert tail_line(latency) == "p50 50 ms, mean 80 ms (1.6x p50), p90 200 ms (4.0x p50), p99 200 ms"
