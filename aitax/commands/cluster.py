@@ -166,7 +166,12 @@ def cluster_issue_secrets(prefix: str, broker_hosts: tuple[str, ...], elasticsea
               help="replicas of each topic's partitions (the release's kafka.replicationFactor)")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
               help="seconds to wait for the brokers")
-def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_factor: int, timeout_s: float) -> int:
+@click.option("--broker-warmup", "broker_warmup_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="when a topic is missing (a new release, its brokers fresh): seconds of records sent and read back "
+                   "through the brokers before the topics are created, so that their JIT has compiled Kafka's "
+                   "request paths before the stages, which wait for the topics, send any (stack.warmup)")
+def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_factor: int, timeout_s: float,
+                          broker_warmup_s: float) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -190,6 +195,15 @@ def cluster_ensure_topics(bootstrap: str, topics: tuple[str, ...], replication_f
         raise UserError(f"ensuring topics at {bootstrap} failed: fewer than {replication_factor} brokers registered "
                         f"after {timeout_s:g} s")
     try:
+        missing = not {spec.name for spec in specs} <= set(retry_transient(lambda: admin.list_topics(timeout=10),
+                                                                           timeout_s).topics)
+        if missing and broker_warmup_s > 0:
+            from aitax.stack.warmup import warm_brokers
+
+            min_insync = int(next((spec.config["min.insync.replicas"] for spec in specs
+                                   if "min.insync.replicas" in spec.config), 1))
+            print(warm_brokers(librdkafka_settings(bootstrap, {"log_level": 0}), replication_factor, min_insync,
+                               broker_warmup_s).summary(), flush=True)
         retry_transient(lambda: ensure_topics_with(AdminClient(librdkafka_settings(bootstrap, {"log_level": 0})),
                                                    specs, replication_factor, acls, 30.0), timeout_s)
     except KafkaException as exception:

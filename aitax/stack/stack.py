@@ -159,7 +159,8 @@ def _balance_and_warm(config: StackConfig, progress, warmup_s: float) -> None:
                  "; the controller retries within 5 minutes")
     if warmup_s > 0:
         progress(f"warming the brokers for {warmup_s:g} s ...")
-        progress(warm_brokers(config, warmup_s).summary())
+        progress(warm_brokers(kafka.admin_settings(config), config.replication_factor, config.min_insync_replicas,
+                              warmup_s).summary())
 
 
 def _start_kafka(config: StackConfig, progress) -> bool:

@@ -15,9 +15,11 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aitax.stack.config import StackConfig, TopicSpec
+from aitax.common.daemons import poll_until
+from aitax.stack.config import TopicSpec
 
 BROKER_WARMUP_S = 20.0
 WARMUP_TOPIC = "aitax.warmup"
@@ -41,22 +43,26 @@ class WarmUp:
                 f"{self.last_round_trip_ms:.0f} ms over the last {EDGE_ROUND_TRIPS}")
 
 
-def warm_brokers(config: StackConfig, seconds: float = BROKER_WARMUP_S) -> WarmUp:
-    """Produce and consume on a topic of the warm-up's own for `seconds`, then delete it."""
+def warm_brokers(admin_settings: Mapping[str, object], replication_factor: int, min_insync_replicas: int,
+                 seconds: float = BROKER_WARMUP_S) -> WarmUp:
+    """Produce and consume on a topic of the warm-up's own for `seconds`, then delete it. `admin_settings`: a
+    librdkafka client's (the brokers and an identity allowed to create and delete topics and groups): the local
+    stack's admin, or a release's topics Job."""
     from confluent_kafka.admin import AdminClient
 
     from aitax.pipeline.transport import make_consumer, make_producer
     from aitax.pipeline.transport.base import next_offsets
-    from aitax.stack import kafka
+    from aitax.stack.kafka import ensure_topics_with
 
-    settings = kafka.admin_settings(config)
-    admin = AdminClient(settings)
-    spec = TopicSpec(WARMUP_TOPIC, 6, {"min.insync.replicas": str(config.min_insync_replicas),
-                                       "retention.ms": "60000"})
-    kafka.ensure_topics_with(admin, [spec], config.replication_factor, acls=False, timeout_s=30.0)
-    client = {key: value for key, value in settings.items() if key != "bootstrap.servers"}
-    producer = make_producer("confluent-kafka", config.bootstrap_servers, linger_ms=0, idempotent=True, **client)
-    consumer = make_consumer("confluent-kafka", config.bootstrap_servers, WARMUP_GROUP, [WARMUP_TOPIC], **client)
+    admin = AdminClient(dict(admin_settings))
+    spec = TopicSpec(WARMUP_TOPIC, 6, {"min.insync.replicas": str(min_insync_replicas), "retention.ms": "60000"})
+    ensure_topics_with(admin, [spec], replication_factor, acls=False, timeout_s=30.0)
+    # a consumer subscribed before the metadata names the new topic warns that it does not exist
+    poll_until(lambda: _partitions(admin) == spec.partitions, 30.0, interval_s=0.2)
+    bootstrap = str(admin_settings["bootstrap.servers"])
+    client = {key: value for key, value in admin_settings.items() if key != "bootstrap.servers"}
+    producer = make_producer("confluent-kafka", bootstrap, linger_ms=0, idempotent=True, **client)
+    consumer = make_consumer("confluent-kafka", bootstrap, WARMUP_GROUP, [WARMUP_TOPIC], **client)
     stop = threading.Event()
 
     def read_back() -> None:
@@ -99,3 +105,8 @@ def _delete_group(admin) -> None:
     except KafkaException as error:
         if error.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
             raise
+
+
+def _partitions(admin) -> int:
+    topic = admin.list_topics(timeout=10).topics.get(WARMUP_TOPIC)
+    return 0 if topic is None or topic.error is not None else len(topic.partitions)

@@ -157,7 +157,7 @@ def test_writes_survive_a_killed_broker(stack: StackConfig, unique_name: str) ->
 def test_warm_up_reports_its_round_trips_and_leaves_no_topic_or_group(stack: StackConfig) -> None:
     from aitax.stack.warmup import WARMUP_GROUP, WARMUP_TOPIC, warm_brokers
 
-    warm = warm_brokers(stack, seconds=2)
+    warm = warm_brokers(kafka.admin_settings(stack), stack.replication_factor, stack.min_insync_replicas, seconds=2)
     assert warm.records >= 8 and warm.seconds >= 2
     assert 0 < warm.last_round_trip_ms < 30_000 and 0 < warm.first_round_trip_ms < 30_000
     assert f"{warm.records:,} records" in warm.summary()
@@ -167,3 +167,24 @@ def test_warm_up_reports_its_round_trips_and_leaves_no_topic_or_group(stack: Sta
     assert WARMUP_TOPIC not in _admin(stack).list_topics(timeout=10).topics
     groups = _admin(stack).list_consumer_groups(request_timeout=10).result().valid
     assert WARMUP_GROUP not in [group.group_id for group in groups]
+
+
+def test_the_topics_job_warms_a_new_releases_brokers_once(stack: StackConfig, unique_name: str) -> None:
+    """`aitax cluster ensure-topics --broker-warmup` (the chart's topics Job) warms the brokers when a topic is
+    missing, before creating it, and not when every topic exists (an upgrade of a running release)."""
+    import os
+    import subprocess
+    import sys
+
+    from aitax.pipeline.transport.security import TLS_ENV
+    from aitax.stack.security import ADMIN, identity
+
+    env = {**os.environ, TLS_ENV: str(identity(ADMIN))} if stack.tls else dict(os.environ)
+    command = [sys.executable, "-m", "aitax.cli", "cluster", "ensure-topics", "--bootstrap", stack.bootstrap_servers,
+               "--topic", f"{unique_name}:1:faces", "--broker-warmup", "2"]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-1000:]
+    assert first.stdout.startswith("brokers warmed in 2 s"), first.stdout
+    assert unique_name in _admin(stack).list_topics(timeout=10).topics
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "brokers warmed" not in again.stdout, again.stdout
