@@ -2,11 +2,12 @@
 
     .venv/bin/python benchmarks/recognition_bench.py [--seeds 1001,1002,1003] [--seconds 40] [--gallery G.npz]
                                                       [--min-face-sizes 20,30,40] [--det det.png]
+                                                      [--detector mtcnn|yunet]
 
 For each seed, composes a video with `make-video --augment hard --strangers packaged` (faces 100-430 px, rolled,
 lit, blurred, compressed, occluded, over clutter; about 30% of the faces are strangers who share no person with
-the calibration set), then runs the pipeline's own compute on every frame: decode, resize, MTCNN, aligned
-thumbnail, PNG, FaceNet, the gallery's open-set decision (the real `MtcnnFaceFinder` and `FaceNetIdentifier`,
+the calibration set), then runs the pipeline's own compute on every frame: decode, resize, MTCNN (or --detector's),
+aligned thumbnail, PNG, FaceNet, the gallery's open-set decision (the real `FaceFinder` and `FaceNetIdentifier`,
 without Kafka: Kafka cannot change a name). Prints per seed and pooled: detection recall, identification rate of
 enrolled people (rank 1, 1 - FNIR), false identification rate of strangers (FPIR), the threshold and
 identify ms per face; then recall and names by face height at each smallest face MTCNN looks for, beside what
@@ -43,6 +44,8 @@ def _arguments() -> argparse.Namespace:
                         help="the videos' faces: hard (100-430 px at 1920x1080), or small (40-200 px), as make-video")
     parser.add_argument("--min-face-sizes", default="20,30,40",
                         help="MTCNN's smallest face in px at 960x540, each run on every frame (default 20,30,40)")
+    parser.add_argument("--detector", default="mtcnn", choices=("mtcnn", "yunet"),
+                        help="the face detector (default mtcnn, the paper's)")
     parser.add_argument("--det", type=Path, default=Path("recognition_det.png"), help="the pooled DET curve PNG")
     parser.add_argument("--track-size", type=int, default=40,
                         help="the smallest face of the per-frame / per-track comparison (default 40, the pipeline's)")
@@ -69,7 +72,7 @@ def main() -> int:
     from aitax.pipeline.frames import read_frames
     from aitax.pipeline.gallery import load_gallery
     from aitax.pipeline.identify import FaceNetIdentifier
-    from aitax.pipeline.ingest_detect import MtcnnFaceFinder
+    from aitax.pipeline.ingest_detect import FaceFinder
     from aitax.pipeline.inputs import compose_video, enroll_gallery
     from aitax.pipeline.synth_video import load_truth
     from aitax.telemetry.timing import Stopwatch
@@ -80,7 +83,7 @@ def main() -> int:
     if args.gallery is None:
         enroll_gallery(None, gallery_path)
     gallery = load_gallery(gallery_path)
-    finders = {size: MtcnnFaceFinder(min_face_size=size, frame_size=(960, 540)) for size in sizes}
+    finders = {size: FaceFinder(min_face_size=size, frame_size=(960, 540), detector=args.detector) for size in sizes}
     identifier = FaceNetIdentifier(FaceEmbedder(ensure_assets().facenet_weights), gallery)
 
     # per frame (untracked faces), per track sending every face, per track sending a sample

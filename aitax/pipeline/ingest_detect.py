@@ -233,20 +233,33 @@ class FaceRecords:
             self.keying), partition)
 
 
-class MtcnnFaceFinder:
-    """The real detection compute: MTCNN, each face aligned on its landmarks to 160x160, PNG or JPEG."""
+DETECTORS = ("mtcnn", "yunet")  # the paper's MTCNN (the default), or YuNet (pipeline.yunet)
+
+
+class FaceFinder:
+    """The real detection compute: MTCNN (or YuNet), each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
                  frame_size: tuple[int, int] | None = None, threads: int = 1, runtime: str = "openvino",
-                 conversions: Path | None = None) -> None:
+                 conversions: Path | None = None, detector: str = "mtcnn") -> None:
         import cv2
 
         from aitax.pipeline.detect import FaceDetector
 
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
-        self.detector = FaceDetector(min_face_size=min_face_size, frame_size=frame_size, threads=threads,
-                                     runtime=runtime, conversions=conversions)
+        if detector not in DETECTORS:
+            raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
+        if detector == "yunet":
+            if runtime != "openvino":
+                raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
+            from aitax.pipeline.assets import ensure_yunet
+            from aitax.pipeline.yunet import YuNetDetector
+
+            self.detector = YuNetDetector(ensure_yunet(), min_face_size=min_face_size, threads=threads)
+        else:
+            self.detector = FaceDetector(min_face_size=min_face_size, frame_size=frame_size, threads=threads,
+                                         runtime=runtime, conversions=conversions)
         self.encoding = encoding
         self._encode_params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality] if encoding == "jpeg" else []
         self._extension = ".jpg" if encoding == "jpeg" else ".png"

@@ -32,15 +32,16 @@ SUBSTEPS = {
     # encode and kafka: the three-stage design's ingest process sends its frames through Kafka (as JPEG), and its
     # detect process decodes them (detect's decode)
     "ingest": ("decode", "resize", "encode", "kafka", "emulated", "other"),
-    # resize and centernet: Object Detection's (the frame to the network's input, and the network)
-    "detect": ("decode", "pnet", "rnet", "onet", "tf_support", "numpy", "crop", "encode", "resize", "centernet",
-               "kafka", "events", "emulated", "other"),
+    # resize and centernet: Object Detection's (the frame to the network's input, and the network); yunet: the
+    # other face detector's network (pipeline.yunet)
+    "detect": ("decode", "pnet", "rnet", "onet", "yunet", "tf_support", "numpy", "crop", "encode", "resize",
+               "centernet", "kafka", "events", "emulated", "other"),
     # broker_wait by owner (telemetry.latency.BROKER_WAIT); producer_to_broker and broker_to_consumer: events of
     # schema 4 and before, split at the broker's append only
     "broker_wait": (*BROKER_WAIT, "producer_to_broker", "broker_to_consumer"),
     "identify": ("decode", "embed", "svm", "kafka", "events", "emulated", "other"),
 }
-AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet", "centernet"), "identify": ("embed", "svm")}
+AI_SUBSTEPS = {"detect": ("pnet", "rnet", "onet", "yunet", "centernet"), "identify": ("embed", "svm")}
 
 
 @dataclass(frozen=True)

