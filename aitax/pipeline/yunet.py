@@ -33,7 +33,7 @@ HINT_IOU = 0.3  # a low-score face continues the hint it overlaps this much
 
 class YuNetDetector:
     """YuNet on one RGB frame at a time, on `threads` OpenCV threads; the same `detect`, `look` and `largest` as
-    `FaceDetector` (MTCNN), so the detect loop, its tracks and enrollment take either."""
+    `FaceDetector` (MTCNN), so the detect loop and its tracks take either (enrollment stays with MTCNN)."""
 
     def __init__(self, model: Path, min_face_size: int = 20, score_threshold: float = DEFAULT_SCORE_THRESHOLD,
                  follow_threshold: float = DEFAULT_FOLLOW_THRESHOLD, threads: int = 1) -> None:
@@ -41,7 +41,7 @@ class YuNetDetector:
 
         if follow_threshold > score_threshold:
             raise ValueError(f"follow_threshold {follow_threshold} above score_threshold {score_threshold}")
-        cv2.setNumThreads(threads)
+        cv2.setNumThreads(threads)  # process-wide: a detect process is given its cores for detection
         self.min_face_size = min_face_size
         self.score_threshold = score_threshold
         self.follow_threshold = follow_threshold
