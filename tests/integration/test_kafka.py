@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -184,7 +185,8 @@ def test_the_topics_job_warms_a_new_releases_brokers_once(stack: StackConfig, un
                "--topic", f"{unique_name}:1:faces", "--broker-warmup", "2"]
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr[-1000:]
-    assert first.stdout.startswith("brokers warmed in 2 s"), first.stdout
+    warmed = re.match(r"brokers warmed in (\d+) s", first.stdout)  # the 2 s asked for and its last round trips
+    assert warmed and 2 <= int(warmed.group(1)) <= 7, first.stdout
     assert unique_name in _admin(stack).list_topics(timeout=10).topics
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "brokers warmed" not in again.stdout, again.stdout

@@ -6,6 +6,7 @@ The CLI is run as a subprocess: exit codes, one-line errors and leftover process
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def test_up_status_up_again_down_leaves_nothing(tmp_path: Path) -> None:
                 status.stdout
         pids = [int(p.read_text()) for p in (tmp_path / "aitax-home" / "stack" / "run").glob("*.pid")]
         assert len(pids) == 5
-        assert "brokers warmed in 20 s" in cold.stdout, cold.stdout
+        # the warm-up's own clock: the 20 s asked for, and its last round trips (a second or two on a busy machine)
+        warmed = re.search(r"^brokers warmed in (\d+) s", cold.stdout, re.MULTILINE)
+        assert warmed and 20 <= int(warmed.group(1)) <= 25, cold.stdout
         assert "off their preferred broker" not in status.stdout, status.stdout
 
         started = time.monotonic()
