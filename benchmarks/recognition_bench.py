@@ -2,15 +2,15 @@
 
     .venv/bin/python benchmarks/recognition_bench.py [--seeds 1001,1002,1003] [--seconds 40] [--gallery G.npz]
                                                       [--min-face-sizes 20,30,40] [--det det.png]
-                                                      [--detector mtcnn|yunet]
+                                                      [--detector auto|mtcnn|yunet]
 
 For each seed, composes a video with `make-video --augment hard --strangers packaged` (faces 100-430 px, rolled,
 lit, blurred, compressed, occluded, over clutter; about 30% of the faces are strangers who share no person with
-the calibration set), then runs the pipeline's own compute on every frame: decode, resize, MTCNN (or --detector's),
+the calibration set), then runs the pipeline's own compute on every frame: decode, resize, the detector (--detector),
 aligned thumbnail, PNG, FaceNet, the gallery's open-set decision (the real `FaceFinder` and `FaceNetIdentifier`,
 without Kafka: Kafka cannot change a name). Prints per seed and pooled: detection recall, identification rate of
 enrolled people (rank 1, 1 - FNIR), false identification rate of strangers (FPIR), the threshold and
-identify ms per face; then recall and names by face height at each smallest face MTCNN looks for, beside what
+identify ms per face; then recall and names by face height at each smallest face the detector looks for, beside what
 each costs a frame in CPU on one core; draws the pooled DET curve.
 
 Then, at the pipeline's smallest face (--track-size, default 40), the same detections followed as tracks
@@ -43,9 +43,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--augment", default="hard", choices=("hard", "small"),
                         help="the videos' faces: hard (100-430 px at 1920x1080), or small (40-200 px), as make-video")
     parser.add_argument("--min-face-sizes", default="20,30,40",
-                        help="MTCNN's smallest face in px at 960x540, each run on every frame (default 20,30,40)")
-    parser.add_argument("--detector", default="mtcnn", choices=("mtcnn", "yunet"),
-                        help="the face detector (default mtcnn, the paper's)")
+                        help="the detector's smallest face in px at 960x540, each on every frame (default 20,30,40)")
+    parser.add_argument("--detector", default="auto", choices=("auto", "mtcnn", "yunet"),
+                        help="the face detector (default auto, the pipeline's: YuNet on the CPU; mtcnn: the paper's)")
     parser.add_argument("--det", type=Path, default=Path("recognition_det.png"), help="the pooled DET curve PNG")
     parser.add_argument("--track-size", type=int, default=40,
                         help="the smallest face of the per-frame / per-track comparison (default 40, the pipeline's)")

@@ -107,7 +107,9 @@ def calibrate_detect(out: Path, video: str, min_face_size: int, frames: int, rep
     from aitax.pipeline.ingest_detect import FaceFinder
     from aitax.telemetry.timing import Stopwatch
 
-    finder = FaceFinder(min_face_size, frame_size=size, runtime=runtime, conversions=conversions)
+    # MTCNN, the paper's: the emulator's detect curves and profiles are its (pipeline.detect)
+    finder = FaceFinder(min_face_size, frame_size=size, runtime=runtime, conversions=conversions,
+                        detector="mtcnn")
     images = [frame.rgb for frame in read_frames(video, "calibrate", size, pace="max", max_frames=frames)]
     cycle = iter(range(10**9))
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from aitax.common.paper import PAPER
 from aitax.pipeline.crop import iou
 from aitax.pipeline.schema import UNKNOWN, UNTRACKED, IdentityMessage
@@ -210,7 +212,8 @@ def time_to_first_name(identities: list[IdentityMessage]) -> Distribution | None
 
 def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict[str, set[int]],
           size: tuple[int, int], run_id: str) -> Evaluation:
-    """Greedy IoU matching per frame; truth boxes scaled from the video's size to the pipeline's."""
+    """Each frame's true faces matched to its detections by the most overlap in all (`_matched`); truth boxes
+    scaled from the video's size to the pipeline's."""
     evaluation = Evaluation(run_id)
     sx, sy = size[0] / truth["width"], size[1] / truth["height"]
     by_frame: dict[tuple[str, int], list[IdentityMessage]] = {}
@@ -224,20 +227,19 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
             found = by_frame.get((stream, frame_index), [])
             evaluation.truth_faces += len(expected)
             evaluation.detections += len(found)
-            unmatched = list(found)
-            for face in expected:
+            boxes = [(round(x * sx), round(y * sy), round(w * sx), round(h * sy))
+                     for x, y, w, h in (face["box"] for face in expected)]
+            matches = _matched(boxes, [face.box for face in found])
+            for position, face in enumerate(expected):
                 enrolled = face.get("enrolled", True)  # version 1 sidecars hold enrolled people only
                 evaluation.stranger_faces += not enrolled
-                x, y, w, h = face["box"]
-                box = (round(x * sx), round(y * sy), round(w * sx), round(h * sy))
-                by_height = evaluation.by_height.setdefault(max(low for low in HEIGHT_BINS if low <= box[3]),
-                                                            [0, 0, 0, 0])
+                by_height = evaluation.by_height.setdefault(max(low for low in HEIGHT_BINS
+                                                                if low <= boxes[position][3]), [0, 0, 0, 0])
                 by_height[0] += 1
                 by_height[2] += enrolled
-                best = max(unmatched, key=lambda f: iou(box, f.box), default=None)
-                if best is None or iou(box, best.box) < MATCH_IOU:
+                if position not in matches:
                     continue
-                unmatched.remove(best)
+                best = found[matches[position]]
                 by_height[1] += 1
                 by_height[3] += enrolled and best.identity == face["identity"]
                 evaluation.matched += 1
@@ -256,6 +258,20 @@ def score(identities: list[IdentityMessage], truth: dict, processed_frames: dict
                     pair = f"{face['identity']}->{best.identity}"
                     evaluation.confusions[pair] = evaluation.confusions.get(pair, 0) + 1
     return evaluation
+
+
+def _matched(truth_boxes: list[tuple[int, int, int, int]], found_boxes: list) -> dict[int, int]:
+    """True face -> its detection: the pairing with the most overlap in all (Hungarian, as CLEAR MOT pairs), of
+    pairs overlapping at least MATCH_IOU. Matching each true face in turn to its best detection would let a face
+    half hidden behind another take the front face's detection."""
+    from scipy.optimize import linear_sum_assignment
+
+    if not truth_boxes or not found_boxes:
+        return {}
+    overlaps = np.array([[iou(truth, found) for found in found_boxes] for truth in truth_boxes])
+    rows, columns = linear_sum_assignment(overlaps, maximize=True)
+    return {int(row): int(column) for row, column in zip(rows, columns, strict=True)
+            if overlaps[row, column] >= MATCH_IOU}
 
 
 # What the identities themselves time, beside the events' stages: broker wait by owner and the results' delivery.

@@ -233,7 +233,20 @@ class FaceRecords:
             self.keying), partition)
 
 
-DETECTORS = ("mtcnn", "yunet")  # the paper's MTCNN (the default), or YuNet (pipeline.yunet)
+# The paper's MTCNN, or YuNet (pipeline.yunet); "auto", the default, is YuNet on the CPU (it finds more of the
+# hard faces for less CPU a frame, docs/tracks.md) and MTCNN with --runtime cuda (YuNet runs through OpenCV only).
+DETECTORS = ("auto", "mtcnn", "yunet")
+
+
+def resolve_detector(detector: str, runtime: str) -> str:
+    """The detector `detector` names on `runtime`: "mtcnn" or "yunet"."""
+    if detector not in DETECTORS:
+        raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
+    if detector == "auto":
+        return "yunet" if runtime == "openvino" else "mtcnn"
+    if detector == "yunet" and runtime != "openvino":
+        raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
+    return detector
 
 
 class FaceFinder:
@@ -241,18 +254,15 @@ class FaceFinder:
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
                  frame_size: tuple[int, int] | None = None, threads: int = 1, runtime: str = "openvino",
-                 conversions: Path | None = None, detector: str = "mtcnn") -> None:
+                 conversions: Path | None = None, detector: str = "auto") -> None:
         import cv2
 
         from aitax.pipeline.detect import FaceDetector
 
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
-        if detector not in DETECTORS:
-            raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
-        if detector == "yunet":
-            if runtime != "openvino":
-                raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
+        self.detector_name = resolve_detector(detector, runtime)
+        if self.detector_name == "yunet":
             from aitax.pipeline.assets import ensure_yunet
             from aitax.pipeline.yunet import YuNetDetector
 

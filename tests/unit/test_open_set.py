@@ -13,9 +13,10 @@ import pytest
 
 from aitax.common.errors import UserError
 from aitax.pipeline.assets import Archive, extract_members
+from aitax.pipeline.crop import iou
 from aitax.pipeline.degrade import AUGMENTATIONS, Look, best_match, camera_views, degrade
 from aitax.pipeline.detect import Detection
-from aitax.pipeline.evaluate import Evaluation, Searched, det_curve, score
+from aitax.pipeline.evaluate import MATCH_IOU, Evaluation, Searched, det_curve, score
 from aitax.pipeline.gallery import Gallery, calibrate, stranger_faces
 from aitax.pipeline.schema import UNKNOWN, IdentityMessage
 from aitax.pipeline.synth_video import Sprite, plan
@@ -121,6 +122,19 @@ def test_scoring_separates_enrolled_people_from_strangers() -> None:
     assert (pooled.truth_faces, pooled.correct, pooled.by_height) == (10, 2, {40: [10, 8, 6, 2]})
     assert pooled.end_to_end_accuracy == evaluation.end_to_end_accuracy
 
+
+
+def test_a_face_half_hidden_behind_another_does_not_take_the_front_faces_detection() -> None:
+    # the stranger comes first in the truth and overlaps the one detection, which is ann's (in front, overlapping
+    # her box more): matched in turn, the stranger would take it and be counted as named "ann"
+    truth = {"width": 960, "height": 540, "frames": [
+        [{"identity": "x#0", "enrolled": False, "box": [100, 40, 70, 70]},
+         {"identity": "ann", "enrolled": True, "box": [125, 65, 66, 66]}]]}
+    front = _identity(0, 0, "ann", 0.8, "ann", (122, 64, 62, 66))
+    assert iou((100, 40, 70, 70), front.box) >= MATCH_IOU  # the stranger could take it
+    evaluation = score([front], truth, {"s": {0}}, (960, 540), "r")
+    assert (evaluation.correct, evaluation.matched_strangers, evaluation.strangers_named) == (1, 0, 0)
+    assert evaluation.confusions == {}
 
 def test_strangers_come_one_person_per_loose_face_or_per_folder(tmp_path: Path) -> None:
     for name in ("group.png", "person/a.png", "person/b.png", "ann/c.png"):

@@ -22,7 +22,7 @@ from aitax.pipeline.schema import (
     decode_face,
     encode_face,
 )
-from aitax.pipeline.track_names import TrackNames
+from aitax.pipeline.track_names import HOLD_MARGIN, TrackNames
 from aitax.pipeline.tracking import TRACKS_PER_FRAME, FaceTracker, SendPolicy, StreamTracks, TrackLanes
 
 
@@ -124,6 +124,27 @@ def test_a_track_that_jumps_to_another_person_starts_its_evidence_again() -> Non
     after = names.name(("r", "s", 1), _look(1, 0.05, rng))
     assert after.identity == "bob" and after.evidence_frames == 1 and names.person_changes == 1
 
+
+
+def _at(score: float) -> np.ndarray:
+    """A face whose cosine to alice's photos is about `score` (bob's axis takes the rest)."""
+    row = np.zeros(16, np.float32)
+    row[0], row[2] = score, np.sqrt(1 - score**2)
+    return row
+
+
+def test_a_named_track_keeps_its_name_just_below_the_threshold_and_loses_it_clearly_below() -> None:
+    gallery = _gallery()
+    names = TrackNames(gallery)
+    named = names.name(("r", "s", 1), _at(gallery.threshold + 0.05))
+    assert named.identity == "alice"
+    held = names.name(("r", "s", 1), _at(gallery.threshold - 0.08))  # the mean: just below
+    assert gallery.threshold - HOLD_MARGIN <= held.score < gallery.threshold and held.identity == "alice"
+    for _ in range(3):  # the mean sinks well below the hold
+        lost = names.name(("r", "s", 1), _at(gallery.threshold - 0.15))
+    assert lost.identity == UNKNOWN and lost.candidate == "alice"
+    fresh = TrackNames(gallery).name(("r", "s", 2), _at(gallery.threshold - 0.01))
+    assert fresh.identity == UNKNOWN  # a track never named is not named below the threshold
 
 def test_a_tracked_face_is_answered_from_its_track_and_unknown_with_no_evidence() -> None:
     gallery, rng = _gallery(), np.random.default_rng(3)

@@ -1,4 +1,4 @@
-"""YuNet, the detector beside MTCNN: the same faces, landmarks in MTCNN's order, hints judged as MTCNN's are."""
+"""YuNet, the pipeline's detector on the CPU: the same faces as MTCNN, landmarks in its order, hints judged alike."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from aitax.common.errors import UserError
 from aitax.pipeline.assets import ensure_yunet
 from aitax.pipeline.crop import iou
 from aitax.pipeline.detect import FaceDetector
-from aitax.pipeline.ingest_detect import FaceFinder
-from aitax.pipeline.yunet import YuNetDetector
+from aitax.pipeline.ingest_detect import FaceFinder, resolve_detector
+from aitax.pipeline.yunet import SMALLEST_FACE_PX, YuNetDetector
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,21 @@ def test_the_finder_makes_aligned_thumbnails_from_yunets_faces(assets, model) ->
     thumbnail = cv2.imdecode(np.frombuffer(found[0].thumbnail, np.uint8), cv2.IMREAD_COLOR)
     assert thumbnail.shape == (160, 160, 3)
     assert watch.ms["yunet"] > 0
+
+
+def test_a_frame_looked_at_smaller_gives_the_same_face_in_the_frames_own_pixels(assets, model) -> None:
+    rgb = _photos(assets, 1)[0]
+    whole = YuNetDetector(model, min_face_size=SMALLEST_FACE_PX).largest(rgb, 0.6)  # scale 1
+    halved = YuNetDetector(model, min_face_size=2 * SMALLEST_FACE_PX).largest(rgb, 0.6)  # looked at half size
+    assert whole is not None and halved is not None
+    assert iou(whole.box, halved.box) > 0.8
+    assert np.abs(np.array(whole.landmarks) - np.array(halved.landmarks)).max() < 0.1 * whole.box[2]
+
+
+def test_auto_is_yunet_on_the_cpu_and_mtcnn_on_a_gpu() -> None:
+    assert resolve_detector("auto", "openvino") == "yunet"
+    assert resolve_detector("auto", "cuda") == "mtcnn"
+    assert resolve_detector("mtcnn", "openvino") == "mtcnn"
 
 
 def test_a_wrong_detector_is_one_line_naming_it() -> None:
