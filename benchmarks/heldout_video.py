@@ -17,7 +17,8 @@ same pixels. This one shares none of that:
 Enrolled people come from the 5-celebrity validation split (never enrolled); strangers from `--strangers`, a folder
 of photos of people the gallery does not hold (one person per photo unless it holds several faces: each face is its
 own stranger). The ground truth is a sidecar `pipeline.synth_video.load_truth` reads (version 3): a face's box is
-the Haar box, moved and scaled with the face, for every frame in which at least half of it is in the picture.
+the Haar box, moved and scaled with the face, for every frame in which at least half of it is in the picture and
+not under the pictures pasted after it.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def degraded(face: np.ndarray, walk: Walk, index: int) -> np.ndarray:
 def render(walks: list[Walk], index: int, backdrop: np.ndarray, rng: random.Random) -> tuple[np.ndarray, list[dict]]:
     frame = backdrop.astype(np.float32)
     truth = []
+    drawn: list[tuple[int, int, int, int]] = []  # each picture's rectangle as pasted, in order: opaque
     for walk in walks:
         if not walk.first <= index <= walk.last:
             continue
@@ -165,24 +167,26 @@ def render(walks: list[Walk], index: int, backdrop: np.ndarray, rng: random.Rand
         if x1 <= x0 or y1 <= y0:
             continue
         frame[y0:y1, x0:x1] = look[y0 - top:y1 - top, x0 - left:x1 - left]
+        drawn.append((x0, y0, x1, y1))
         box = (left + fx, top + fy, fw, fh)
         visible = max(0, min(WIDTH, box[0] + fw) - max(0, box[0])) * max(0, min(HEIGHT, box[1] + fh) - max(0, box[1]))
         if visible >= 0.5 * fw * fh:
-            truth.append({"identity": walk.person.identity, "enrolled": walk.person.enrolled, "box": list(box)})
-    # A face drawn later covers the ones under it: a face more than half covered is not in the truth.
-    kept = []
-    for number, face in enumerate(truth):
-        covered = max((_covered(face["box"], later["box"]) for later in truth[number + 1:]), default=0.0)
-        if covered < 0.5:
-            kept.append(face)
+            truth.append(({"identity": walk.person.identity, "enrolled": walk.person.enrolled, "box": list(box)},
+                          len(drawn)))
+    # A picture pasted later covers the faces under it, the whole of its rectangle (the person's shoulders and the
+    # photo's background too, not only its face): a face more than half covered is not in the truth.
+    kept = [face for face, after in truth if _covered(face["box"], drawn[after:]) < 0.5]
     frame += np.random.default_rng(rng.randrange(1 << 30)).normal(0, rng.uniform(2, 7), frame.shape)
     return np.clip(frame, 0, 255).astype(np.uint8), kept
 
 
-def _covered(box: list[int], over: list[int]) -> float:
-    width = max(0, min(box[0] + box[2], over[0] + over[2]) - max(box[0], over[0]))
-    height = max(0, min(box[1] + box[3], over[1] + over[3]) - max(box[1], over[1]))
-    return width * height / (box[2] * box[3])
+def _covered(box: list[int], over: list[tuple[int, int, int, int]]) -> float:
+    """The share of `box` (x, y, width, height) under any of the rectangles `over` (x0, y0, x1, y1)."""
+    x, y, width, height = box
+    mask = np.zeros((max(1, height), max(1, width)), bool)
+    for x0, y0, x1, y1 in over:
+        mask[max(0, y0 - y):max(0, y1 - y), max(0, x0 - x):max(0, x1 - x)] = True
+    return float(mask.mean())
 
 
 def main() -> int:
