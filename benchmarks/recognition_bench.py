@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/recognition_bench.py [--seeds 1001,1002,1003] [--seconds 40] [--gallery G.npz]
                                                       [--min-face-sizes 20,30,40] [--det det.png]
-                                                      [--detector auto|mtcnn|yunet]
+                                                      [--detector mtcnn|yunet]
 
 For each seed, composes a video with `make-video --augment hard --strangers packaged` (faces 100-430 px, rolled,
 lit, blurred, compressed, occluded, over clutter; about 30% of the faces are strangers who share no person with
@@ -44,8 +44,8 @@ def _arguments() -> argparse.Namespace:
                         help="the videos' faces: hard (100-430 px at 1920x1080), or small (40-200 px), as make-video")
     parser.add_argument("--min-face-sizes", default="20,30,40",
                         help="the detector's smallest face in px at 960x540, each on every frame (default 20,30,40)")
-    parser.add_argument("--detector", default="auto", choices=("auto", "mtcnn", "yunet"),
-                        help="the face detector (default auto, the pipeline's: YuNet on the CPU; mtcnn: the paper's)")
+    parser.add_argument("--detector", default="mtcnn", choices=("mtcnn", "yunet"),
+                        help="the face detector (default mtcnn, the paper's and the pipeline's)")
     parser.add_argument("--det", type=Path, default=Path("recognition_det.png"), help="the pooled DET curve PNG")
     parser.add_argument("--track-size", type=int, default=40,
                         help="the smallest face of the per-frame / per-track comparison (default 40, the pipeline's)")

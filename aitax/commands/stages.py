@@ -48,10 +48,9 @@ detection = options(
                  help="thumbnail encoding (default png: lossless, about the paper's 37.3 kB)"),
     click.option("--jpeg-quality", type=int, default=90, show_default=True, help="JPEG quality 1-100"),
     keying,
-    click.option("--detector", type=click.Choice(("auto", "mtcnn", "yunet")), default="auto", show_default=True,
-                 help="yunet: OpenCV Zoo's YuNet, one network over the frame, which finds more of the blurred, dim "
-                      "and half-covered faces for less CPU (docs/tracks.md); mtcnn: the paper's; auto: yunet on "
-                      "the CPU, mtcnn with --runtime cuda"),
+    click.option("--detector", type=click.Choice(("mtcnn", "yunet")), default="mtcnn", show_default=True,
+                 help="mtcnn: the paper's; yunet: OpenCV Zoo's YuNet on the CPU, one network over the frame, which "
+                      "finds more of the blurred, dim and half-covered faces for less CPU (docs/tracks.md)"),
     click.option("--threads", type=int, default=1, help="the detector's threads (default 1: one core, as the paper)"),
     click.option("--runtime", type=click.Choice(("openvino", "cuda")), default="openvino", show_default=True,
                  help="MTCNN's networks: openvino on the CPU, or cuda on an NVIDIA GPU through PyTorch (FP32; "

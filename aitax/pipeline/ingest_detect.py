@@ -233,17 +233,15 @@ class FaceRecords:
             self.keying), partition)
 
 
-# The paper's MTCNN, or YuNet (pipeline.yunet); "auto", the default, is YuNet on the CPU (it finds more of the
-# hard faces for less CPU a frame, docs/tracks.md) and MTCNN with --runtime cuda (YuNet runs through OpenCV only).
-DETECTORS = ("auto", "mtcnn", "yunet")
+# The paper's MTCNN (the default), or YuNet (pipeline.yunet: more of the hard faces for less CPU a frame, but a
+# stranger who resembles an enrolled person crosses the threshold more often in its crops; docs/tracks.md).
+DETECTORS = ("mtcnn", "yunet")
 
 
 def resolve_detector(detector: str, runtime: str) -> str:
-    """The detector `detector` names on `runtime`: "mtcnn" or "yunet"."""
+    """`detector`, checked against the runtime (YuNet runs through OpenCV on the CPU only)."""
     if detector not in DETECTORS:
         raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
-    if detector == "auto":
-        return "yunet" if runtime == "openvino" else "mtcnn"
     if detector == "yunet" and runtime != "openvino":
         raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
     return detector
@@ -254,7 +252,7 @@ class FaceFinder:
 
     def __init__(self, min_face_size: int, encoding: str = "png", jpeg_quality: int = 90,
                  frame_size: tuple[int, int] | None = None, threads: int = 1, runtime: str = "openvino",
-                 conversions: Path | None = None, detector: str = "auto") -> None:
+                 conversions: Path | None = None, detector: str = "mtcnn") -> None:
         import cv2
 
         from aitax.pipeline.detect import FaceDetector

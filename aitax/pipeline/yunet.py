@@ -1,11 +1,13 @@
-"""Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the pipeline's detector on the CPU.
+"""Face detection with YuNet (OpenCV Zoo's, run by OpenCV's `FaceDetectorYN`): the choice beside MTCNN, on the CPU.
 
-MTCNN is the paper's detector (`--detector mtcnn`, and the one `--runtime cuda` runs). On held-out footage
-(`benchmarks/heldout_video.py`: blur, noise, flicker, faces half covered) most of what tracks could not name was
-faces MTCNN never found (a 45 px face walking for 5 s, ONet at 0.5-0.8 in the frames it saw it at all); YuNet, one
-network over the whole frame, misses a third as many (seeds 53-61: 24 of 1,559 enrolled appearances against 48)
-for two thirds of MTCNN's CPU a frame (`SMALLEST_FACE_PX`). Its boxes come with the same five landmarks, so
-thumbnails are aligned as MTCNN's are."""
+MTCNN is the paper's detector and the default. On held-out footage (`benchmarks/heldout_video.py`: blur, noise,
+flicker, faces half covered) most of what tracks could not name was faces MTCNN never found (a 45 px face walking
+for 5 s, ONet at 0.5-0.8 in the frames it saw it at all); YuNet, one network over the whole frame, named 99.1% of
+the enrolled appearances of seeds 77-82 by track where MTCNN named 93.6%, for two thirds of MTCNN's CPU a frame
+(`SMALLEST_FACE_PX`). It is not the default because its crops put a stranger who resembles Madonna above the
+threshold in 21 of 56 frames where MTCNN's keep her below it (at most 0.496 against 0.519): on the 8 hard videos
+of the README, 85 of 721 stranger appearances named by track against 0 (docs/tracks.md). Its boxes come with the
+same five landmarks, so thumbnails are aligned as MTCNN's are."""
 
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ def test_values_schema_rejects_bad_values_naming_the_field(assignment: str, fiel
         (("stages=3", "ingestDetect.runtime=cuda", "ingestDetect.gpus=1"),
          "ingestDetect.gpus: with frames through Kafka ingest only decodes; detection's GPUs are detect.gpus"),
         (("ingestDetect.runtime=cuda", "ingestDetect.gpus=1", "ingestDetect.detector=yunet"),
-         "ingestDetect.detector: yunet runs on the CPU (OpenCV); with runtime cuda set detector to mtcnn or auto"),
+         "ingestDetect.detector: yunet runs on the CPU (OpenCV); with runtime cuda set detector to mtcnn"),
     ],
 )
 def test_cross_field_errors_name_the_field(sets: tuple[str, ...], message: str) -> None:
@@ -188,9 +188,8 @@ def test_a_gpu_stage_asks_for_its_gpus_runs_the_cuda_image_and_lands_on_gpu_node
     container = gpu["containers"][0]
     assert container["image"] == "aitax/pipeline-gpu:0.1.0" and cpu["containers"][0]["image"] == "aitax/pipeline:0.1.0"
     assert container["args"][container["args"].index("--runtime") + 1] == "cuda"
-    if component == "-ingest-detect":  # auto: YuNet on the CPU, MTCNN where detection has a GPU
-        assert container["args"][container["args"].index("--detector") + 1] == "auto"
-        assert cpu["containers"][0]["args"][cpu["containers"][0]["args"].index("--detector") + 1] == "auto"
+    if component == "-ingest-detect":  # the paper's MTCNN by default, the detector a GPU runs
+        assert container["args"][container["args"].index("--detector") + 1] == "mtcnn"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["resources"]["limits"]["memory"] == cpu["containers"][0]["resources"]["limits"]["memory"]
     assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"]["limits"]

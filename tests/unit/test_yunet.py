@@ -1,4 +1,4 @@
-"""YuNet, the pipeline's detector on the CPU: the same faces as MTCNN, landmarks in its order, hints judged alike."""
+"""YuNet, the detector beside MTCNN: the same faces, landmarks in MTCNN's order, hints judged as MTCNN's are."""
 
 from __future__ import annotations
 
@@ -85,10 +85,10 @@ def test_a_frame_looked_at_smaller_gives_the_same_face_in_the_frames_own_pixels(
     assert np.abs(np.array(whole.landmarks) - np.array(halved.landmarks)).max() < 0.1 * whole.box[2]
 
 
-def test_auto_is_yunet_on_the_cpu_and_mtcnn_on_a_gpu() -> None:
-    assert resolve_detector("auto", "openvino") == "yunet"
-    assert resolve_detector("auto", "cuda") == "mtcnn"
-    assert resolve_detector("mtcnn", "openvino") == "mtcnn"
+def test_mtcnn_runs_on_either_runtime_and_yunet_on_the_cpu() -> None:
+    assert resolve_detector("mtcnn", "cuda") == "mtcnn" and resolve_detector("yunet", "openvino") == "yunet"
+    with pytest.raises(UserError, match="--detector yunet runs on the CPU"):
+        resolve_detector("yunet", "cuda")
 
 
 def test_a_wrong_detector_is_one_line_naming_it() -> None:

@@ -419,7 +419,7 @@ affinity:
 {{- range $name := list "ingestDetect" "detect" "identify" }}
 {{- $s := index $.Values $name }}
 {{- if and (eq (toString $s.detector) "yunet") (eq $s.runtime "cuda") }}
-{{- fail (printf "%s.detector: yunet runs on the CPU (OpenCV); with runtime cuda set detector to mtcnn or auto" $name) }}
+{{- fail (printf "%s.detector: yunet runs on the CPU (OpenCV); with runtime cuda set detector to mtcnn" $name) }}
 {{- end }}
 {{- if and (eq $s.runtime "cuda") (lt (int $s.gpus) 1) }}
 {{- fail (printf "%s.runtime: cuda runs on an NVIDIA GPU: set %s.gpus to 1 or more (and GPU nodes' %s.nodeSelector and %s.tolerations)" $name $name $name $name) }}
