@@ -238,15 +238,6 @@ class FaceRecords:
 DETECTORS = ("mtcnn", "yunet")
 
 
-def resolve_detector(detector: str, runtime: str) -> str:
-    """`detector`, checked against the runtime (YuNet runs through OpenCV on the CPU only)."""
-    if detector not in DETECTORS:
-        raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
-    if detector == "yunet" and runtime != "openvino":
-        raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
-    return detector
-
-
 class FaceFinder:
     """The real detection compute: MTCNN (or YuNet), each face aligned on its landmarks to 160x160, PNG or JPEG."""
 
@@ -259,8 +250,11 @@ class FaceFinder:
 
         if encoding not in ("png", "jpeg"):
             raise ValueError(f"encoding {encoding!r}: expected png or jpeg")
-        self.detector_name = resolve_detector(detector, runtime)
-        if self.detector_name == "yunet":
+        if detector not in DETECTORS:
+            raise UserError(f"--detector {detector!r}: expected one of {', '.join(DETECTORS)}")
+        if detector == "yunet":
+            if runtime != "openvino":
+                raise UserError(f"--detector yunet runs on the CPU through OpenCV (--runtime {runtime} is MTCNN's)")
             from aitax.pipeline.assets import ensure_yunet
             from aitax.pipeline.yunet import YuNetDetector
 

@@ -48,6 +48,7 @@ class YuNetDetector:
             raise ValueError(f"follow_threshold {follow_threshold} above score_threshold {score_threshold}")
         cv2.setNumThreads(threads)  # process-wide: a detect process is given its cores for detection
         self.min_face_size = min_face_size
+        self._scale = min(1.0, SMALLEST_FACE_PX / min_face_size) if min_face_size > 0 else 1.0  # never enlarged
         self.score_threshold = score_threshold
         self.follow_threshold = follow_threshold
         # created at the follow threshold: the new-face threshold is applied here, so hints can see below it
@@ -59,8 +60,7 @@ class YuNetDetector:
         import cv2
 
         height, width = rgb.shape[:2]
-        scale = min(1.0, SMALLEST_FACE_PX / self.min_face_size) if self.min_face_size > 0 else 1.0
-        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        size = (max(1, round(width * self._scale)), max(1, round(height * self._scale)))
         with watch.time("tf_support"):  # the input's preparation, named as MTCNN's is
             if size != self._size:
                 self._network.setInputSize(size)

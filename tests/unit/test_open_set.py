@@ -123,7 +123,6 @@ def test_scoring_separates_enrolled_people_from_strangers() -> None:
     assert pooled.end_to_end_accuracy == evaluation.end_to_end_accuracy
 
 
-
 def test_a_face_half_hidden_behind_another_does_not_take_the_front_faces_detection() -> None:
     # the stranger comes first in the truth and overlaps the one detection, which is ann's (in front, overlapping
     # her box more): matched in turn, the stranger would take it and be counted as named "ann"
@@ -135,6 +134,7 @@ def test_a_face_half_hidden_behind_another_does_not_take_the_front_faces_detecti
     evaluation = score([front], truth, {"s": {0}}, (960, 540), "r")
     assert (evaluation.correct, evaluation.matched_strangers, evaluation.strangers_named) == (1, 0, 0)
     assert evaluation.confusions == {}
+
 
 def test_strangers_come_one_person_per_loose_face_or_per_folder(tmp_path: Path) -> None:
     for name in ("group.png", "person/a.png", "person/b.png", "ann/c.png"):

@@ -125,9 +125,8 @@ def test_a_track_that_jumps_to_another_person_starts_its_evidence_again() -> Non
     assert after.identity == "bob" and after.evidence_frames == 1 and names.person_changes == 1
 
 
-
 def _at(score: float) -> np.ndarray:
-    """A face whose cosine to alice's photos is about `score` (bob's axis takes the rest)."""
+    """A face whose cosine to alice's photos is about `score` (an axis nobody is on takes the rest)."""
     row = np.zeros(16, np.float32)
     row[0], row[2] = score, np.sqrt(1 - score**2)
     return row
@@ -145,6 +144,7 @@ def test_a_named_track_keeps_its_name_just_below_the_threshold_and_loses_it_clea
     assert lost.identity == UNKNOWN and lost.candidate == "alice"
     fresh = TrackNames(gallery).name(("r", "s", 2), _at(gallery.threshold - 0.01))
     assert fresh.identity == UNKNOWN  # a track never named is not named below the threshold
+
 
 def test_a_tracked_face_is_answered_from_its_track_and_unknown_with_no_evidence() -> None:
     gallery, rng = _gallery(), np.random.default_rng(3)

@@ -10,7 +10,7 @@ from aitax.common.errors import UserError
 from aitax.pipeline.assets import ensure_yunet
 from aitax.pipeline.crop import iou
 from aitax.pipeline.detect import FaceDetector
-from aitax.pipeline.ingest_detect import FaceFinder, resolve_detector
+from aitax.pipeline.ingest_detect import FaceFinder
 from aitax.pipeline.yunet import SMALLEST_FACE_PX, YuNetDetector
 
 
@@ -83,12 +83,6 @@ def test_a_frame_looked_at_smaller_gives_the_same_face_in_the_frames_own_pixels(
     assert whole is not None and halved is not None
     assert iou(whole.box, halved.box) > 0.8
     assert np.abs(np.array(whole.landmarks) - np.array(halved.landmarks)).max() < 0.1 * whole.box[2]
-
-
-def test_mtcnn_runs_on_either_runtime_and_yunet_on_the_cpu() -> None:
-    assert resolve_detector("mtcnn", "cuda") == "mtcnn" and resolve_detector("yunet", "openvino") == "yunet"
-    with pytest.raises(UserError, match="--detector yunet runs on the CPU"):
-        resolve_detector("yunet", "cuda")
 
 
 def test_a_wrong_detector_is_one_line_naming_it() -> None:
