@@ -90,8 +90,8 @@ def collect_command(group: str | None, run_id: str | None, since_ms: int | None,
 @click.option("--runtime", type=click.Choice(("openvino", "tensorflow", "cuda")), default="openvino",
               help="the networks' runtime (default openvino; cuda: an NVIDIA GPU, the gpu extra; tensorflow: "
                    "identify only)")
-@click.option("--precision", type=click.Choice(("auto", "fp32", "bf16")), default="auto",
-              help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it)")
+@click.option("--precision", type=click.Choice(("auto", "fp32", "bf16", "int8")), default="auto",
+              help="identify: FaceNet's arithmetic (default auto: bf16 where the CPU has it, else int8)")
 @click.option("--threads", type=int, default=1, show_default=True, help="identify: FaceNet's threads")
 @click.option("--batches", type=COUNTS, default="1,2,4,8,16,32,64", show_default=True, metavar="N,N,...",
               help="identify: batch sizes to time")

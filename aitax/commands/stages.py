@@ -303,9 +303,10 @@ def _detect_frames(settings: StageSettings, group: str, run_id: str | None, batc
 @batching(8, "faces embedded together")
 @results_linger
 @THREADS
-@click.option("--precision", default="auto", metavar="auto|fp32|bf16",
-              help="FaceNet's arithmetic: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, else fp32; the "
-                   "precision in use is printed and in every identify event")
+@click.option("--precision", default="auto", metavar="auto|fp32|bf16|int8",
+              help="FaceNet's arithmetic through openvino: auto (default) is bf16 on a CPU with AVX-512 BF16 or AMX, "
+                   "else int8 (quantized once on the enrollment photos, then kept); the other runtimes compute in "
+                   "fp32; the precision in use is printed and in every identify event")
 @click.option("--runtime", default="openvino", metavar="openvino|tensorflow|cuda",
               help="FaceNet's runtime: openvino (default, the fastest measured on a CPU), tensorflow (FP32 only) or "
                    "cuda (an NVIDIA GPU through PyTorch, FP32; the optional gpu extra)")

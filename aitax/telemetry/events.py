@@ -13,7 +13,7 @@ from aitax.telemetry.camera_health import field_mapping as camera_mapping
 from aitax.telemetry.latency import BROKER_WAIT
 
 # 2: ingest events carry `scheduled_ns`, so a report's end to end starts at the schedule as the results' does.
-# 3: identify events carry `precision`, the arithmetic FaceNet ran in (fp32, bf16).
+# 3: identify events carry `precision`, the arithmetic FaceNet ran in (fp32, bf16, int8).
 # 4: detect events of Object Detection carry `object_count` (not `face_count`) and sub-steps resize, centernet.
 # 5: identify events carry `delivered_ns` (the identity's append: end to end ends there); broker_wait's sub-steps
 #    are its parts by owner (produce, consumer_busy, in_kafka, client_queue) instead of before and after the append.

@@ -150,34 +150,45 @@ def test_bf16_is_found_in_the_cpu_flags(tmp_path: Path, flags: str, expected: bo
 def test_auto_precision_follows_the_cpu_and_an_impossible_choice_is_refused() -> None:
     from aitax.pipeline.facenet import resolve_precision
 
-    assert (resolve_precision("auto", True), resolve_precision("auto", False)) == ("bf16", "fp32")
+    assert (resolve_precision("auto", True), resolve_precision("auto", False)) == ("bf16", "int8")
     assert resolve_precision("auto", True, "tensorflow") == "fp32"  # TensorFlow is the FP32 reference
+    assert resolve_precision("auto", False, "cuda") == "fp32"
+    assert resolve_precision("int8", True) == "int8"
     assert resolve_precision("fp32", True) == "fp32"
     with pytest.raises(UserError, match="--precision bf16: this CPU has neither"):
         resolve_precision("bf16", False)
     with pytest.raises(UserError, match="--precision bf16 runs through --runtime openvino"):
         resolve_precision("bf16", True, "tensorflow")
+    with pytest.raises(UserError, match="--precision int8 runs through --runtime openvino"):
+        resolve_precision("int8", False, "tensorflow")
     with pytest.raises(UserError, match="--precision 'fp16'"):
         resolve_precision("fp16", True)
     with pytest.raises(UserError, match="--runtime 'onnx'"):
         resolve_precision("auto", True, "onnx")
 
 
-def test_openvino_embeddings_stay_within_cosine_0_99_of_tensorflow_fp32(embedder, assets: Assets,
-                                                                         val_faces) -> None:
-    """Accuracy guards the faster runtime and arithmetic: every val face's OpenVINO embedding (bf16 where this CPU
-    has AVX-512 BF16 or AMX, else fp32) is within cosine 0.99 of TensorFlow FP32's and names the same nearest
-    person, in a batch and alone."""
+# The least cosine to TensorFlow FP32 each OpenVINO precision must keep on every val face. Measured on the 25 val
+# faces, 2026-12-05: fp32 1.0000; int8 0.9725 (median 0.997; quantized on the train split); bf16 0.9997 (AVX-512 BF16).
+_LEAST_COSINE = {"fp32": 0.9999, "bf16": 0.99, "int8": 0.96}
+
+
+@pytest.mark.parametrize("precision", ["auto", "fp32", "int8"])
+def test_openvino_embeddings_stay_close_to_tensorflow_fp32(embedder, assets: Assets, val_faces,
+                                                           precision: str) -> None:
+    """Accuracy guards the faster runtime and arithmetic: every val face's OpenVINO embedding (`auto`: bf16 where
+    this CPU has AVX-512 BF16 or AMX, else int8) is within its precision's cosine of TensorFlow FP32's and names the
+    same nearest person, in a batch and alone."""
     from aitax.pipeline.facenet import FaceEmbedder, cpu_has_bf16
 
     faces, labels = val_faces
-    fast = FaceEmbedder(assets.facenet_weights, precision="auto")
-    assert (fast.runtime, fast.precision) == ("openvino", "bf16" if cpu_has_bf16() else "fp32")
+    fast = FaceEmbedder(assets.facenet_weights, precision=precision)
+    expected = {"auto": "bf16" if cpu_has_bf16() else "int8"}.get(precision, precision)
+    assert (fast.runtime, fast.precision) == ("openvino", expected)
     reference, reduced = embedder.embed(faces), fast.embed(faces)
     np.testing.assert_allclose(fast.embed(faces[:1]), reduced[:1], atol=2e-2)  # a lone face: the same vector
     assert reduced.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(reduced, axis=1), 1.0, atol=1e-5)
-    assert (reference * reduced).sum(axis=1).min() >= 0.99
+    assert (reference * reduced).sum(axis=1).min() >= _LEAST_COSINE[expected]
     reference_nearest, reduced_nearest = (np.argsort(-(e @ e.T), axis=1)[:, 1] for e in (reference, reduced))
     assert [labels[j] for j in reference_nearest] == [labels[j] for j in reduced_nearest]
     # Unpinned: identify processes side by side each get a core of their own (pinned, they all shared the first)
