@@ -8,8 +8,8 @@ TensorFlow FP32 13.5 / 20.6 ms; TensorFlow under Keras' mixed_bfloat16 policy 10
 none for a lone face); OpenVINO (the same graph converted) FP32 11.4 / 13.4 ms and bf16 6.2 / 7.7 ms
 (2.2x / 2.7x), every embedding within cosine 0.9997 of TensorFlow FP32's. So `runtime="openvino"` is the default,
 in bf16 where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX; elsewhere it would be emulated, slower than
-FP32). Where it does not, `auto` is INT8 (`pipeline.quantize`): on an AMD EPYC with AVX2 only, FP32 35.4 / 31.0 ms
-a face (batch 1 / 8), INT8 18.1 / 15.8 (2026-12-05).
+FP32). Where it does not, `auto` is INT8 (`pipeline.quantize`): on an AMD EPYC with AVX2 only, FP32 38.3 / 32.2 ms
+a face (batch 1 / 8), INT8 18.7 / 16.1 (2026-12-05).
 
 The conversion to OpenVINO is kept beside the downloaded weights (`facenet_openvino`), keyed by the weights, OpenVINO's
 version and the graph's source: converting took 9-11 CPU-seconds and TensorFlow's import 15 more at every identify

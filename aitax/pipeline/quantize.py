@@ -1,13 +1,14 @@
 """FaceNet in INT8, for CPUs that have no native bfloat16: NNCF's post-training quantization of the OpenVINO model.
 
-Why: on an AMD EPYC with AVX2 only, FaceNet in FP32 takes 35 ms a face (one thread, batch 1), which left identify
-unable to drain the demo's densest seconds; INT8 takes 18 ms (15.8 at batch 8), measured 2026-12-05.
+Why: on an AMD EPYC with AVX2 only, FaceNet in FP32 takes 38 ms a face (one thread, batch 1), which left identify
+unable to drain the demo's densest seconds; INT8 takes 18.7 ms (16.1 at batch 8), side by side, 2026-12-05.
 
 What is quantized: every convolution's weights (per channel) and inputs, on statistics of the enrollment split's
 faces (`calibration_faces`: the train split's photos, cropped as enrollment crops them, never a test video's). The
 bottleneck layer and the L2 normalisation stay FP32: quantized, the embeddings' norms strayed up to 7% from 1.
-Against FP32 on 107 held-out faces: embeddings within cosine 0.96 (median 0.99), the open-set score within 0.05
-(mean 0.008 lower), no name changed. Full bias correction (not NNCF's fast one) was 0.003 closer in cosine.
+Against FP32 on 107 faces of two held-out videos: embeddings within cosine 0.976 (median 0.997), the open-set
+score within 0.035 (mean 0.004 lower), no name changed. Full bias correction (not NNCF's fast one) came 0.003
+closer in cosine (p1), NNCF's mixed preset 0.014 further.
 
 The quantization takes about 2 CPU-minutes and is kept beside the FP32 conversion (`openvino_ir.kept_conversion`),
 keyed by the FP32 model, the calibration photos and NNCF's version; the pipeline image keeps its build's.
